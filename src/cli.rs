@@ -1,0 +1,228 @@
+//! The clap definitions of every command, and nothing else.
+//!
+//! `mn-ssh` does not go through clap: ssh's option syntax (`-oKey=val`, bundled
+//! flags, options that mpirun and MPICH put before the host) is parsed by
+//! `transport::ssh_args`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "multinode",
+    version,
+    about = "Multi-node job launcher: topology, an SSH agent and wrapper, and exec_all",
+    long_about = None,
+    propagate_version = true,
+)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print this node's job environment (eval "$(multinode env)").
+    Env(EnvArgs),
+    /// Print the expanded topology: one node a line.
+    Hosts(HostsArgs),
+    /// Run COMMAND on HOST with ssh semantics (alias: mn-ssh).
+    #[command(disable_help_flag = true)]
+    Ssh(SshArgs),
+    /// Run one script on every node, RANK set per node (alias: mn-exec-all).
+    ExecAll(ExecAllArgs),
+    /// The per-node agent: an SSH server for the job, and the job's lifecycle.
+    Agent(AgentArgs),
+    /// Write the client key derived from the job secret in OpenSSH format.
+    Keygen(KeygenArgs),
+    /// Run a real multi-node job on this machine: agents on loopback addresses.
+    Demo(DemoArgs),
+    /// Preflight every node for the known multi-node pitfalls.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EnvFormat {
+    /// `export NAME='value'` lines, safe to eval whatever the values hold.
+    Sh,
+    /// One JSON object.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TableFormat {
+    /// An aligned table for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+/// Where the topology comes from, and which node this one is.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TopologyArgs {
+    /// Hostlist: `host1:2,host2:2`, `gpu[01-04]`, `node[1-2]:4` (overrides every other source).
+    #[arg(long, value_name = "HOSTLIST")]
+    pub hosts: Option<String>,
+    /// Hostfile in Open MPI (`host slots=N`), MPICH (`host:N`) or plain form.
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<PathBuf>,
+    /// This node's rank, when several nodes share one machine [env: MULTINODE_NODE_RANK].
+    #[arg(long, value_name = "N")]
+    pub node_rank: Option<usize>,
+    /// Interface whose address is the head's address [env: MULTINODE_IFNAME, NCCL_SOCKET_IFNAME].
+    #[arg(long, value_name = "IFNAME")]
+    pub iface: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[arg(long, value_enum, default_value_t = EnvFormat::Sh)]
+    pub format: EnvFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct HostsArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+    /// Do not resolve addresses (pure expansion; no DNS).
+    #[arg(long)]
+    pub no_resolve: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SshArgs {
+    /// ssh-style options, then [user@]HOST, then COMMAND [ARGS...].
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecAllArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Run CMD (a shell command line) instead of a script file.
+    #[arg(short = 'c', value_name = "CMD")]
+    pub command: Option<OsString>,
+    /// Prefix every output line with `RANK HOST: `.
+    #[arg(long)]
+    pub label: bool,
+    /// Wait for every node even after one failed, and return the first failure.
+    #[arg(long)]
+    pub no_fail_fast: bool,
+    /// Seconds between SIGTERM and SIGKILL when ending nodes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
+    pub grace: f64,
+    /// End the run after SECONDS (exit code 124).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    /// Give up on a node that does not connect within SECONDS (exit code 255).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub connect_timeout: f64,
+    /// Run only on these ranks: `0,2-5`.
+    #[arg(long, value_name = "RANKS")]
+    pub nodes: Option<String>,
+    /// Skip these ranks: `1,3`.
+    #[arg(long, value_name = "RANKS")]
+    pub exclude: Option<String>,
+    /// Environment for remote nodes: ALL (default), NONE, or NAME,NAME,... (like srun --export).
+    #[arg(long, value_name = "ALL|NONE|NAMES", default_value = "ALL")]
+    pub export: String,
+    /// Write the run's report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// At most this many connections being set up at once.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_connecting: usize,
+    /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub script_and_args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Address to listen on [default: 0.0.0.0:$MULTINODE_AGENT_PORT, port 29922].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// Read the job secret from FILE instead of MULTINODE_SECRET.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Seconds between SIGTERM and SIGKILL when ending a command's process group.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
+    pub grace: f64,
+    /// A worker exits after the head has been unreachable this long (seconds).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub idle_timeout: f64,
+    /// The head waits this long for every worker to answer (seconds).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    pub wait_timeout: f64,
+    /// Serve only: no job lifecycle (no waiting for the head, no release).
+    #[arg(long)]
+    pub serve: bool,
+    /// JOB to run on the head once every worker answers.
+    #[arg(last = true, value_name = "JOB")]
+    pub job: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Read the job secret from FILE instead of MULTINODE_SECRET.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Write the private key here (mode 0600); the public key goes to FILE.pub.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Also print a known_hosts line for the agents' host key.
+    #[arg(long)]
+    pub known_hosts: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Number of nodes (agents on 127.0.0.2, 127.0.0.3, ...).
+    #[arg(long, default_value_t = 4)]
+    pub nodes: usize,
+    /// Slots per node.
+    #[arg(long, default_value_t = 1)]
+    pub slots: u32,
+    /// Agent port for the demo.
+    #[arg(long, default_value_t = 29923)]
+    pub port: u16,
+    /// Prefix every output line with `RANK HOST: `.
+    #[arg(long)]
+    pub label: bool,
+    /// The shell command run on every node [default: a greeting with RANK].
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+    /// Treat warnings as failures.
+    #[arg(long)]
+    pub strict: bool,
+    /// The rendezvous port to check on the head.
+    #[arg(long, default_value_t = 29500)]
+    pub port: u16,
+    /// Processes per node the job will start (checked against GPUs).
+    #[arg(long, value_name = "N")]
+    pub nproc_per_node: Option<u32>,
+    /// Run the checks of this node only and print them as JSON (used by the fan-out).
+    #[arg(long, hide = true)]
+    pub local: bool,
+}

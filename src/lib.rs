@@ -1,0 +1,29 @@
+//! `multinode`: the generic multi-node wire-up for torchrun, mpirun and NCCL jobs.
+//!
+//! - [`cli`]: the clap definitions of every command.
+//! - [`topology`]: hostlist syntaxes, scheduler sources, which node this is, the head's address.
+//! - [`env`]: the environment contract, rendered for `sh` and JSON.
+//! - [`keys`]: the client and host keys derived from the job secret.
+//! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
+//! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
+//! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
+//! - [`process`]: spawning commands as group leaders and ending their whole group.
+//! - [`exit_code`]: the exit codes `multinode` chooses, named.
+//!
+//! `main` only turns the outcome of [`run_from_args`] into an exit code.
+
+pub mod agent;
+pub mod cli;
+pub mod env;
+pub mod error;
+pub mod exec_all;
+pub mod exit_code;
+pub mod keys;
+pub mod process;
+pub mod topology;
+pub mod transport;
+
+mod logging;
+mod run;
+
+pub use run::{Personality, run_from_args, run_personality};

@@ -1,0 +1,1 @@
+//! Spawning commands as process-group leaders and ending their whole group.

@@ -1,0 +1,1 @@
+//! One integration-test binary: every module starts the real `multinode` binary.
