@@ -1,1 +1,310 @@
 //! Spawning commands as process-group leaders and ending their whole group.
+//!
+//! Every command `multinode` starts runs in a new session (so a new process
+//! group whose id is the child's pid). Ending a command means ending the
+//! group: SIGTERM, a grace period, SIGKILL. A [`GroupChild`] that is dropped
+//! without [`GroupChild::disarm`] kills its group, so no path leaves it behind.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+/// How a process ended, kept whole: the signal is never folded into a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Outcome {
+    Exited(i32),
+    Signaled { signal: i32, core_dumped: bool },
+}
+
+impl Outcome {
+    pub fn from_status(status: ExitStatus) -> Self {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Outcome::Exited(code),
+            (None, Some(signal)) => Outcome::Signaled {
+                signal,
+                core_dumped: status.core_dumped(),
+            },
+            // Neither code nor signal: stopped/continued never reach here from wait().
+            (None, None) => Outcome::Exited(1),
+        }
+    }
+
+    /// The code a shell reports: the exit code, or 128 + the signal.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Outcome::Exited(code) => code,
+            Outcome::Signaled { signal, .. } => crate::exit_code::from_signal(signal),
+        }
+    }
+
+    pub fn success(self) -> bool {
+        self == Outcome::Exited(0)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Exited(code) => write!(f, "exit {code}"),
+            Outcome::Signaled {
+                signal,
+                core_dumped,
+            } => {
+                write!(f, "killed by {}", signal_name(*signal))?;
+                if *core_dumped {
+                    write!(f, " (core dumped)")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `SIGKILL`, `SIGTERM`, ... or `signal 42`.
+pub fn signal_name(signo: i32) -> String {
+    Signal::try_from(signo)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {signo}"))
+}
+
+/// Prepares `cmd` so the child starts a new session and has default signal
+/// dispositions and an empty mask, whatever it inherited from us (an agent
+/// started with `&` passes an ignored SIGINT on otherwise).
+pub fn make_group_leader(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe calls (setsid, sigaction, sigprocmask).
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            reset_signals();
+            Ok(())
+        });
+    }
+}
+
+/// Default dispositions for every catchable signal and an empty mask.
+/// Async-signal-safe: used between fork and exec.
+fn reset_signals() {
+    for signo in 1..32 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting SIG_DFL is always valid for these numbers.
+        unsafe {
+            libc::signal(signo, libc::SIG_DFL);
+        }
+    }
+    // SAFETY: an empty, initialised set; SIG_SETMASK with it unblocks everything.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// A spawned group leader. Dropped while armed, it SIGKILLs its group.
+#[derive(Debug)]
+pub struct GroupChild {
+    child: Child,
+    pgid: Pid,
+    armed: bool,
+}
+
+impl GroupChild {
+    /// Spawns `cmd` as the leader of a new session; `cmd` must not already
+    /// have a `pre_exec` that conflicts.
+    pub fn spawn(cmd: &mut Command) -> io::Result<Self> {
+        make_group_leader(cmd);
+        let child = cmd.spawn()?;
+        let pid = child
+            .id()
+            .ok_or_else(|| io::Error::other("child exited before its pid was read"))?;
+        let pgid = Pid::from_raw(pid as i32);
+        Ok(GroupChild {
+            child,
+            pgid,
+            armed: true,
+        })
+    }
+
+    pub fn pgid(&self) -> Pid {
+        self.pgid
+    }
+
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Sends `sig` to the whole group. A group already gone is not an error.
+    pub fn signal(&self, sig: Signal) {
+        signal_group(self.pgid, sig);
+    }
+
+    /// Waits for the leader.
+    pub async fn wait(&mut self) -> io::Result<Outcome> {
+        self.child.wait().await.map(Outcome::from_status)
+    }
+
+    /// Ends the whole group: SIGTERM, up to `grace` for the leader to exit,
+    /// then SIGKILL to whatever is left of the group. Returns how the leader ended.
+    pub async fn terminate(&mut self, grace: Duration) -> io::Result<Outcome> {
+        self.signal(Signal::SIGTERM);
+        let outcome = match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => Outcome::from_status(status?),
+            Err(_) => {
+                self.signal(Signal::SIGKILL);
+                Outcome::from_status(self.child.wait().await?)
+            }
+        };
+        end_group(self.pgid, grace).await;
+        Ok(outcome)
+    }
+
+    /// The group is known to be over; dropping no longer kills it.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, Signal::SIGKILL);
+            // tokio reaps the leader in the background once the Child is dropped.
+        }
+    }
+}
+
+/// Sends `sig` to group `pgid`, ignoring a group that no longer exists.
+pub fn signal_group(pgid: Pid, sig: Signal) {
+    if let Err(e) = signal::killpg(pgid, sig)
+        && e != nix::errno::Errno::ESRCH
+    {
+        tracing::debug!(pgid = pgid.as_raw(), ?sig, error = %e, "killpg failed");
+    }
+}
+
+/// Whether any process is still in group `pgid`.
+pub fn group_alive(pgid: Pid) -> bool {
+    signal::killpg(pgid, None).is_ok()
+}
+
+/// Ends whatever is left of a group whose leader already exited: SIGTERM,
+/// up to `grace`, then SIGKILL. Returns at once when the group is empty.
+pub async fn end_group(pgid: Pid, grace: Duration) {
+    if !group_alive(pgid) {
+        return;
+    }
+    signal_group(pgid, Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if !group_alive(pgid) {
+            return;
+        }
+    }
+    signal_group(pgid, Signal::SIGKILL);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+
+    #[test]
+    fn outcome_codes_follow_the_shell() {
+        assert_eq!(Outcome::Exited(3).shell_code(), 3);
+        let killed = Outcome::Signaled {
+            signal: 9,
+            core_dumped: false,
+        };
+        assert_eq!(killed.shell_code(), 137);
+        assert_eq!(killed.to_string(), "killed by SIGKILL");
+        assert_eq!(signal_name(200), "signal 200");
+    }
+
+    #[tokio::test]
+    async fn terminate_ends_the_leader_and_its_children() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("sleep 1000 & echo $!; wait")
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null());
+        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut out = child.child_mut().stdout.take().unwrap();
+        let mut line = Vec::new();
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        while !line.ends_with(b"\n") {
+            let n = out.read(&mut buf).await.unwrap();
+            assert!(n > 0, "no pid printed");
+            line.extend_from_slice(&buf[..n]);
+        }
+        let grandchild: i32 = String::from_utf8(line).unwrap().trim().parse().unwrap();
+        let outcome = child.terminate(Duration::from_secs(2)).await.unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Signaled {
+                signal: 15,
+                core_dumped: false
+            }
+        );
+        child.disarm();
+        // The grandchild was in the group: it got SIGTERM too.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let alive = signal::kill(Pid::from_raw(grandchild), None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
+                .unwrap_or_default()
+                .contains(") Z");
+        assert!(!alive, "grandchild {grandchild} survived");
+    }
+
+    #[tokio::test]
+    async fn terminate_escalates_to_sigkill() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("trap '' TERM; sleep 1000");
+        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let outcome = child.terminate(Duration::from_millis(300)).await.unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Signaled {
+                signal: 9,
+                core_dumped: false
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn ignored_signals_are_reset_in_the_child() {
+        // SAFETY: test-only; ignoring SIGINT in this test process is inherited by
+        // fork unless reset, which is what we check.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+        }
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("sleep 1000");
+        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        child.signal(Signal::SIGINT);
+        let outcome = tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .expect("SIGINT must end it")
+            .unwrap();
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+        }
+        assert_eq!(
+            outcome,
+            Outcome::Signaled {
+                signal: 2,
+                core_dumped: false
+            }
+        );
+    }
+}

@@ -92,7 +92,11 @@ fn dispatch(command: Command) -> Result<i32, Error> {
 
 /// `mn-exec-all` takes the options of `multinode exec-all` directly.
 #[derive(Debug, Parser)]
-#[command(name = "mn-exec-all", version, about = "Run one script on every node, RANK set per node")]
+#[command(
+    name = "mn-exec-all",
+    version,
+    about = "Run one script on every node, RANK set per node"
+)]
 struct ExecAllCli {
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,

@@ -1,8 +1,154 @@
-//! The per-node agent: an SSH server on russh, and the job lifecycle.
+//! The per-node agent: an SSH server on russh that runs the job's commands in
+//! their own process groups, and the job lifecycle around it.
+//!
+//! - `server`: accepting and authenticating connections, one task per channel.
+//! - `command`: one exec request, from spawn to exit status, with no orphans.
+//! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
+//! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
+//! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
+//!   runs JOB and releases them; a worker serves until released.
+
+mod command;
+mod control;
+mod init;
+mod lifecycle;
+mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+pub use control::PingReply;
+pub(crate) use control::{Control, command as control_command};
+pub use server::{KEEPALIVE_INTERVAL, KEEPALIVE_MAX};
 
 use crate::cli::AgentArgs;
 use crate::error::Error;
+use crate::keys::{JobKeys, Secret};
+use crate::topology::EnvMap;
 
-pub fn main(_args: AgentArgs) -> Result<i32, Error> {
-    Err(Error::usage("`multinode agent` is not built yet"))
+/// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
+pub const DEFAULT_PORT: u16 = 29922;
+pub(crate) use command::CWD_VAR;
+
+/// What every connection and command of an agent shares.
+pub(crate) struct Shared {
+    pub keys: JobKeys,
+    /// Between SIGTERM and SIGKILL when a command's group is ended.
+    pub grace: Duration,
+    /// Variables every command gets on top of the agent's own environment.
+    pub base_env: Vec<(String, String)>,
+    /// Cancelled when the agent ends: every command's group is ended.
+    pub shutdown: CancellationToken,
+    /// Cancelled when the head released this agent (or, on the head, the job ended).
+    pub released: CancellationToken,
+    /// Every connection and channel task, so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    pub host: String,
+    pub rank: Option<usize>,
+}
+
+/// The agent port from `MULTINODE_AGENT_PORT`, else [`DEFAULT_PORT`].
+pub fn agent_port(env: &EnvMap) -> Result<u16, Error> {
+    match env.get("MULTINODE_AGENT_PORT") {
+        None => Ok(DEFAULT_PORT),
+        Some(value) => value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+            Error::usage(format!(
+                "MULTINODE_AGENT_PORT={value:?} is not a port number; set it to 1..65535 or unset it"
+            ))
+        }),
+    }
+}
+
+fn listen_addr(args: &AgentArgs, env: &EnvMap) -> Result<SocketAddr, Error> {
+    let Some(listen) = args.listen.as_deref() else {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], agent_port(env)?)));
+    };
+    if let Ok(port) = listen.parse::<u16>() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    listen.parse::<SocketAddr>().map_err(|_| {
+        Error::usage(format!(
+            "--listen {listen:?} is not ADDR:PORT; use for example 0.0.0.0:{DEFAULT_PORT}, \
+             127.0.0.2:{DEFAULT_PORT} or [::]:{DEFAULT_PORT}"
+        ))
+    })
+}
+
+fn seconds(value: f64, flag: &str) -> Result<Duration, Error> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| Error::usage(format!("{flag} {value} is not a number of seconds >= 0")))
+}
+
+/// `multinode agent [OPTIONS] [-- JOB...]`
+pub fn main(args: AgentArgs) -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode agent")?;
+    let listen = listen_addr(&args, &env)?;
+    let grace = seconds(args.grace, "--grace")?;
+    let idle_timeout = seconds(args.idle_timeout, "--idle-timeout")?;
+    let wait_timeout = seconds(args.wait_timeout, "--wait-timeout")?;
+    // The job's topology is only needed for the lifecycle; a plain agent serves alone.
+    let job = if args.job.is_empty() {
+        None
+    } else {
+        Some(crate::env::resolve_job(&args.topology, &env)?)
+    };
+
+    // In a container the agent is often PID 1: keep a small init in front of it.
+    init::become_init_if_pid1()?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
+    let outcome = runtime.block_on(async move {
+        let listener = TcpListener::bind(listen).await.map_err(|e| {
+            Error::usage(format!(
+                "cannot listen on {listen}: {e}; is another agent running there? \
+                 choose another with --listen or MULTINODE_AGENT_PORT"
+            ))
+        })?;
+        info!(%listen, "agent listening");
+        let shared = Arc::new(Shared {
+            keys: JobKeys::derive(&secret),
+            grace,
+            base_env: job.as_ref().map(crate::env::contract).unwrap_or_default(),
+            shutdown: CancellationToken::new(),
+            released: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            host: hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            rank: job.as_ref().map(|j| j.rank),
+        });
+        let config = Arc::new(server::ssh_config(&shared));
+        let server = tokio::spawn(server::serve(listener, shared.clone(), config));
+        let result = match job {
+            None => lifecycle::serve_until_stopped(&shared).await,
+            Some(job) => {
+                let plan = lifecycle::Plan {
+                    job,
+                    argv: args.job,
+                    idle_timeout,
+                    wait_timeout,
+                };
+                lifecycle::run(&shared, plan).await
+            }
+        };
+        // End every command (their groups get SIGTERM, grace, SIGKILL), then wait for them.
+        shared.shutdown.cancel();
+        let _ = server.await;
+        shared.tracker.close();
+        shared.tracker.wait().await;
+        result
+    });
+    // Reader threads (none expected) must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    outcome
 }

@@ -63,7 +63,10 @@ impl EnvMap {
 
     /// A variable's value; set-but-empty counts as unset.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str).filter(|v| !v.is_empty())
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 }
 

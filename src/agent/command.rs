@@ -1,0 +1,216 @@
+//! One exec request: `sh -c COMMAND` as a group leader, its stdin, stdout and
+//! stderr relayed over the channel, signals forwarded to its group, and the
+//! exit status or signal sent back. Runs in its own task, never inside a
+//! russh handler method.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::server::Msg;
+use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::Shared;
+use crate::process::{self, GroupChild, Outcome};
+use crate::transport::signals::{signal_number, signal_to_sig};
+
+/// How long the pipes may stay open after the command exited (a background
+/// job holding stdout) before the rest of its group is ended.
+const PIPE_GRACE: Duration = Duration::from_secs(1);
+/// How long the last buffered output may take to reach the client once every
+/// writer is gone.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// Environment variable a client sets to choose the command's working directory.
+pub(crate) const CWD_VAR: &str = "MULTINODE_CWD";
+
+/// What the client asked for before `exec`.
+pub(crate) struct Request {
+    pub command: Vec<u8>,
+    pub env: Vec<(String, String)>,
+}
+
+/// Runs the request to completion and closes the channel. `conn` is cancelled
+/// when the connection ends; the command's group is then ended.
+pub(crate) async fn run(
+    req: Request,
+    mut rx: ChannelReadHalf,
+    tx: ChannelWriteHalf<Msg>,
+    handle: russh::server::Handle,
+    shared: Arc<Shared>,
+    conn: CancellationToken,
+) {
+    let id = tx.id();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(OsStr::from_bytes(&req.command))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
+    for (name, value) in &req.env {
+        if name == CWD_VAR {
+            if std::path::Path::new(value).is_dir() {
+                cmd.current_dir(value);
+            } else {
+                let msg = format!(
+                    "multinode agent: warning: no directory {value} here; staying in the agent's\n"
+                );
+                let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+            }
+        } else {
+            cmd.env(name, value);
+        }
+    }
+
+    let mut child = match GroupChild::spawn(&mut cmd) {
+        Ok(child) => child,
+        Err(e) => {
+            let msg = format!("multinode agent: cannot run /bin/sh: {e}\n");
+            let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+            let _ = tx
+                .exit_status(crate::exit_code::CANNOT_EXECUTE as u32)
+                .await;
+            let _ = tx.eof().await;
+            let _ = tx.close().await;
+            return;
+        }
+    };
+    let pgid = child.pgid();
+    debug!(channel = %id, pgid = pgid.as_raw(), "command started");
+    let stdin = child.child_mut().stdin.take();
+    let stdout = child.child_mut().stdout.take();
+    let stderr = child.child_mut().stderr.take();
+
+    let tx = Arc::new(tx);
+    let out_pump = tokio::spawn(pump(stdout, tx.clone(), None));
+    let err_pump = tokio::spawn(pump(stderr, tx.clone(), Some(1)));
+
+    // Inbound: stdin data at the pace the command reads it (a full pipe stops
+    // this loop, which stops russh's bounded channel queue, which stops the
+    // TCP stream: memory stays bounded), EOF, signals, and the channel's close.
+    let peer_closed = CancellationToken::new();
+    let inbound = {
+        let peer_closed = peer_closed.clone();
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            while let Some(msg) = rx.wait().await {
+                match msg {
+                    ChannelMsg::Data { data } => {
+                        if let Some(pipe) = stdin.as_mut()
+                            && pipe.write_all(&data).await.is_err()
+                        {
+                            // The command closed its stdin: drop the rest.
+                            stdin = None;
+                        }
+                    }
+                    ChannelMsg::Eof => stdin = None,
+                    ChannelMsg::Signal { signal } => match signal_number(&signal) {
+                        Some(signo) => process::signal_group(pgid, signo),
+                        None => debug!(?signal, "unknown signal name ignored"),
+                    },
+                    ChannelMsg::Close => break,
+                    _ => {}
+                }
+            }
+            peer_closed.cancel();
+        })
+    };
+
+    let ended = tokio::select! {
+        status = child.wait() => Some(status),
+        () = peer_closed.cancelled() => None,
+        () = conn.cancelled() => None,
+        () = shared.shutdown.cancelled() => None,
+    };
+
+    match ended {
+        Some(status) => {
+            let outcome = status.unwrap_or(Outcome::Exited(1));
+            let pumps = async {
+                let _ = out_pump.await;
+                let _ = err_pump.await;
+            };
+            tokio::pin!(pumps);
+            let drained = tokio::time::timeout(PIPE_GRACE, &mut pumps).await.is_ok();
+            if !drained {
+                debug!(channel = %id, "pipes still open after the command exited: ending its group");
+            }
+            // Nothing the command started outlives it.
+            process::end_group(pgid, shared.grace).await;
+            if !drained && tokio::time::timeout(DRAIN_LIMIT, &mut pumps).await.is_err() {
+                debug!(channel = %id, "output still open after the group ended: dropping it");
+            }
+            child.disarm();
+            debug!(channel = %id, %outcome, "command ended");
+            send_outcome(&tx, &handle, outcome).await;
+            let _ = tx.eof().await;
+            let _ = tx.close().await;
+        }
+        None => {
+            debug!(channel = %id, "channel or connection closed: ending the command's group");
+            let _ = child.terminate(shared.grace).await;
+            child.disarm();
+            let _ = tx.close().await;
+        }
+    }
+    // The inbound loop ends when russh closes the channel; it owns nothing else.
+    drop(inbound);
+}
+
+/// Reads a pipe to EOF, sending each chunk as it comes (stdout as data, stderr
+/// as extended data 1). `data_bytes` waits for the client's window: a slow
+/// client slows the command instead of growing a buffer here.
+async fn pump(
+    pipe: Option<impl AsyncRead + Unpin>,
+    tx: Arc<ChannelWriteHalf<Msg>>,
+    ext: Option<u32>,
+) {
+    let Some(mut pipe) = pipe else { return };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let chunk = buf[..n].to_vec();
+        let sent = match ext {
+            None => tx.data_bytes(chunk).await,
+            Some(ext) => tx.extended_data_bytes(ext, chunk).await,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+async fn send_outcome(
+    tx: &ChannelWriteHalf<Msg>,
+    handle: &russh::server::Handle,
+    outcome: Outcome,
+) {
+    match outcome {
+        Outcome::Exited(code) => {
+            let _ = tx.exit_status(code as u32).await;
+        }
+        Outcome::Signaled {
+            signal,
+            core_dumped,
+        } => {
+            let _ = handle
+                .exit_signal_request(
+                    tx.id(),
+                    signal_to_sig(signal),
+                    core_dumped,
+                    String::new(),
+                    String::new(),
+                )
+                .await;
+        }
+    }
+}

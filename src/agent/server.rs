@@ -1,0 +1,326 @@
+//! The agent's SSH server: accepting connections, authenticating them with
+//! the job keys, and handing each channel to its own task.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
+use russh::{Channel, ChannelId, ChannelMsg, MethodKind, MethodSet};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::command::{self, Request};
+use super::{Shared, control};
+
+/// A connection must finish its handshake and authenticate within this time.
+const AUTH_DEADLINE: Duration = Duration::from_secs(30);
+/// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
+pub const KEEPALIVE_MAX: usize = 3;
+/// TCP-level liveness, checked even while the SSH read loop waits on a full
+/// stdin pipe: kernel keepalive probes and an unacknowledged-data limit.
+const TCP_KEEPIDLE_S: u32 = 5;
+const TCP_KEEPINTVL_S: u32 = 2;
+const TCP_KEEPCNT: u32 = 3;
+const TCP_USER_TIMEOUT_MS: u32 = 15_000;
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(500);
+/// `TCP_ESTABLISHED` of the kernel's `tcp_states` (include/net/tcp_states.h).
+const TCP_ESTABLISHED: u8 = 1;
+
+/// The russh server configuration of an agent.
+pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
+    russh::server::Config {
+        methods: MethodSet::from(&[MethodKind::PublicKey][..]),
+        auth_rejection_time: Duration::from_millis(200),
+        // OpenSSH's first "none" probe must not pay the rejection delay.
+        auth_rejection_time_initial: Some(Duration::ZERO),
+        keys: vec![shared.keys.host.clone()],
+        // Keepalives, not inactivity, end a connection: a quiet command may run for days.
+        inactivity_timeout: None,
+        keepalive_interval: Some(KEEPALIVE_INTERVAL),
+        keepalive_max: KEEPALIVE_MAX,
+        nodelay: true,
+        // Messages queued per channel before the TCP stream is paused.
+        channel_buffer_size: 32,
+        ..Default::default()
+    }
+}
+
+/// Accepts connections until `shared.shutdown` is cancelled.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    config: Arc<russh::server::Config>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shared.shutdown.cancelled() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let shared2 = shared.clone();
+                let config = config.clone();
+                shared
+                    .tracker
+                    .spawn(async move { connection(stream, peer, shared2, config).await });
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    config: Arc<russh::server::Config>,
+) {
+    let _ = stream.set_nodelay(true);
+    set_tcp_liveness(&stream);
+    let watch_fd = nix::unistd::dup(&stream).ok();
+    let conn = shared.shutdown.child_token();
+    let authed = Arc::new(AtomicBool::new(false));
+    let handler = ConnHandler {
+        shared: shared.clone(),
+        conn: conn.clone(),
+        authed: authed.clone(),
+        peer,
+    };
+    let session = match tokio::time::timeout(
+        AUTH_DEADLINE,
+        russh::server::run_stream(config, stream, handler),
+    )
+    .await
+    {
+        Ok(Ok(session)) => session,
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "handshake failed");
+            return;
+        }
+        Err(_) => {
+            debug!(%peer, "no handshake in time");
+            return;
+        }
+    };
+    let handle = session.handle();
+    let auth_deadline = async {
+        tokio::time::sleep(AUTH_DEADLINE).await;
+        if authed.load(Ordering::Acquire) {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = session => {
+            if let Err(e) = result {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+        () = conn.cancelled() => {
+            let _ = handle
+                .disconnect(russh::Disconnect::ByApplication, "agent shutting down".into(), "en".into())
+                .await;
+        }
+        () = watchdog(watch_fd) => {
+            info!(%peer, "peer gone (TCP closed or unresponsive): ending its commands");
+        }
+        () = auth_deadline => {
+            debug!(%peer, "not authenticated in time");
+        }
+    }
+    // Every command of this connection now ends its process group.
+    conn.cancel();
+}
+
+/// Kernel keepalives and a user timeout, so a vanished peer turns the socket
+/// into an error state that [`watchdog`] sees.
+fn set_tcp_liveness(stream: &TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let fd = stream;
+    let _ = setsockopt(fd, sockopt::KeepAlive, &true);
+    let _ = setsockopt(fd, sockopt::TcpKeepIdle, &TCP_KEEPIDLE_S);
+    let _ = setsockopt(fd, sockopt::TcpKeepInterval, &TCP_KEEPINTVL_S);
+    let _ = setsockopt(fd, sockopt::TcpKeepCount, &TCP_KEEPCNT);
+    let _ = setsockopt(fd, sockopt::TcpUserTimeout, &TCP_USER_TIMEOUT_MS);
+}
+
+/// Returns once the TCP connection is closed by the peer or dead. It reads the
+/// kernel's TCP state, which moves on a FIN, RST or timeout even while russh's
+/// read loop is paused by a full stdin pipe (and so cannot see it).
+async fn watchdog(fd: Option<OwnedFd>) {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(WATCHDOG_PERIOD).await;
+        match tcp_state(&fd) {
+            Some(TCP_ESTABLISHED) => {}
+            Some(_) | None => return,
+        }
+    }
+}
+
+fn tcp_state(fd: &OwnedFd) -> Option<u8> {
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes of it.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        (rc == 0).then_some(info.tcpi_state)
+    }
+}
+
+/// One per connection. Its methods only answer requests and hand channels to
+/// tasks: russh awaits them inside the connection's read loop.
+struct ConnHandler {
+    shared: Arc<Shared>,
+    conn: CancellationToken,
+    authed: Arc<AtomicBool>,
+    peer: SocketAddr,
+}
+
+impl ConnHandler {
+    fn is_job_client(&self, key: &russh::keys::PublicKey) -> bool {
+        key.key_data() == self.shared.keys.client_public().key_data()
+    }
+}
+
+impl russh::server::Handler for ConnHandler {
+    type Error = russh::Error;
+
+    async fn auth_publickey_offered(
+        &mut self,
+        _user: &str,
+        offer: PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
+        Ok(if self.is_job_client(offer.public_key) {
+            Auth::Accept
+        } else {
+            Auth::reject()
+        })
+    }
+
+    async fn auth_publickey(
+        &mut self,
+        user: &str,
+        key: VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        if self.is_job_client(key.public_key) {
+            debug!(peer = %self.peer, user, "authenticated");
+            self.authed.store(true, Ordering::Release);
+            Ok(Auth::Accept)
+        } else {
+            warn!(peer = %self.peer, user, "rejected a key that is not this job's (wrong secret?)");
+            Ok(Auth::reject())
+        }
+    }
+
+    async fn channel_open_session(
+        &mut self,
+        channel: Channel<Msg>,
+        reply: ChannelOpenHandle,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        reply.accept().await;
+        let shared = self.shared.clone();
+        let conn = self.conn.clone();
+        let handle = session.handle();
+        self.shared
+            .tracker
+            .spawn(async move { serve_channel(channel, handle, shared, conn).await });
+        Ok(())
+    }
+
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        _data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(channel)?;
+        Ok(())
+    }
+
+    async fn shell_request(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(channel)?;
+        Ok(())
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "russh's signature")]
+    async fn pty_request(
+        &mut self,
+        channel: ChannelId,
+        _term: &str,
+        _col_width: u32,
+        _row_height: u32,
+        _pix_width: u32,
+        _pix_height: u32,
+        _modes: &[(russh::Pty, u32)],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // Commands run without a terminal, as batch jobs do.
+        session.channel_failure(channel)?;
+        Ok(())
+    }
+
+    async fn subsystem_request(
+        &mut self,
+        channel: ChannelId,
+        _name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_failure(channel)?;
+        Ok(())
+    }
+}
+
+/// Collects `env` requests until `exec` (or `shell`), then runs the request.
+async fn serve_channel(
+    channel: Channel<Msg>,
+    handle: russh::server::Handle,
+    shared: Arc<Shared>,
+    conn: CancellationToken,
+) {
+    let (mut rx, tx) = channel.split();
+    let mut env = Vec::new();
+    let command = loop {
+        let msg = tokio::select! {
+            msg = rx.wait() => msg,
+            () = conn.cancelled() => return,
+        };
+        match msg {
+            Some(ChannelMsg::SetEnv {
+                variable_name,
+                variable_value,
+                ..
+            }) => env.push((variable_name, variable_value)),
+            Some(ChannelMsg::Exec { command, .. }) => break command,
+            Some(ChannelMsg::RequestShell { .. }) => break b"exec sh".to_vec(),
+            Some(ChannelMsg::Eof | ChannelMsg::Close) | None => return,
+            Some(_) => {}
+        }
+    };
+    if let Some(request) = control::parse(&command) {
+        control::run(request, rx, tx, shared, conn).await;
+        return;
+    }
+    command::run(Request { command, env }, rx, tx, handle, shared, conn).await;
+}

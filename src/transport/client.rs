@@ -1,0 +1,419 @@
+//! The russh client shared by `mn-ssh`, `exec_all` and the agent lifecycle:
+//! connecting to an agent with the job keys, or to an OpenSSH server with
+//! the user's keys, and opening exec channels on the connection.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::client::{self, Handle, Msg};
+use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::{Channel, ChannelMsg};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use crate::agent::{Control, PingReply, control_command};
+use crate::keys::JobKeys;
+
+/// Client keepalive: a silent server is probed every 2 s and declared lost
+/// after 3 unanswered probes, so a lost node is noticed in about 8 s.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+pub const KEEPALIVE_MAX: usize = 3;
+
+/// How the client proves who it is and checks who the server is.
+#[derive(Clone)]
+pub enum Auth {
+    /// A `multinode agent` of this job: the keys derived from the secret.
+    Agent(Arc<JobKeys>),
+    /// A stock OpenSSH `sshd`: the user's keys and a known_hosts policy.
+    OpenSsh(Arc<OpenSshAuth>),
+}
+
+/// What `-o StrictHostKeyChecking` chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKeyPolicy {
+    /// A key that differs from known_hosts is refused; an unknown host is accepted (not recorded).
+    RefuseChanged,
+    /// Only hosts in known_hosts with the same key are accepted.
+    Strict,
+    /// Anything is accepted.
+    AcceptAll,
+}
+
+pub struct OpenSshAuth {
+    pub identities: Vec<(PathBuf, PrivateKey)>,
+    pub known_hosts: Vec<PathBuf>,
+    pub policy: HostKeyPolicy,
+}
+
+/// Where to connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Why a connection could not be made; each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot resolve {target}: {source}")]
+    Resolve {
+        target: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {target}: {source}")]
+    Tcp {
+        target: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {target}: no answer within {secs:.1} s")]
+    Timeout { target: String, secs: f64 },
+    #[error(
+        "{target} is not an agent of this job (its host key differs: a different MULTINODE_SECRET there, or another service on that port)"
+    )]
+    WrongHostKey { target: String },
+    #[error("{target} presented a host key that differs from known_hosts ({detail}); refusing")]
+    HostKeyChanged { target: String, detail: String },
+    #[error("{target} refused this job's key (the agent there has a different MULTINODE_SECRET)")]
+    AgentAuth { target: String },
+    #[error(
+        "{target} refused every key tried ({tried}); pass one with -i or add it to authorized_keys there"
+    )]
+    UserAuth { target: String, tried: String },
+    #[error("ssh handshake with {target} failed: {detail}")]
+    Ssh { target: String, detail: String },
+}
+
+/// The client's russh handler: it only checks the server's key.
+pub struct ClientHandler {
+    auth: Auth,
+    target: Target,
+    /// Set when the key check failed, to tell it apart from other handshake errors.
+    rejection: Arc<std::sync::Mutex<Option<ConnectError>>>,
+}
+
+impl client::Handler for ClientHandler {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        server_public_key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let key: &PublicKey = match server_public_key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => key,
+            PublicKeyOrCertificate::Certificate(_) => {
+                self.reject(ConnectError::Ssh {
+                    target: self.target.to_string(),
+                    detail: "host certificates are not supported".into(),
+                });
+                return Ok(false);
+            }
+        };
+        match &self.auth {
+            Auth::Agent(keys) => {
+                if key.key_data() == keys.host_public().key_data() {
+                    Ok(true)
+                } else {
+                    self.reject(ConnectError::WrongHostKey {
+                        target: self.target.to_string(),
+                    });
+                    Ok(false)
+                }
+            }
+            Auth::OpenSsh(auth) => {
+                let verdict = check_known_hosts(auth, &self.target, key);
+                match verdict {
+                    Ok(()) => Ok(true),
+                    Err(e) => {
+                        self.reject(e);
+                        Ok(false)
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ClientHandler {
+    fn reject(&mut self, e: ConnectError) {
+        *self
+            .rejection
+            .lock()
+            .expect("not poisoned: no panics while held") = Some(e);
+    }
+}
+
+fn check_known_hosts(
+    auth: &OpenSshAuth,
+    target: &Target,
+    key: &PublicKey,
+) -> Result<(), ConnectError> {
+    if auth.policy == HostKeyPolicy::AcceptAll {
+        return Ok(());
+    }
+    for path in &auth.known_hosts {
+        if !path.exists() {
+            continue;
+        }
+        match russh::keys::check_known_hosts_path(&target.host, target.port, key, path) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => {
+                return Err(ConnectError::HostKeyChanged {
+                    target: target.to_string(),
+                    detail: format!("{}: {e}", path.display()),
+                });
+            }
+        }
+    }
+    match auth.policy {
+        HostKeyPolicy::Strict => Err(ConnectError::HostKeyChanged {
+            target: target.to_string(),
+            detail: "host not in known_hosts and StrictHostKeyChecking=yes".into(),
+        }),
+        _ => {
+            debug!(target = %target, "host not in known_hosts: accepted (not recorded)");
+            Ok(())
+        }
+    }
+}
+
+/// Connects to targets with one configuration; cheap to share across tasks.
+#[derive(Clone)]
+pub struct Connector {
+    config: Arc<client::Config>,
+    auth: Auth,
+    connect_timeout: Duration,
+}
+
+impl Connector {
+    pub fn new(auth: Auth, connect_timeout: Duration) -> Self {
+        let config = client::Config {
+            inactivity_timeout: None,
+            keepalive_interval: Some(KEEPALIVE_INTERVAL),
+            keepalive_max: KEEPALIVE_MAX,
+            nodelay: true,
+            channel_buffer_size: 32,
+            ..Default::default()
+        };
+        Connector {
+            config: Arc::new(config),
+            auth,
+            connect_timeout,
+        }
+    }
+
+    /// TCP connect, handshake, server key check and authentication, all
+    /// within the connect timeout.
+    pub async fn connect(&self, target: &Target) -> Result<Connection, ConnectError> {
+        let secs = self.connect_timeout.as_secs_f64();
+        match tokio::time::timeout(self.connect_timeout, self.connect_inner(target)).await {
+            Ok(result) => result,
+            Err(_) => Err(ConnectError::Timeout {
+                target: target.to_string(),
+                secs,
+            }),
+        }
+    }
+
+    async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
+        let stream = tcp_connect(target).await?;
+        let rejection = Arc::new(std::sync::Mutex::new(None));
+        let handler = ClientHandler {
+            auth: self.auth.clone(),
+            target: target.clone(),
+            rejection: rejection.clone(),
+        };
+        let mut handle = match client::connect_stream(self.config.clone(), stream, handler).await {
+            Ok(handle) => handle,
+            Err(e) => {
+                let rejected = rejection.lock().expect("not poisoned").take();
+                return Err(rejected.unwrap_or_else(|| ConnectError::Ssh {
+                    target: target.to_string(),
+                    detail: e.to_string(),
+                }));
+            }
+        };
+        let ssh_err = |e: russh::Error| ConnectError::Ssh {
+            target: target.to_string(),
+            detail: e.to_string(),
+        };
+        match &self.auth {
+            Auth::Agent(keys) => {
+                let key = PrivateKeyWithHashAlg::new(Arc::new(keys.client.clone()), None);
+                let result = handle
+                    .authenticate_publickey(target.user.clone(), key)
+                    .await
+                    .map_err(ssh_err)?;
+                if !result.success() {
+                    return Err(ConnectError::AgentAuth {
+                        target: target.to_string(),
+                    });
+                }
+            }
+            Auth::OpenSsh(auth) => {
+                let mut tried = Vec::new();
+                let mut ok = false;
+                let rsa_hash = if auth.identities.iter().any(|(_, k)| k.algorithm().is_rsa()) {
+                    handle
+                        .best_supported_rsa_hash()
+                        .await
+                        .map_err(ssh_err)?
+                        .flatten()
+                } else {
+                    None
+                };
+                for (path, key) in &auth.identities {
+                    tried.push(path.display().to_string());
+                    let hash = if key.algorithm().is_rsa() {
+                        rsa_hash
+                    } else {
+                        None
+                    };
+                    let key = PrivateKeyWithHashAlg::new(Arc::new(key.clone()), hash);
+                    let result = handle
+                        .authenticate_publickey(target.user.clone(), key)
+                        .await
+                        .map_err(ssh_err)?;
+                    if result.success() {
+                        ok = true;
+                        break;
+                    }
+                }
+                if !ok {
+                    return Err(ConnectError::UserAuth {
+                        target: target.to_string(),
+                        tried: if tried.is_empty() {
+                            "no key found in ~/.ssh".into()
+                        } else {
+                            tried.join(", ")
+                        },
+                    });
+                }
+            }
+        }
+        Ok(Connection { handle })
+    }
+}
+
+async fn tcp_connect(target: &Target) -> Result<TcpStream, ConnectError> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+        .await
+        .map_err(|source| ConnectError::Resolve {
+            target: target.to_string(),
+            source,
+        })?
+        .collect();
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(ConnectError::Tcp {
+        target: target.to_string(),
+        source: last.unwrap_or_else(|| std::io::Error::other("the name has no address")),
+    })
+}
+
+/// An authenticated connection.
+pub struct Connection {
+    handle: Handle<ClientHandler>,
+}
+
+impl Connection {
+    /// Opens a session channel.
+    pub async fn open_session(&self) -> Result<Channel<Msg>, russh::Error> {
+        self.handle.channel_open_session().await
+    }
+
+    /// Opens a channel, sends the variables as `env` requests (no reply
+    /// wanted, as OpenSSH does) and starts `command`.
+    pub async fn exec(
+        &self,
+        command: &[u8],
+        env: &[(String, String)],
+    ) -> Result<Channel<Msg>, russh::Error> {
+        let channel = self.handle.channel_open_session().await?;
+        for (name, value) in env {
+            channel
+                .set_env(false, name.as_str(), value.as_str())
+                .await?;
+        }
+        channel.exec(true, command.to_vec()).await?;
+        Ok(channel)
+    }
+
+    /// Sends an agent control request; returns its exit status and stdout.
+    pub(crate) async fn control(&self, control: Control) -> Result<(u32, Vec<u8>), russh::Error> {
+        let mut channel = self.exec(control_command(control).as_bytes(), &[]).await?;
+        let _ = channel.eof().await;
+        let mut out = Vec::new();
+        let mut status = None;
+        while let Some(msg) = channel.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => out.extend_from_slice(&data),
+                ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
+                _ => {}
+            }
+        }
+        status.map(|s| (s, out)).ok_or(russh::Error::Disconnect)
+    }
+
+    /// Asks an agent who it is.
+    pub async fn ping(&self) -> Result<PingReply, String> {
+        let (status, out) = self
+            .control(Control::Ping)
+            .await
+            .map_err(|e| e.to_string())?;
+        if status != 0 {
+            return Err(format!("ping answered with status {status}"));
+        }
+        serde_json::from_slice(&out).map_err(|e| format!("unreadable ping answer: {e}"))
+    }
+
+    /// Releases an agent (the job is over).
+    pub async fn release(&self) -> Result<(), String> {
+        self.control(Control::Release)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits until the agent is released; an error means the connection was lost.
+    pub async fn wait_release(&self) -> Result<(), String> {
+        match self.control(Control::WaitRelease).await {
+            Ok((0, _)) => Ok(()),
+            Ok((status, _)) => Err(format!("wait answered with status {status}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.handle.is_closed()
+    }
+
+    /// Closes the connection and waits until the disconnect is sent.
+    pub async fn close(self) {
+        let _ = self
+            .handle
+            .disconnect(russh::Disconnect::ByApplication, "", "en")
+            .await;
+    }
+}

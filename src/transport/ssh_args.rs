@@ -1,0 +1,379 @@
+//! ssh(1)'s command line, as mpirun, MPICH and people write it.
+//!
+//! Options come before the destination and, as in OpenSSH, again right after
+//! it (`ssh host -p 2222 cmd`); the first word that is not an option after the
+//! destination starts the command. The command's words are joined by single
+//! spaces and run by the remote shell, byte for byte.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+
+/// Flags without a value (`ssh -46AaCfGgKkMNnqsTtVvXxYy`).
+const FLAGS: &[u8] = b"46AaCfGgKkMNnqsTtVvXxYy";
+/// Options that take a value (`ssh -B -b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w`).
+const WITH_VALUE: &[u8] = b"BbcDEeFIiJLlmOopQRSWw";
+
+/// What an `ssh`-style command line asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SshInvocation {
+    pub host: String,
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    pub identities: Vec<PathBuf>,
+    /// `-o Key=Value` options, keys lowercased, in order.
+    pub options: Vec<(String, String)>,
+    /// `-n`: stdin from /dev/null.
+    pub no_stdin: bool,
+    pub verbose: u8,
+    pub quiet: bool,
+    /// The remote command line: the words joined by spaces (may be empty).
+    pub command: Vec<u8>,
+}
+
+impl SshInvocation {
+    /// The last value of `-o name=...` (case-insensitive name).
+    pub fn option(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.options
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A malformed command line; the message says what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SshArgsError(String);
+
+fn err(msg: impl Into<String>) -> SshArgsError {
+    SshArgsError(msg.into())
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: &[OsString]) -> Result<SshInvocation, SshArgsError> {
+    let mut inv = SshInvocation::default();
+    let mut i = 0;
+    let mut destination: Option<String> = None;
+    let mut terminated = false;
+    while i < args.len() {
+        let arg = args[i].as_bytes();
+        if !terminated && arg == b"--" {
+            terminated = true;
+            i += 1;
+            continue;
+        }
+        let is_option = !terminated && arg.len() > 1 && arg[0] == b'-';
+        if is_option {
+            i = parse_option(args, i, &mut inv)?;
+            continue;
+        }
+        if destination.is_none() {
+            let dest = std::str::from_utf8(arg)
+                .map_err(|_| err("the host name is not valid UTF-8"))?
+                .to_string();
+            destination = Some(dest);
+            i += 1;
+            // OpenSSH reads options again right after the destination, unless `--` came first.
+            continue;
+        }
+        // The command: every remaining word, whatever it looks like.
+        let words: Vec<&[u8]> = args[i..].iter().map(|a| a.as_bytes()).collect();
+        inv.command = words.join(&b' ');
+        break;
+    }
+    let dest = destination.ok_or_else(|| {
+        err("no host given; usage: mn-ssh [options] [user@]HOST [COMMAND [ARGS...]]")
+    })?;
+    set_destination(&mut inv, &dest)?;
+    Ok(inv)
+}
+
+/// Parses the option word at `args[i]` (possibly bundled: `-xT`, `-p2222`,
+/// `-oPort=22`); returns the index of the next word.
+fn parse_option(
+    args: &[OsString],
+    i: usize,
+    inv: &mut SshInvocation,
+) -> Result<usize, SshArgsError> {
+    let arg = args[i].as_bytes();
+    let mut next = i + 1;
+    let mut j = 1;
+    while j < arg.len() {
+        let c = arg[j];
+        if FLAGS.contains(&c) {
+            match c {
+                b'n' => inv.no_stdin = true,
+                b'q' => inv.quiet = true,
+                b'v' => inv.verbose = inv.verbose.saturating_add(1),
+                _ => {}
+            }
+            j += 1;
+            continue;
+        }
+        if WITH_VALUE.contains(&c) {
+            let value: Vec<u8> = if j + 1 < arg.len() {
+                arg[j + 1..].to_vec()
+            } else {
+                let v = args
+                    .get(next)
+                    .ok_or_else(|| err(format!("option -{} needs a value", c as char)))?;
+                next += 1;
+                v.as_bytes().to_vec()
+            };
+            apply_value(c, value, inv)?;
+            return Ok(next);
+        }
+        return Err(err(format!(
+            "unknown option -{} (mn-ssh accepts ssh's options)",
+            c as char
+        )));
+    }
+    Ok(next)
+}
+
+fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), SshArgsError> {
+    let text = || {
+        String::from_utf8(value.clone())
+            .map_err(|_| err(format!("the value of -{} is not valid UTF-8", opt as char)))
+    };
+    match opt {
+        b'p' => inv.port = Some(parse_port(&text()?)?),
+        b'l' => inv.user = Some(text()?),
+        b'i' => inv
+            .identities
+            .push(PathBuf::from(OsString::from_vec(value))),
+        b'o' => {
+            let t = text()?;
+            let (k, v) =
+                split_option(&t).ok_or_else(|| err(format!("-o {t:?} is not Key=Value")))?;
+            match k.as_str() {
+                "port" => inv.port = Some(parse_port(&v)?),
+                "user" => inv.user = Some(v.clone()),
+                "identityfile" => inv.identities.push(PathBuf::from(&v)),
+                _ => {}
+            }
+            inv.options.push((k, v));
+        }
+        // Accepted for compatibility, not used: -F (a config file), -E, -b, -c, -m, ...
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `Key=Value`, `Key Value` or `Key=Value` with spaces, as ssh_config allows.
+fn split_option(option: &str) -> Option<(String, String)> {
+    let option = option.trim();
+    let cut = option.find(|c: char| c == '=' || c.is_whitespace())?;
+    let key = option[..cut].trim().to_ascii_lowercase();
+    let value = option[cut..]
+        .trim_start_matches(|c: char| c == '=' || c.is_whitespace())
+        .to_string();
+    (!key.is_empty()).then_some((key, value))
+}
+
+fn parse_port(value: &str) -> Result<u16, SshArgsError> {
+    value
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| err(format!("bad port {value:?}: give a number 1..65535")))
+}
+
+fn set_destination(inv: &mut SshInvocation, dest: &str) -> Result<(), SshArgsError> {
+    let mut dest = dest.to_string();
+    if let Some(rest) = dest.strip_prefix("ssh://") {
+        // ssh://[user@]host[:port]
+        let (userhost, port) = match rest.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || p.chars().all(|c| c.is_ascii_digit()) => {
+                (h.to_string(), Some(parse_port(p)?))
+            }
+            _ => (rest.to_string(), None),
+        };
+        if port.is_some() {
+            inv.port = port;
+        }
+        dest = userhost;
+    }
+    let host = match dest.rsplit_once('@') {
+        Some((user, host)) => {
+            if inv.user.is_none() || !user.is_empty() {
+                inv.user = Some(user.to_string());
+            }
+            host.to_string()
+        }
+        None => dest,
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .map(str::to_string)
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err(err("empty host name"));
+    }
+    if host.starts_with('-') {
+        return Err(err(format!(
+            "host name {host:?} starts with '-': refusing it (it would read as an option)"
+        )));
+    }
+    if host
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    {
+        return Err(err(format!("host name {host:?} contains whitespace")));
+    }
+    inv.host = host;
+    Ok(())
+}
+
+/// The words of the command as a display string (for messages only).
+pub fn display_command(command: &[u8]) -> String {
+    String::from_utf8_lossy(command).into_owned()
+}
+
+#[cfg(test)]
+fn os(s: &str) -> OsString {
+    OsStr::new(s).to_os_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<SshInvocation, SshArgsError> {
+        parse(&args.iter().map(|a| os(a)).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn open_mpi_argv_is_joined_verbatim() {
+        let inv = p(&[
+            "-x",
+            "127.0.0.3",
+            " orted",
+            "-mca",
+            "ess",
+            "\"env\"",
+            "-mca",
+            "orte_hnp_uri",
+            "\"2001797120.0;tcp://127.0.0.1:60705\"",
+        ])
+        .unwrap();
+        assert_eq!(inv.host, "127.0.0.3");
+        assert_eq!(
+            inv.command,
+            b"  orted -mca ess \"env\" -mca orte_hnp_uri \"2001797120.0;tcp://127.0.0.1:60705\""
+        );
+    }
+
+    #[test]
+    fn mpich_argv_is_joined_verbatim() {
+        let inv = p(&[
+            "-x",
+            "127.0.0.3",
+            "\"/usr/bin/hydra_pmi_proxy\"",
+            "--control-port",
+            "127.0.0.1:37405",
+        ])
+        .unwrap();
+        assert_eq!(inv.host, "127.0.0.3");
+        assert_eq!(
+            inv.command,
+            b"\"/usr/bin/hydra_pmi_proxy\" --control-port 127.0.0.1:37405"
+        );
+    }
+
+    #[test]
+    fn options_before_and_after_the_host() {
+        let inv = p(&[
+            "-T",
+            "-q",
+            "-oPort=2222",
+            "alice@node1",
+            "-l",
+            "bob",
+            "-n",
+            "uptime",
+            "-l",
+        ])
+        .unwrap();
+        assert_eq!(inv.host, "node1");
+        assert_eq!(inv.port, Some(2222));
+        assert_eq!(inv.user.as_deref(), Some("bob"));
+        assert!(inv.no_stdin && inv.quiet);
+        // After the first command word nothing is an option.
+        assert_eq!(inv.command, b"uptime -l");
+    }
+
+    #[test]
+    fn bundled_flags_and_attached_values() {
+        let inv = p(&[
+            "-xTp2200",
+            "-i",
+            "/k",
+            "-o",
+            "StrictHostKeyChecking no",
+            "h",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(inv.port, Some(2200));
+        assert_eq!(inv.identities, vec![PathBuf::from("/k")]);
+        assert_eq!(inv.option("StrictHostKeyChecking"), Some("no"));
+    }
+
+    #[test]
+    fn accepts_config_file_and_ignores_it() {
+        let inv = p(&["-F", "/etc/cfg", "h"]).unwrap();
+        assert_eq!(inv.host, "h");
+        assert!(inv.command.is_empty());
+    }
+
+    #[test]
+    fn rejects_a_host_that_looks_like_an_option() {
+        let e = p(&["--", "-oProxyCommand=evil"]).unwrap_err();
+        assert!(e.to_string().contains("starts with '-'"), "{e}");
+    }
+
+    #[test]
+    fn missing_host_and_values_are_clear() {
+        assert!(p(&[]).unwrap_err().to_string().contains("no host"));
+        assert!(
+            p(&["-p"])
+                .unwrap_err()
+                .to_string()
+                .contains("needs a value")
+        );
+        assert!(
+            p(&["-p", "99999", "h"])
+                .unwrap_err()
+                .to_string()
+                .contains("bad port")
+        );
+        assert!(
+            p(&["-Z", "h"])
+                .unwrap_err()
+                .to_string()
+                .contains("unknown option -Z")
+        );
+    }
+
+    #[test]
+    fn words_keep_their_bytes() {
+        let inv = p(&["h", "printf", "%s\\n", "a b", "'q'", "$HOME", "é\nx"]).unwrap();
+        assert_eq!(inv.command, "printf %s\\n a b 'q' $HOME é\nx".as_bytes());
+    }
+
+    #[test]
+    fn uri_and_ipv6_destinations() {
+        let inv = p(&["ssh://u@h:2022", "true"]).unwrap();
+        assert_eq!(
+            (inv.user.as_deref(), inv.host.as_str(), inv.port),
+            (Some("u"), "h", Some(2022))
+        );
+        let inv = p(&["[::1]", "true"]).unwrap();
+        assert_eq!(inv.host, "::1");
+    }
+}
