@@ -1,1 +1,7 @@
-//! One integration-test binary: every module starts the real `multinode` binary.
+//! One integration-test binary: every module starts the real binaries.
+
+mod util;
+
+mod agent;
+mod mpi;
+mod openssh;

@@ -1,0 +1,494 @@
+//! The agent and `mn-ssh` between themselves: exit codes, signals, streams,
+//! memory, orphans, bad input.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+fn ssh(agent: &Agent, command: &[&str]) -> std::process::Output {
+    cmd(&mn_ssh())
+        .arg(&agent.host)
+        .args(command)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn exit_codes_and_signals_come_back() {
+    let agent = Agent::start(&fresh_loopback());
+    assert_eq!(ssh(&agent, &["true"]).status.code(), Some(0));
+    assert_eq!(ssh(&agent, &["exit 3"]).status.code(), Some(3));
+    assert_eq!(ssh(&agent, &["kill -9 $$"]).status.code(), Some(137));
+    assert_eq!(ssh(&agent, &["kill -TERM $$"]).status.code(), Some(143));
+    assert_eq!(
+        ssh(&agent, &["kill -USR2 $$"]).status.code(),
+        Some(128 + libc::SIGUSR2)
+    );
+    let missing = ssh(&agent, &["no-such-command-here"]);
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(
+        stderr(&missing).contains("not found"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+#[test]
+fn stdout_and_stderr_stay_apart() {
+    let agent = Agent::start(&fresh_loopback());
+    let out = ssh(&agent, &["echo out; echo err >&2; printf tail"]);
+    assert_eq!(stdout(&out), "out\ntail");
+    assert_eq!(stderr(&out), "err\n");
+}
+
+#[test]
+fn stdin_stream_of_100_mb_arrives_intact() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "head -c 100000000 /dev/urandom > {}",
+            data.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let local = Command::new("sha256sum")
+        .stdin(std::fs::File::open(&data).unwrap())
+        .output()
+        .unwrap();
+    let remote = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("sha256sum")
+        .stdin(std::fs::File::open(&data).unwrap())
+        .output()
+        .unwrap();
+    assert!(remote.status.success(), "{}", stderr(&remote));
+    assert_eq!(stdout(&remote), stdout(&local));
+}
+
+#[test]
+fn stdin_eof_is_forwarded() {
+    let agent = Agent::start(&fresh_loopback());
+    let mut child = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("wc -c")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"12345").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out).trim(), "5");
+}
+
+#[test]
+fn agent_memory_stays_bounded_under_a_1_gb_upload_to_a_slow_reader() {
+    let agent = Agent::start(&fresh_loopback());
+    let script = format!(
+        "head -c 1000000000 /dev/zero | '{}' {} 'sleep 5; cat >/dev/null; echo done'",
+        mn_ssh().display(),
+        agent.host
+    );
+    let out = sh(&script, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "done\n");
+    let peak_mib = peak_rss_kib(agent.pid()) / 1024;
+    assert!(peak_mib < 64, "agent peak RSS {peak_mib} MiB, limit 64 MiB");
+}
+
+#[test]
+fn many_connections_at_once() {
+    let agent = Agent::start(&fresh_loopback());
+    let children: Vec<_> = (0..40)
+        .map(|i| {
+            cmd(&mn_ssh())
+                .arg(&agent.host)
+                .arg(format!("echo {i}; exit $(({i} % 7))"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout(&out), format!("{i}\n"));
+        assert_eq!(out.status.code(), Some((i % 7) as i32));
+    }
+}
+
+#[test]
+fn many_channels_on_one_connection() {
+    use multinode::keys::{JobKeys, Secret};
+    use multinode::transport::client::{Auth, Connector, Target};
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
+        let connector = Connector::new(
+            Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
+            Duration::from_secs(10),
+        );
+        let target = Target {
+            host: agent.host.clone(),
+            port: agent.port,
+            user: "u".into(),
+        };
+        let conn = connector.connect(&target).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..20u32 {
+            let channel = conn
+                .exec(
+                    b"sleep 0.3; echo \"$X\"; exit $Y",
+                    &[
+                        ("X".into(), format!("v{i}")),
+                        ("Y".into(), (i % 5).to_string()),
+                    ],
+                )
+                .await
+                .unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut channel = channel;
+                let mut out = Vec::new();
+                let mut code = None;
+                while let Some(msg) = channel.wait().await {
+                    match msg {
+                        russh::ChannelMsg::Data { data } => out.extend_from_slice(&data),
+                        russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+                        _ => {}
+                    }
+                }
+                (out, code)
+            }));
+        }
+        let start = Instant::now();
+        for (i, task) in tasks.into_iter().enumerate() {
+            let (out, code) = task.await.unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), format!("v{i}\n"));
+            assert_eq!(code, Some(i as u32 % 5));
+        }
+        // 20 x sleep 0.3 ran at the same time, not one after another.
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        conn.close().await;
+    });
+}
+
+/// The remote starts `sleep 1000` and a child of it, prints both pids, then waits.
+fn start_sleepers(agent: &Agent, tag: &str) -> (std::process::Child, Vec<u32>) {
+    let mut child = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg(format!(
+            "sh -c 'exec -a {tag} sleep 1000' & echo $!; sh -c 'sleep 1000 & echo $!; wait' & wait"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pids = Vec::new();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while pids.len() < 2 {
+        use std::io::Read;
+        assert_eq!(out.read(&mut byte).unwrap(), 1, "remote ended early");
+        if byte[0] == b'\n' {
+            pids.push(String::from_utf8_lossy(&buf).trim().parse().unwrap());
+            buf.clear();
+        } else {
+            buf.push(byte[0]);
+        }
+    }
+    (child, pids)
+}
+
+#[test]
+fn kill_9_of_mn_ssh_leaves_no_remote_process() {
+    let agent = Agent::start(&fresh_loopback());
+    let (mut client, pids) = start_sleepers(&agent, &token("kill9"));
+    assert!(pids.iter().all(|p| alive(*p)));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    // Documented: the TCP close is seen within 1 s, then SIGTERM (sleep dies at once).
+    assert!(
+        eventually(Duration::from_secs(5), || pids.iter().all(|p| !alive(*p))),
+        "remote processes {pids:?} survived kill -9 of mn-ssh"
+    );
+}
+
+#[test]
+fn a_peer_that_vanishes_without_closing_is_noticed_by_keepalive() {
+    let agent = Agent::start(&fresh_loopback());
+    let (mut client, pids) = start_sleepers(&agent, &token("vanish"));
+    // A stopped client keeps its socket open but answers nothing.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client.id() as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let start = Instant::now();
+    // Documented: keepalive every 3 s, 3 unanswered, so within about 15 s.
+    let gone = eventually(Duration::from_secs(20), || pids.iter().all(|p| !alive(*p)));
+    let took = start.elapsed();
+    client.kill().unwrap();
+    client.wait().unwrap();
+    assert!(gone, "remote processes {pids:?} survived a vanished peer");
+    assert!(
+        took > Duration::from_secs(5),
+        "ended too early ({took:?}): not by keepalive"
+    );
+}
+
+#[test]
+fn a_grandchild_holding_stdout_does_not_hang_the_session() {
+    let agent = Agent::start(&fresh_loopback());
+    let start = Instant::now();
+    let out = ssh(&agent, &["sleep 1000 & echo started; exit 4"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(stdout(&out), "started\n");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn background_jobs_end_with_the_command() {
+    let agent = Agent::start(&fresh_loopback());
+    let tag = token("bg");
+    let out = ssh(
+        &agent,
+        &[&format!(
+            "sh -c 'exec -a {tag} sleep 1000' >/dev/null 2>&1 & echo $!"
+        )],
+    );
+    assert!(out.status.success());
+    let pid: u32 = stdout(&out).trim().parse().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(pid)),
+        "background job {pid} survived"
+    );
+}
+
+#[test]
+fn signals_to_mn_ssh_reach_the_remote_command() {
+    let agent = Agent::start(&fresh_loopback());
+    for (sig, code) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGTERM, 143),
+        (nix::sys::signal::Signal::SIGHUP, 129),
+    ] {
+        let mut child = cmd(&mn_ssh())
+            .arg(&agent.host)
+            .arg("echo ready; exec sleep 1000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = [0u8; 6];
+        use std::io::Read;
+        child
+            .stdout
+            .as_mut()
+            .unwrap()
+            .read_exact(&mut line)
+            .unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "{sig:?}");
+    }
+}
+
+#[test]
+fn remote_signal_handlers_see_the_signal() {
+    let agent = Agent::start(&fresh_loopback());
+    let mut child = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.1; done")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 6];
+    use std::io::Read;
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut line)
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(stdout(&out), "got-int\n");
+}
+
+#[test]
+fn unreachable_host_is_255_with_a_clear_message() {
+    let out = cmd(&mn_ssh())
+        .arg(fresh_loopback())
+        .arg("true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("mn-ssh: error: cannot connect to"), "{err}");
+}
+
+#[test]
+fn wrong_secret_is_rejected_and_named() {
+    let agent = Agent::start(&fresh_loopback());
+    let out = cmd(&mn_ssh())
+        .env("MULTINODE_SECRET", "another-secret-0123456789")
+        .arg(&agent.host)
+        .arg("touch /tmp/should-not-exist-mn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255));
+    let err = stderr(&out);
+    assert!(err.contains("MULTINODE_SECRET"), "{err}");
+    assert!(err.contains(&agent.host), "{err}");
+}
+
+#[test]
+fn agent_refuses_to_start_without_a_good_secret() {
+    let out = cmd(&multinode())
+        .env_remove("MULTINODE_SECRET")
+        .args(["agent", "--listen", &format!("{}:29922", fresh_loopback())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("MULTINODE_SECRET"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cmd(&multinode())
+        .env("MULTINODE_SECRET", "short")
+        .args(["agent", "--listen", &format!("{}:29922", fresh_loopback())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("at least 16"), "{}", stderr(&out));
+}
+
+#[test]
+fn port_in_use_is_a_clear_error() {
+    let agent = Agent::start(&fresh_loopback());
+    let out = cmd(&multinode())
+        .args(["agent", "--listen", &agent.addr().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot listen on") && err.contains("in use"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_host_and_bad_options_are_usage_errors() {
+    for args in [
+        &[][..],
+        &["-p"][..],
+        &["--", "-oProxyCommand=x"][..],
+        &["-Z", "h"][..],
+    ] {
+        let out = cmd(&mn_ssh()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("mn-ssh: error:"), "{err}");
+    }
+}
+
+#[test]
+fn working_directory_and_environment_requests_are_honoured() {
+    use multinode::keys::{JobKeys, Secret};
+    use multinode::transport::client::{Auth, Connector, Target};
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
+        let connector = Connector::new(
+            Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
+            Duration::from_secs(10),
+        );
+        let target = Target {
+            host: agent.host.clone(),
+            port: agent.port,
+            user: "u".into(),
+        };
+        let conn = connector.connect(&target).await.unwrap();
+        let mut channel = conn
+            .exec(
+                b"pwd; printf '%s' \"$WEIRD\"",
+                &[
+                    ("MULTINODE_CWD".into(), "/tmp".into()),
+                    ("WEIRD".into(), "a 'b' \"c\" $d \\e\nf".into()),
+                ],
+            )
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(msg) = channel.wait().await {
+            if let russh::ChannelMsg::Data { data } = msg {
+                out.extend_from_slice(&data);
+            }
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "/tmp\na 'b' \"c\" $d \\e\nf"
+        );
+        conn.close().await;
+    });
+}
+
+#[test]
+fn ping_and_release_control_requests() {
+    use multinode::keys::{JobKeys, Secret};
+    use multinode::transport::client::{Auth, Connector, Target};
+    let mut agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
+        let connector = Connector::new(
+            Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
+            Duration::from_secs(10),
+        );
+        let target = Target {
+            host: agent.host.clone(),
+            port: agent.port,
+            user: "u".into(),
+        };
+        let conn = connector.connect(&target).await.unwrap();
+        let reply = conn.ping().await.unwrap();
+        assert_eq!(reply.version, env!("CARGO_PKG_VERSION"));
+        assert_eq!(reply.pid, agent.pid());
+        conn.release().await.unwrap();
+        conn.close().await;
+    });
+    let exited = eventually(Duration::from_secs(5), || {
+        matches!(agent.child.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "the agent did not exit after release");
+}

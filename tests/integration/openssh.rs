@@ -1,0 +1,317 @@
+//! OpenSSH as a real peer: `ssh` against the agent, `mn-ssh` against `sshd`,
+//! and the same argv through both giving the same bytes.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::util::*;
+
+/// A private `sshd` on 127.0.0.1 with throwaway host and client keys.
+struct Sshd {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Sshd {
+    fn start() -> Sshd {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for name in ["host_key", "client_key"] {
+            let st = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(name))
+                .status()
+                .expect("ssh-keygen (Debian package openssh-client)");
+            assert!(st.success());
+        }
+        std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "ListenAddress 127.0.0.1:{port}\nHostKey {d}/host_key\nPidFile none\n\
+             AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n\
+             PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             UsePAM no\nStrictModes no\nUseDNS no\nPrintMotd no\nLogLevel ERROR\nMaxStartups 100\n",
+            d = d.display()
+        );
+        std::fs::write(d.join("sshd_config"), config).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sshd (Debian package openssh-server)");
+        wait_for_port(
+            &format!("127.0.0.1:{port}").parse().unwrap(),
+            Duration::from_secs(10),
+        );
+        let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+        std::fs::write(
+            d.join("known_hosts"),
+            format!("[127.0.0.1]:{port} {host_pub}"),
+        )
+        .unwrap();
+        let client_config = format!(
+            "Host *\n  Port {port}\n  IdentityFile {d}/client_key\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {d}/known_hosts\n  StrictHostKeyChecking yes\n  BatchMode yes\n  \
+             KexAlgorithms curve25519-sha256\n  LogLevel ERROR\n",
+            d = d.display()
+        );
+        std::fs::write(d.join("ssh_config"), client_config).unwrap();
+        Sshd { child, port, dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// OpenSSH's `ssh` to this sshd.
+    fn ssh(&self) -> Command {
+        let mut c = Command::new("ssh");
+        c.arg("-F").arg(self.path("ssh_config")).arg("127.0.0.1");
+        c
+    }
+
+    /// `mn-ssh` to this sshd with the user's key (no job secret: OpenSSH mode).
+    fn mn_ssh(&self) -> Command {
+        let mut c = cmd(&mn_ssh());
+        c.env_remove("MULTINODE_SECRET")
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-i")
+            .arg(self.path("client_key"))
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                self.path("known_hosts").display()
+            ))
+            .arg("-o")
+            .arg("StrictHostKeyChecking=yes")
+            .arg("127.0.0.1");
+        c
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Words that a remote shell must see exactly as ssh(1) delivers them.
+const TRICKY_WORDS: &[&str] = &[
+    "plain",
+    "two words",
+    "'single quoted'",
+    "\"double $UNSET_VAR quoted\"",
+    "back\\\\slash",
+    "dollar$UNSET_VAR",
+    "semi;colon",
+    "new\nline",
+    "ünïcödé ✓",
+    "\"\\\"escaped\\\"\"",
+    " leading-space",
+];
+
+#[test]
+fn argv_through_mn_ssh_matches_openssh_byte_for_byte() {
+    let sshd = Sshd::start();
+    let agent = Agent::start(&fresh_loopback());
+    let mut reference = sshd.ssh();
+    reference
+        .arg("printf")
+        .arg("'[%s]\\n'")
+        .args(TRICKY_WORDS)
+        .stdin(Stdio::null());
+    let reference = reference.output().unwrap();
+    assert!(reference.status.success(), "ssh: {}", stderr(&reference));
+    let ours = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("printf")
+        .arg("'[%s]\\n'")
+        .args(TRICKY_WORDS)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "mn-ssh: {}", stderr(&ours));
+    assert_eq!(stdout(&ours), stdout(&reference));
+    assert_eq!(stderr(&ours), stderr(&reference));
+    // And mn-ssh to the same sshd gives the same bytes too.
+    let via_sshd = sshd
+        .mn_ssh()
+        .arg("printf")
+        .arg("'[%s]\\n'")
+        .args(TRICKY_WORDS)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&via_sshd),
+        stdout(&reference),
+        "{}",
+        stderr(&via_sshd)
+    );
+}
+
+#[test]
+fn openssh_client_logs_in_to_the_agent_with_the_derived_key() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("id_job");
+    let kh = cmd(&multinode())
+        .args(["keygen", "--known-hosts", "-o"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(kh.status.success(), "{}", stderr(&kh));
+    std::fs::write(dir.path().join("known_hosts"), &kh.stdout).unwrap();
+    let ssh = |command: &str| {
+        let mut c = Command::new("ssh");
+        c.args(["-i"])
+            .arg(&key)
+            .args([
+                "-p",
+                &agent.port.to_string(),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+            ])
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                dir.path().join("known_hosts").display()
+            ))
+            .args(["-o", "StrictHostKeyChecking=yes", &agent.host, command]);
+        c
+    };
+    let out = ssh("echo hi; echo err >&2; exit 5")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hi\n");
+    assert!(stderr(&out).contains("err"), "{}", stderr(&out));
+    let mut child = ssh("wc -c")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&[b'x'; 70000])
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out).trim(), "70000");
+    // `ssh-keygen -y` accepts the private key file.
+    let derived = Command::new("ssh-keygen")
+        .arg("-y")
+        .arg("-f")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(derived.status.success());
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    assert!(public.starts_with(stdout(&derived).trim()), "{public}");
+}
+
+#[test]
+fn mn_ssh_runs_commands_on_a_stock_sshd() {
+    let sshd = Sshd::start();
+    let out = sshd
+        .mn_ssh()
+        .arg("echo out; echo err >&2; exit 6")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "out\n");
+    assert!(stderr(&out).ends_with("err\n"), "{}", stderr(&out));
+    let mut child = sshd
+        .mn_ssh()
+        .arg("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let data = vec![7u8; 3_000_000];
+    child.stdin.take().unwrap().write_all(&data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let local = {
+        let mut c = Command::new("sha256sum")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(&data).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    assert_eq!(stdout(&out), stdout(&local));
+}
+
+#[test]
+fn mn_ssh_refuses_a_changed_host_key() {
+    let sshd = Sshd::start();
+    // Record another key for the host.
+    let other = sshd.path("other");
+    Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    let other_pub = std::fs::read_to_string(format!("{}.pub", other.display())).unwrap();
+    std::fs::write(
+        sshd.path("known_hosts"),
+        format!("[127.0.0.1]:{} {other_pub}", sshd.port),
+    )
+    .unwrap();
+    let out = sshd
+        .mn_ssh()
+        .arg("true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255));
+    assert!(
+        stderr(&out).contains("differs from known_hosts"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn mn_ssh_without_a_usable_key_says_so() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = cmd(&mn_ssh())
+        .env_remove("MULTINODE_SECRET")
+        .env("HOME", dir.path())
+        .args([
+            "-p",
+            &sshd.port.to_string(),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "127.0.0.1",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255));
+    assert!(
+        stderr(&out).contains("refused every key"),
+        "{}",
+        stderr(&out)
+    );
+}

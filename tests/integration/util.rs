@@ -1,0 +1,196 @@
+//! Helpers shared by the integration tests: the binaries, agents on random
+//! loopback addresses, waiting for conditions, process checks.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "integration-test-secret-0123456789";
+
+pub fn multinode() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_multinode"))
+}
+
+pub fn mn_ssh() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mn-ssh"))
+}
+
+pub fn mn_exec_all() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mn-exec-all"))
+}
+
+/// A loopback address no other test uses: 127.A.B.C from the pid and a counter.
+pub fn fresh_loopback() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let a = 10 + (pid % 200);
+    let b = (pid / 200) % 250 + 1;
+    format!("127.{a}.{b}.{}", 2 + n % 250)
+}
+
+/// `n` consecutive fresh loopback addresses.
+pub fn fresh_loopbacks(n: usize) -> Vec<String> {
+    (0..n).map(|_| fresh_loopback()).collect()
+}
+
+/// A command for one of our binaries with a clean, known environment.
+pub fn cmd(program: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
+        )
+        .env(
+            "USER",
+            std::env::var_os("USER").unwrap_or_else(|| "root".into()),
+        )
+        .env("MULTINODE_SECRET", SECRET)
+        .env("MULTINODE_AGENT_PORT", "29922");
+    c
+}
+
+/// A running `multinode agent`; killed (SIGKILL) and reaped on drop.
+pub struct Agent {
+    pub child: Child,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Agent {
+    pub fn start(host: &str) -> Agent {
+        Agent::start_with(host, 29922, &[], &[])
+    }
+
+    pub fn start_with(host: &str, port: u16, args: &[&str], env: &[(&str, &str)]) -> Agent {
+        let mut c = cmd(&multinode());
+        c.arg("agent")
+            .arg("--listen")
+            .arg(format!("{host}:{port}"))
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = c.spawn().expect("start the agent");
+        let agent = Agent {
+            child,
+            host: host.to_string(),
+            port,
+        };
+        wait_for_port(&agent.addr(), Duration::from_secs(10));
+        agent
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        format!("{}:{}", self.host, self.port).parse().unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wait_for_port(addr: &SocketAddr, limit: Duration) {
+    let start = Instant::now();
+    while TcpStream::connect_timeout(addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            start.elapsed() < limit,
+            "nothing listens on {addr} after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` every 50 ms until it holds or `limit` passes; returns whether it held.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Pids of processes whose command line contains `needle`.
+pub fn pids_matching(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(needle) && alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A unique token for marking the processes of one test.
+pub fn token(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "mntest-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Peak resident memory of a process in KiB (VmHWM).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `sh -c script` with the test environment plus `env`.
+pub fn sh(script: &str, env: &[(&str, &str)]) -> Output {
+    let mut c = cmd(Path::new("/bin/sh"));
+    c.arg("-c").arg(script).envs(env.iter().copied());
+    c.output().expect("run sh")
+}
