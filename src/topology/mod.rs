@@ -20,14 +20,24 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+mod address;
 mod error;
 mod host_slots;
 mod hostfile;
 mod hostlist;
+mod hosts;
+pub(crate) mod machine;
+mod placement;
+mod resolve;
+mod route;
 mod slots;
 mod tasks_per_node;
+mod this_node;
 
+pub(crate) use error::shorten;
 pub use error::{ParseError, TopologyError};
+pub use hosts::cmd_hosts;
+pub(crate) use placement::{Placement, resolve_placement};
 
 /// One node of the job, in node-rank order.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -130,8 +140,4 @@ mod tests {
             Some(topo.nodes.clone())
         );
     }
-}
-
-pub fn cmd_hosts(_args: &crate::cli::HostsArgs) -> Result<i32, crate::error::Error> {
-    Err(crate::error::Error::usage("`multinode hosts` is not built yet"))
 }
