@@ -175,18 +175,7 @@ pub(crate) fn print_stdout(text: &str) -> Result<i32, Error> {
 mod tests {
     use super::*;
     use crate::topology::Node;
-
-    fn env(vars: &[(&str, &str)]) -> EnvMap {
-        EnvMap(
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().expect("test address")
-    }
+    use crate::topology::machine::fake::{env, ip};
 
     fn placement() -> Placement {
         Placement {

@@ -312,37 +312,11 @@ fn pick_remote(host: &str, addrs: &[IpAddr]) -> Result<IpAddr, TopologyError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::machine::fake::{FakeMachine, iface};
-    use super::super::{Node, Topology};
+    use super::super::machine::fake::{FakeMachine, env, iface, ip, topology};
     use super::*;
-
-    fn topo(hosts: &[&str]) -> Topology {
-        Topology {
-            nodes: hosts
-                .iter()
-                .map(|h| Node {
-                    host: h.to_string(),
-                    slots: 1,
-                })
-                .collect(),
-            source: "--hosts".into(),
-        }
-    }
-
-    fn env(vars: &[(&str, &str)]) -> EnvMap {
-        EnvMap(
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
 
     fn named(spec: &str) -> IfaceChoice {
         IfaceChoice::from_inputs(Some(spec), &EnvMap::default()).expect("valid spec")
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().expect("test address")
     }
 
     #[test]
@@ -441,7 +415,7 @@ mod tests {
     fn no_default_route() {
         let mut m = FakeMachine::gpu01();
         m.route = None;
-        let two = topo(&["gpu01", "gpu02"]);
+        let two = topology("--hosts", &["gpu01", "gpu02"]);
         assert_eq!(
             interface_address(&two, &IfaceChoice::DefaultRoute, &m, "MULTINODE_NODE_IP")
                 .unwrap_err()
@@ -449,7 +423,7 @@ mod tests {
             "this machine has no default route with a usable address, so its address is unknown; choose an interface with --iface or MULTINODE_IFNAME, or set MULTINODE_NODE_IP"
         );
         // One node: nothing else needs to reach it.
-        let one = topo(&["gpu01"]);
+        let one = topology("--hosts", &["gpu01"]);
         assert_eq!(
             interface_address(&one, &IfaceChoice::DefaultRoute, &m, "X").ok(),
             Some(ip("127.0.0.1"))
@@ -471,8 +445,14 @@ mod tests {
         };
         let none = EnvMap::default();
         let head = |hosts: &[&str], rank: Option<usize>, env: &EnvMap| {
-            head_address(&topo(hosts), rank, Some(ip("10.0.0.1")), env, &m)
-                .map_err(|e| e.to_string())
+            head_address(
+                &topology("--hosts", hosts),
+                rank,
+                Some(ip("10.0.0.1")),
+                env,
+                &m,
+            )
+            .map_err(|e| e.to_string())
         };
         // Honoured from the environment, validated.
         let set = env(&[("MULTINODE_NODE_IP", "10.9.9.9")]);
@@ -524,7 +504,14 @@ mod tests {
         let m = FakeMachine::gpu01();
         let none = EnvMap::default();
         let local = |hosts: &[&str], rank: usize, env: &EnvMap| {
-            local_address(&topo(hosts), rank, env, &IfaceChoice::DefaultRoute, &m).ok()
+            local_address(
+                &topology("--hosts", hosts),
+                rank,
+                env,
+                &IfaceChoice::DefaultRoute,
+                &m,
+            )
+            .ok()
         };
         assert_eq!(local(&["gpu00", "gpu01"], 1, &none), Some(ip("10.0.0.1")));
         assert_eq!(

@@ -151,6 +151,7 @@ pub(crate) mod fake {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::topology::{EnvMap, Node, Topology};
 
     #[derive(Debug, Clone, Default)]
     pub(crate) struct FakeMachine {
@@ -193,8 +194,35 @@ eth0\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
     pub(crate) fn iface(name: &str, addr: &str) -> Interface {
         Interface {
             name: name.into(),
-            addr: addr.parse().expect("test address"),
+            addr: ip(addr),
             up: true,
+        }
+    }
+
+    pub(crate) fn ip(s: &str) -> IpAddr {
+        s.parse().expect("test address")
+    }
+
+    /// An environment holding only `vars`.
+    pub(crate) fn env(vars: &[(&str, &str)]) -> EnvMap {
+        EnvMap(
+            vars.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    /// One slot on each of `hosts`.
+    pub(crate) fn topology(source: &str, hosts: &[&str]) -> Topology {
+        Topology {
+            nodes: hosts
+                .iter()
+                .map(|h| Node {
+                    host: h.to_string(),
+                    slots: 1,
+                })
+                .collect(),
+            source: source.to_string(),
         }
     }
 

@@ -142,20 +142,8 @@ pub(crate) fn host_rows(
 
 #[cfg(test)]
 mod tests {
-    use super::super::machine::fake::FakeMachine;
+    use super::super::machine::fake::{FakeMachine, env, ip};
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> EnvMap {
-        EnvMap(
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().expect("test address")
-    }
 
     fn machine() -> FakeMachine {
         FakeMachine {

@@ -259,16 +259,8 @@ fn check_against_env(topology: &Topology, env: &EnvMap) -> Result<(), TopologyEr
 mod tests {
     use std::path::PathBuf;
 
-    use super::super::machine::fake::FakeMachine;
+    use super::super::machine::fake::{FakeMachine, env};
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> EnvMap {
-        EnvMap(
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
 
     fn machine() -> FakeMachine {
         FakeMachine {

@@ -176,36 +176,16 @@ fn interface_addrs(machine: &dyn Machine) -> Vec<IpAddr> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::machine::fake::FakeMachine;
+    use super::super::machine::fake::{FakeMachine, env, topology};
     use super::*;
-
-    fn topo(hosts: &[&str]) -> Topology {
-        Topology {
-            nodes: hosts
-                .iter()
-                .map(|h| Node {
-                    host: h.to_string(),
-                    slots: 1,
-                })
-                .collect(),
-            source: "SLURM_JOB_NODELIST".into(),
-        }
-    }
-
-    fn env(vars: &[(&str, &str)]) -> EnvMap {
-        EnvMap(
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
 
     fn rank(hosts: &[&str], flag: Option<usize>, vars: &[(&str, &str)]) -> Result<usize, String> {
         let m = FakeMachine {
             fqdn: Some("gpu01.cluster.example".into()),
             ..FakeMachine::gpu01()
         };
-        find_rank(&topo(hosts), flag, &env(vars), &m).map_err(|e| e.to_string())
+        find_rank(&topology("SLURM_JOB_NODELIST", hosts), flag, &env(vars), &m)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -272,7 +252,13 @@ mod tests {
             ..FakeMachine::gpu01()
         };
         assert_eq!(
-            find_rank(&topo(&["gpu00", "gpu01"]), None, &EnvMap::default(), &m).ok(),
+            find_rank(
+                &topology("SLURM_JOB_NODELIST", &["gpu00", "gpu01"]),
+                None,
+                &EnvMap::default(),
+                &m
+            )
+            .ok(),
             Some(1)
         );
     }
@@ -296,9 +282,10 @@ mod tests {
             fqdn: Some("gpu01.x".into()),
             ..FakeMachine::gpu01()
         };
-        let id = identity(&topo(&["a", "b"]), &m).expect("identity");
+        let id = identity(&topology("SLURM_JOB_NODELIST", &["a", "b"]), &m).expect("identity");
         assert_eq!((id.fqdn, id.addrs.len()), (None, 0));
-        let id = identity(&topo(&["a.x", "10.0.0.1"]), &m).expect("identity");
+        let id =
+            identity(&topology("SLURM_JOB_NODELIST", &["a.x", "10.0.0.1"]), &m).expect("identity");
         assert_eq!(id.fqdn.as_deref(), Some("gpu01.x"));
         assert!(!id.addrs.is_empty());
     }

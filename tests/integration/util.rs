@@ -66,7 +66,7 @@ pub(crate) fn run_usage_error(args: &[&str], vars: &[(&str, &str)]) -> String {
         .to_string()
 }
 
-/// `multinode env --format json ARGS` as name → value, checking the order of the names.
+/// `multinode env --format json ARGS` as name → value.
 pub(crate) fn env_json(args: &[&str], vars: &[(&str, &str)]) -> BTreeMap<String, String> {
     let mut full = vec!["env", "--format", "json"];
     full.extend_from_slice(args);
