@@ -1,34 +1,300 @@
 //! The environment contract: resolving it for this node and rendering it.
-//! (Placeholder until the topology work lands.)
+//!
+//! [`resolve_job`] gathers everything the contract says about this node's job
+//! into a [`Job`]; [`contract`] lists its variables for this node, and
+//! [`contract_for_rank`] for any node (exec_all and the agent use it to start a
+//! node's processes). [`render_sh`] and [`render_json`] print them.
+//! docs/environment.md describes every variable.
 
-use crate::cli::{EnvArgs, TopologyArgs};
+mod render;
+mod wrapper;
+
+use std::io::Write;
+use std::net::IpAddr;
+
+pub use render::{render_json, render_sh};
+
+use crate::cli::{EnvArgs, EnvFormat, TopologyArgs};
 use crate::error::Error;
-use crate::topology::{EnvMap, Topology};
+use crate::topology::machine::System;
+use crate::topology::{EnvMap, Placement, Topology, resolve_placement, shorten};
 
-/// The job as this node sees it.
-#[derive(Debug, Clone)]
+/// The agents' port when `MULTINODE_AGENT_PORT` is not set.
+pub const DEFAULT_AGENT_PORT: u16 = 29922;
+
+/// This node's job: the topology, which node this is, the addresses, the
+/// agents' port and the programs, resolved once.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
+    /// The nodes; node 0 is the head.
     pub topology: Topology,
+    /// This node's rank (`RANK`, `MULTINODE_NODE_RANK`).
     pub rank: usize,
-    pub head_ip: String,
-    pub local_ip: String,
+    /// The head's address (`MULTINODE_NODE_IP`): never loopback unless the
+    /// hostlist wrote a loopback literal, or the job has one node.
+    pub head_ip: IpAddr,
+    /// This node's own address (`MULTINODE_LOCAL_IP`).
+    pub local_ip: IpAddr,
+    /// The agents' port (`MULTINODE_AGENT_PORT`, default [`DEFAULT_AGENT_PORT`]).
     pub agent_port: u16,
+    /// The remote-exec wrapper (`MULTINODE_SSH_WRAPPER`): the platform's, or
+    /// the absolute path of `mn-ssh`.
     pub wrapper: String,
+    /// `MULTINODE_RSH_WRAPPER`: the platform's, else [`Job::wrapper`].
+    pub rsh_wrapper: String,
+    /// The absolute path of the `multinode` binary (`MULTINODE_BIN`).
     pub bin: String,
 }
 
-pub fn resolve_job(_args: &TopologyArgs, _env: &EnvMap) -> Result<Job, Error> {
-    Err(Error::usage("topology resolution is not built yet"))
+/// Resolves this node's job from the command-line flags and the environment
+/// (see docs/environment.md for the order of sources and the rules).
+///
+/// Errors are [`Error::Usage`]: one line naming the bad input and what to do.
+pub fn resolve_job(args: &TopologyArgs, env: &EnvMap) -> Result<Job, Error> {
+    let placement = resolve_placement(args, env, &System)?;
+    let invocation = wrapper::Invocation::current();
+    job_from(placement, env, &invocation)
 }
 
-pub fn contract(_job: &Job) -> Vec<(String, String)> {
-    Vec::new()
+fn job_from(
+    placement: Placement,
+    env: &EnvMap,
+    invocation: &wrapper::Invocation,
+) -> Result<Job, Error> {
+    let agent_port = agent_port(env)?;
+    let wrapper = match env.get("MULTINODE_SSH_WRAPPER") {
+        Some(w) => w.to_string(),
+        None => invocation.mn_ssh()?,
+    };
+    let rsh_wrapper = env
+        .get("MULTINODE_RSH_WRAPPER")
+        .map_or_else(|| wrapper.clone(), String::from);
+    let bin = invocation.multinode_bin()?;
+    Ok(Job {
+        topology: placement.topology,
+        rank: placement.rank,
+        head_ip: placement.head_ip,
+        local_ip: placement.local_ip,
+        agent_port,
+        wrapper,
+        rsh_wrapper,
+        bin,
+    })
 }
 
-pub fn contract_for_rank(_job: &Job, _rank: usize) -> Vec<(String, String)> {
-    Vec::new()
+/// `MULTINODE_AGENT_PORT`, validated, else the default.
+fn agent_port(env: &EnvMap) -> Result<u16, Error> {
+    let Some(value) = env.get("MULTINODE_AGENT_PORT") else {
+        return Ok(DEFAULT_AGENT_PORT);
+    };
+    value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+        Error::usage(format!(
+            "MULTINODE_AGENT_PORT='{}' is not a port number (1-65535); fix it, or unset it for the default {DEFAULT_AGENT_PORT}",
+            shorten(value)
+        ))
+    })
 }
 
-pub fn cmd_env(_args: &EnvArgs) -> Result<i32, Error> {
-    Err(Error::usage("`multinode env` is not built yet"))
+/// The contract's variables for this node, in this order: `MULTINODE_HOSTLIST`,
+/// `MULTINODE_HOSTLIST_NOSLOTS`, `MULTINODE_TOTAL_SLOTS`, `MULTINODE_NNODES`,
+/// `MULTINODE_HEAD`, `MULTINODE_NODE_IP`, `MULTINODE_LOCAL_IP`, `RANK`,
+/// `MULTINODE_NODE_RANK`, `MULTINODE_AGENT_PORT`, `MULTINODE_SSH_WRAPPER`,
+/// `MULTINODE_RSH_WRAPPER`, `MULTINODE_BIN`.
+pub fn contract(job: &Job) -> Vec<(String, String)> {
+    contract_for_rank(job, job.rank)
+}
+
+/// The contract's variables for node `rank`, as [`contract`] orders them:
+/// `RANK` and `MULTINODE_NODE_RANK` are `rank`, and `MULTINODE_LOCAL_IP` is
+/// that node's own address as far as this node knows it without asking the
+/// network: [`Job::local_ip`] for this node, the hostlist entry when it is an
+/// IP literal, else the empty string, which `multinode env` on that node
+/// treats as unset and resolves there (a caller that knows the address it
+/// connected to may put it in instead). A `rank` outside the topology also
+/// gets an empty `MULTINODE_LOCAL_IP`.
+pub fn contract_for_rank(job: &Job, rank: usize) -> Vec<(String, String)> {
+    let local_ip = if rank == job.rank {
+        job.local_ip.to_string()
+    } else {
+        job.topology
+            .nodes
+            .get(rank)
+            .and_then(|n| n.host.parse::<IpAddr>().ok())
+            .map(|ip| ip.to_string())
+            .unwrap_or_default()
+    };
+    let topo = &job.topology;
+    let head = topo
+        .nodes
+        .first()
+        .map(|n| n.host.clone())
+        .unwrap_or_default();
+    [
+        ("MULTINODE_HOSTLIST", topo.hostlist()),
+        ("MULTINODE_HOSTLIST_NOSLOTS", topo.hostlist_noslots()),
+        ("MULTINODE_TOTAL_SLOTS", topo.total_slots().to_string()),
+        ("MULTINODE_NNODES", topo.nodes.len().to_string()),
+        ("MULTINODE_HEAD", head),
+        ("MULTINODE_NODE_IP", job.head_ip.to_string()),
+        ("MULTINODE_LOCAL_IP", local_ip),
+        ("RANK", rank.to_string()),
+        ("MULTINODE_NODE_RANK", rank.to_string()),
+        ("MULTINODE_AGENT_PORT", job.agent_port.to_string()),
+        ("MULTINODE_SSH_WRAPPER", job.wrapper.clone()),
+        ("MULTINODE_RSH_WRAPPER", job.rsh_wrapper.clone()),
+        ("MULTINODE_BIN", job.bin.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// `multinode env`: this node's contract as `export` lines or one JSON object.
+pub fn cmd_env(args: &EnvArgs) -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let job = resolve_job(&args.topology, &env)?;
+    let vars = contract(&job);
+    let text = match args.format {
+        EnvFormat::Sh => render_sh(&vars),
+        EnvFormat::Json => render_json(&vars),
+    };
+    print_stdout(&text)
+}
+
+/// Writes `text` to stdout in one piece; a closed pipe (`| head`) is a normal end.
+pub(crate) fn print_stdout(text: &str) -> Result<i32, Error> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(crate::exit_code::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::exit_code::SUCCESS),
+        Err(e) => Err(Error::Failed(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Node;
+    use crate::topology::machine::fake::{env, ip};
+
+    fn placement() -> Placement {
+        Placement {
+            topology: Topology {
+                nodes: vec![
+                    Node {
+                        host: "gpu01".into(),
+                        slots: 2,
+                    },
+                    Node {
+                        host: "10.0.0.2".into(),
+                        slots: 2,
+                    },
+                    Node {
+                        host: "gpu03".into(),
+                        slots: 4,
+                    },
+                ],
+                source: "--hosts".into(),
+            },
+            rank: 0,
+            head_ip: ip("10.0.0.1"),
+            local_ip: ip("10.0.0.1"),
+        }
+    }
+
+    fn invocation() -> wrapper::Invocation {
+        wrapper::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
+    }
+
+    fn job(vars: &[(&str, &str)]) -> Result<Job, String> {
+        job_from(placement(), &env(vars), &invocation()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn contract_in_order() {
+        let job = job(&[]).expect("job");
+        let vars = contract(&job);
+        let expected = [
+            ("MULTINODE_HOSTLIST", "gpu01:2,10.0.0.2:2,gpu03:4"),
+            ("MULTINODE_HOSTLIST_NOSLOTS", "gpu01,10.0.0.2,gpu03"),
+            ("MULTINODE_TOTAL_SLOTS", "8"),
+            ("MULTINODE_NNODES", "3"),
+            ("MULTINODE_HEAD", "gpu01"),
+            ("MULTINODE_NODE_IP", "10.0.0.1"),
+            ("MULTINODE_LOCAL_IP", "10.0.0.1"),
+            ("RANK", "0"),
+            ("MULTINODE_NODE_RANK", "0"),
+            ("MULTINODE_AGENT_PORT", "29922"),
+            ("MULTINODE_SSH_WRAPPER", "/opt/mn/bin/mn-ssh"),
+            ("MULTINODE_RSH_WRAPPER", "/opt/mn/bin/mn-ssh"),
+            ("MULTINODE_BIN", "/opt/mn/bin/multinode"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(vars, expected);
+    }
+
+    #[test]
+    fn contract_for_other_ranks() {
+        let job = job(&[]).expect("job");
+        let get = |vars: &[(String, String)], name: &str| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        };
+        let one = contract_for_rank(&job, 1);
+        assert_eq!(get(&one, "RANK").as_deref(), Some("1"));
+        assert_eq!(get(&one, "MULTINODE_NODE_RANK").as_deref(), Some("1"));
+        assert_eq!(get(&one, "MULTINODE_LOCAL_IP").as_deref(), Some("10.0.0.2"));
+        assert_eq!(get(&one, "MULTINODE_NODE_IP").as_deref(), Some("10.0.0.1"));
+        let two = contract_for_rank(&job, 2);
+        assert_eq!(get(&two, "MULTINODE_LOCAL_IP").as_deref(), Some(""));
+        let outside = contract_for_rank(&job, 9);
+        assert_eq!(get(&outside, "MULTINODE_LOCAL_IP").as_deref(), Some(""));
+        assert_eq!(contract_for_rank(&job, 0), contract(&job));
+    }
+
+    #[test]
+    fn platform_wrappers_and_port_are_honoured() {
+        let job = job(&[
+            ("MULTINODE_SSH_WRAPPER", "/platform/ssh wrapper"),
+            ("MULTINODE_AGENT_PORT", "4000"),
+        ])
+        .expect("job");
+        assert_eq!(job.wrapper, "/platform/ssh wrapper");
+        assert_eq!(job.rsh_wrapper, "/platform/ssh wrapper");
+        assert_eq!(job.agent_port, 4000);
+        let job = self::job(&[("MULTINODE_RSH_WRAPPER", "/platform/rsh")]).expect("job");
+        assert_eq!(
+            (job.wrapper.as_str(), job.rsh_wrapper.as_str()),
+            ("/opt/mn/bin/mn-ssh", "/platform/rsh")
+        );
+    }
+
+    #[test]
+    fn bad_ports_are_errors() {
+        for bad in ["0", "65536", "-1", "http", "22 "] {
+            assert_eq!(
+                job(&[("MULTINODE_AGENT_PORT", bad)]).err(),
+                Some(format!(
+                    "MULTINODE_AGENT_PORT='{bad}' is not a port number (1-65535); fix it, or unset it for the default 29922"
+                ))
+            );
+        }
+        assert_eq!(
+            job(&[("MULTINODE_AGENT_PORT", "65535")]).map(|j| j.agent_port),
+            Ok(65535)
+        );
+    }
+
+    #[test]
+    fn a_missing_mn_ssh_is_an_error_only_when_needed() {
+        let lonely = wrapper::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
+        assert_eq!(
+            job_from(placement(), &EnvMap::default(), &lonely).map_err(|e| e.to_string()).err(),
+            Some("mn-ssh not found beside /nowhere/multinode; install it next to multinode or set MULTINODE_SSH_WRAPPER".to_string())
+        );
+        let vars = env(&[("MULTINODE_SSH_WRAPPER", "/w")]);
+        assert!(job_from(placement(), &vars, &lonely).is_ok());
+    }
 }

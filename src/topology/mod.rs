@@ -1,17 +1,48 @@
-//! The job's topology: which nodes, how many slots each, which one is this.
+//! The job's topology: which nodes, how many slots each, which one is this,
+//! and the head's address.
 //!
-//! Parsing is pure (strings in, [`Topology`] out) and lives in its own files;
+//! Parsing is pure (strings in, nodes out) and lives in its own files;
 //! resolution against the environment, the file system and the network comes
-//! after, in [`resolve`].
+//! after, through the [`machine::Machine`] trait so that it is tested with fixtures.
+//!
+//! - `hostlist`: Slurm's `gpu[01-04,07]` syntax, and host name rules.
+//! - `host_slots`: `MULTINODE_HOSTLIST` (`host:slots,...`, also `--hosts`) and `_NOSLOTS`.
+//! - `tasks_per_node`: `SLURM_TASKS_PER_NODE` (`2(x3),1`).
+//! - `hostfile`: Open MPI, MPICH and plain hostfiles; `LSB_MCPU_HOSTS`.
+//! - `slots`: positive counts.
+//! - `resolve`: the sources, in order, and the contradictions between them.
+//! - `this_node`: which node this machine is.
+//! - `route`, `address`: the default route, interface choice, head and local addresses.
+//! - `placement`: all of the above for this node; the rows of `multinode hosts`.
+//! - `machine`: the I/O behind all of it.
+//! - `hosts`: `multinode hosts`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::cli::HostsArgs;
-use crate::error::Error;
+mod address;
+mod error;
+mod host_slots;
+mod hostfile;
+mod hostlist;
+mod hosts;
+pub(crate) mod machine;
+mod placement;
+mod resolve;
+mod route;
+mod slots;
+mod tasks_per_node;
+mod this_node;
+
+pub(crate) use error::shorten;
+pub use error::{ParseError, TopologyError};
+pub use hosts::cmd_hosts;
+pub(crate) use placement::{Placement, resolve_placement};
 
 /// One node of the job, in node-rank order.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Node {
+    /// A host name, or an IP literal (IPv6 without brackets).
     pub host: String,
     pub slots: u32,
 }
@@ -19,9 +50,21 @@ pub struct Node {
 /// The nodes of the job and where they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
+    /// Node 0 is the head. Never empty; no host appears twice.
     pub nodes: Vec<Node>,
     /// Where the hostlist came from, for messages: `--hosts`, `SLURM_JOB_NODELIST`, ...
     pub source: String,
+}
+
+impl Node {
+    /// The host as the hostlists write it: IPv6 literals in brackets.
+    fn written(&self) -> Cow<'_, str> {
+        if self.host.contains(':') {
+            Cow::Owned(format!("[{}]", self.host))
+        } else {
+            Cow::Borrowed(&self.host)
+        }
+    }
 }
 
 impl Topology {
@@ -29,20 +72,20 @@ impl Topology {
         self.nodes.iter().map(|n| u64::from(n.slots)).sum()
     }
 
-    /// `host1:2,host2:2`
+    /// `host1:2,host2:2,[fd00::2]:2`
     pub fn hostlist(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| format!("{}:{}", n.host, n.slots))
+            .map(|n| format!("{}:{}", n.written(), n.slots))
             .collect::<Vec<_>>()
             .join(",")
     }
 
-    /// `host1,host2`
+    /// `host1,host2,[fd00::2]`
     pub fn hostlist_noslots(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| n.host.as_str())
+            .map(|n| n.written())
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -70,6 +113,31 @@ impl EnvMap {
     }
 }
 
-pub fn cmd_hosts(_args: &HostsArgs) -> Result<i32, Error> {
-    Err(Error::usage("`multinode hosts` is not built yet"))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostlists_bracket_ipv6_literals_so_they_parse_back() {
+        let topo = Topology {
+            nodes: vec![
+                Node {
+                    host: "gpu01".into(),
+                    slots: 2,
+                },
+                Node {
+                    host: "fd00::2".into(),
+                    slots: 3,
+                },
+            ],
+            source: "test".into(),
+        };
+        assert_eq!(topo.hostlist(), "gpu01:2,[fd00::2]:3");
+        assert_eq!(topo.hostlist_noslots(), "gpu01,[fd00::2]");
+        assert_eq!(topo.total_slots(), 5);
+        assert_eq!(
+            host_slots::parse_host_slots(&topo.hostlist()).ok(),
+            Some(topo.nodes.clone())
+        );
+    }
 }

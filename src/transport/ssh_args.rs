@@ -5,7 +5,7 @@
 //! destination starts the command. The command's words are joined by single
 //! spaces and run by the remote shell, byte for byte.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
@@ -236,7 +236,7 @@ pub fn display_command(command: &[u8]) -> String {
 
 #[cfg(test)]
 fn os(s: &str) -> OsString {
-    OsStr::new(s).to_os_string()
+    OsString::from(s)
 }
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
 //! One integration-test binary: every module starts the real binaries.
 
+mod runner;
 mod util;
 
 mod agent;
+mod env;
 mod mpi;
+mod nodeset;
 mod openssh;
+mod topology;

@@ -1,0 +1,284 @@
+//! What resolution asks of this machine (files, names, interfaces, routes,
+//! DNS, GPUs), behind one small trait so that every decision built on the
+//! answers is tested with fixtures. [`System`] is the real machine.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::ifaddrs::getifaddrs;
+use nix::net::if_::InterfaceFlags;
+
+/// One address of one network interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Interface {
+    pub name: String,
+    pub addr: IpAddr,
+    /// The interface is administratively up.
+    pub up: bool,
+}
+
+/// The facts about this machine that resolution needs; each is I/O.
+pub(crate) trait Machine {
+    /// A hostfile's text.
+    fn read_file(&self, path: &Path) -> io::Result<String>;
+    /// `gethostname()`.
+    fn hostname(&self) -> Result<String, String>;
+    /// The canonical name of this machine's host name (getaddrinfo's `AI_CANONNAME`).
+    fn fqdn(&self) -> Option<String>;
+    /// GPUs listed by `nvidia-smi -L`, if it runs and lists any.
+    fn nvidia_gpus(&self) -> Option<u32>;
+    /// Every address of every interface, in the kernel's order.
+    fn interfaces(&self) -> Vec<Interface>;
+    /// `/proc/net/route`.
+    fn route_table(&self) -> Option<String>;
+    /// `/proc/net/ipv6_route`.
+    fn route6_table(&self) -> Option<String>;
+    /// The addresses `host` resolves to (getaddrinfo), in its order.
+    fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String>;
+}
+
+/// The machine this process runs on.
+pub(crate) struct System;
+
+impl Machine for System {
+    fn read_file(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+
+    fn hostname(&self) -> Result<String, String> {
+        nix::unistd::gethostname()
+            .map_err(|e| e.to_string())?
+            .into_string()
+            .map_err(|name| format!("'{}' is not UTF-8", name.to_string_lossy()))
+    }
+
+    fn fqdn(&self) -> Option<String> {
+        canonical_name(&self.hostname().ok()?)
+    }
+
+    fn nvidia_gpus(&self) -> Option<u32> {
+        let out = Command::new("nvidia-smi")
+            .arg("-L")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let gpus = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("GPU "))
+            .count();
+        u32::try_from(gpus).ok().filter(|n| *n > 0)
+    }
+
+    fn interfaces(&self) -> Vec<Interface> {
+        let Ok(addrs) = getifaddrs() else {
+            return Vec::new();
+        };
+        addrs
+            .filter_map(|a| {
+                let storage = a.address?;
+                let addr = if let Some(v4) = storage.as_sockaddr_in() {
+                    IpAddr::V4(v4.ip())
+                } else {
+                    IpAddr::V6(storage.as_sockaddr_in6()?.ip())
+                };
+                Some(Interface {
+                    name: a.interface_name,
+                    addr,
+                    up: a.flags.contains(InterfaceFlags::IFF_UP),
+                })
+            })
+            .collect()
+    }
+
+    fn route_table(&self) -> Option<String> {
+        std::fs::read_to_string("/proc/net/route").ok()
+    }
+
+    fn route6_table(&self) -> Option<String> {
+        std::fs::read_to_string("/proc/net/ipv6_route").ok()
+    }
+
+    fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+        let mut addrs: Vec<IpAddr> = Vec::new();
+        for sa in (host, 0).to_socket_addrs().map_err(|e| e.to_string())? {
+            if !addrs.contains(&sa.ip()) {
+                addrs.push(sa.ip());
+            }
+        }
+        Ok(addrs)
+    }
+}
+
+/// getaddrinfo's canonical name for `host` (its FQDN), if it has one.
+fn canonical_name(host: &str) -> Option<String> {
+    let c_host = CString::new(host).ok()?;
+    // SAFETY: an all-zero addrinfo is the documented "no hints" value; the
+    // fields that matter are set below.
+    let mut hints: libc::addrinfo = unsafe { std::mem::zeroed() };
+    hints.ai_flags = libc::AI_CANONNAME;
+    hints.ai_family = libc::AF_UNSPEC;
+    hints.ai_socktype = libc::SOCK_STREAM;
+    let mut res: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: c_host is NUL-terminated and outlives the call, hints is
+    // initialised, and res is a valid out-pointer, freed below on success.
+    let rc = unsafe { libc::getaddrinfo(c_host.as_ptr(), std::ptr::null(), &hints, &mut res) };
+    if rc != 0 || res.is_null() {
+        return None;
+    }
+    // SAFETY: res is the head of the list getaddrinfo returned; its
+    // ai_canonname is null or a NUL-terminated string owned by the list, read
+    // before the list is freed.
+    let name = unsafe {
+        let canon = (*res).ai_canonname;
+        (!canon.is_null()).then(|| CStr::from_ptr(canon).to_string_lossy().into_owned())
+    };
+    // SAFETY: res came from a successful getaddrinfo and is freed exactly once.
+    unsafe { libc::freeaddrinfo(res) };
+    name.filter(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A machine made of fixtures.
+
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::topology::{EnvMap, Node, Topology};
+
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct FakeMachine {
+        pub files: BTreeMap<String, String>,
+        pub hostname: String,
+        pub fqdn: Option<String>,
+        pub gpus: Option<u32>,
+        pub interfaces: Vec<Interface>,
+        pub route: Option<String>,
+        pub route6: Option<String>,
+        pub dns: BTreeMap<String, Vec<IpAddr>>,
+    }
+
+    impl FakeMachine {
+        /// `gpu01` with `eth0` 10.0.0.1 (default route), `lo`, and an IPv6 address.
+        pub(crate) fn gpu01() -> Self {
+            FakeMachine {
+                hostname: "gpu01".into(),
+                interfaces: vec![
+                    iface("lo", "127.0.0.1"),
+                    iface("lo", "::1"),
+                    iface("eth0", "10.0.0.1"),
+                    iface("eth0", "fe80::1"),
+                    iface("eth0", "fd00::1"),
+                    iface("ib0", "192.168.0.1"),
+                ],
+                route: Some(ROUTE.to_string()),
+                route6: Some(String::new()),
+                ..FakeMachine::default()
+            }
+        }
+    }
+
+    pub(crate) const ROUTE: &str = "\
+Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0
+eth0\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+";
+
+    pub(crate) fn iface(name: &str, addr: &str) -> Interface {
+        Interface {
+            name: name.into(),
+            addr: ip(addr),
+            up: true,
+        }
+    }
+
+    pub(crate) fn ip(s: &str) -> IpAddr {
+        s.parse().expect("test address")
+    }
+
+    /// An environment holding only `vars`.
+    pub(crate) fn env(vars: &[(&str, &str)]) -> EnvMap {
+        EnvMap(
+            vars.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    /// One slot on each of `hosts`.
+    pub(crate) fn topology(source: &str, hosts: &[&str]) -> Topology {
+        Topology {
+            nodes: hosts
+                .iter()
+                .map(|h| Node {
+                    host: h.to_string(),
+                    slots: 1,
+                })
+                .collect(),
+            source: source.to_string(),
+        }
+    }
+
+    impl Machine for FakeMachine {
+        fn read_file(&self, path: &Path) -> io::Result<String> {
+            self.files
+                .get(path.to_str().unwrap_or_default())
+                .cloned()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        }
+        fn hostname(&self) -> Result<String, String> {
+            Ok(self.hostname.clone())
+        }
+        fn fqdn(&self) -> Option<String> {
+            self.fqdn.clone()
+        }
+        fn nvidia_gpus(&self) -> Option<u32> {
+            self.gpus
+        }
+        fn interfaces(&self) -> Vec<Interface> {
+            self.interfaces.clone()
+        }
+        fn route_table(&self) -> Option<String> {
+            self.route.clone()
+        }
+        fn route6_table(&self) -> Option<String> {
+            self.route6.clone()
+        }
+        fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+            self.dns
+                .get(host)
+                .cloned()
+                .ok_or_else(|| "Name or service not known".to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_machine_answers_without_panicking() {
+        let sys = System;
+        let name = sys.hostname().expect("a host name");
+        assert!(!name.is_empty());
+        assert!(
+            sys.interfaces()
+                .iter()
+                .any(|i| i.addr.is_loopback() && i.name == "lo"),
+            "lo has a loopback address"
+        );
+        assert_eq!(
+            sys.lookup("127.0.0.1"),
+            Ok(vec!["127.0.0.1".parse().unwrap()])
+        );
+        assert!(sys.lookup("no-such-host.invalid").is_err());
+    }
+}
