@@ -13,9 +13,11 @@
 #   MN_KEEP_IMAGE=1       keep that image at the end (for debugging)
 #   MN_SCENARIO_TIMEOUT   seconds per scenario (default 300)
 #
-# Every container and network a scenario makes carries the label
-# org.multinode.test-run=RUN_ID; at the end, whatever happened, they are
-# removed, and so is the image. Only the base image stays (it is cached).
+# Every container and network a scenario makes carries the labels
+# org.multinode.test-run=RUN_ID and org.multinode.test-scenario=NAME: they are
+# removed when the scenario ends, and at the end of the run, whatever happened
+# (failure, timeout, TERM, Ctrl-C), with the image. Only the base image stays
+# (it is cached).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
