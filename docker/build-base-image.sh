@@ -66,7 +66,6 @@ work=$(mktemp -d "${TMPDIR:-/var/tmp}/multinode-base.XXXXXX")
 rootfs=$work/rootfs
 # The import is tagged as a candidate until it passes its checks.
 candidate=multinode-base-candidate:${recipe:0:12}
-new_id=
 
 # Unmount whatever is mounted under the work folder (deepest first), then
 # delete it without crossing into any mount that is left: a bind-mounted /dev
@@ -80,10 +79,9 @@ cleanup() {
         done < <(awk -v w="$work" 'index($5, w"/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
         rm -rf --one-file-system "$work"
     fi
-    # The candidate tag goes; an image that failed its checks goes with it.
-    if [[ -n $new_id ]]; then
-        docker rmi "$candidate" >/dev/null 2>&1
-    fi
+    # The candidate tag goes; an image that failed its checks, or was
+    # imported by a command that then failed, goes with it.
+    docker rmi "$candidate" >/dev/null 2>&1
     exit "$rc"
 }
 trap cleanup EXIT
