@@ -1,0 +1,16 @@
+# The multinode image of the cluster tests (tests/cluster/), and the layout a
+# platform image uses: the binary, its two aliases, and /multinode/generic-helper.
+#
+# Build it with docker/build-image.sh: the context is a small staging folder
+# that the script makes (the static binary and helpers/generic-helper), not
+# the repository root. The base image is built locally, with no registry, by
+# docker/build-base-image.sh.
+#
+# No ENTRYPOINT: the cluster tests run `multinode agent -- JOB` themselves.
+FROM multinode-base:bookworm
+
+COPY multinode /usr/local/bin/multinode
+# The binary dispatches on argv[0].
+RUN ln -s multinode /usr/local/bin/mn-ssh \
+ && ln -s multinode /usr/local/bin/mn-exec-all
+COPY generic-helper /multinode/generic-helper
