@@ -27,7 +27,7 @@ const PIPE_GRACE: Duration = Duration::from_secs(1);
 /// writer is gone.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// Environment variable a client sets to choose the command's working directory.
-pub(crate) const CWD_VAR: &str = "MULTINODE_CWD";
+pub const CWD_VAR: &str = "MULTINODE_CWD";
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {

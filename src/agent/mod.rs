@@ -34,7 +34,7 @@ use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
 pub const DEFAULT_PORT: u16 = 29922;
-pub(crate) use command::CWD_VAR;
+pub use command::CWD_VAR;
 
 /// What every connection and command of an agent shares.
 pub(crate) struct Shared {

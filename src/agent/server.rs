@@ -264,7 +264,6 @@ impl russh::server::Handler for ConnHandler {
         Ok(())
     }
 
-    #[expect(clippy::too_many_arguments, reason = "russh's signature")]
     async fn pty_request(
         &mut self,
         channel: ChannelId,

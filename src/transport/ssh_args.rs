@@ -74,6 +74,8 @@ pub fn parse(args: &[OsString]) -> Result<SshInvocation, SshArgsError> {
             let dest = std::str::from_utf8(arg)
                 .map_err(|_| err("the host name is not valid UTF-8"))?
                 .to_string();
+            // As in OpenSSH, the first user and port given win, wherever they came from.
+            set_destination(&mut inv, &dest)?;
             destination = Some(dest);
             i += 1;
             // OpenSSH reads options again right after the destination, unless `--` came first.
@@ -84,10 +86,11 @@ pub fn parse(args: &[OsString]) -> Result<SshInvocation, SshArgsError> {
         inv.command = words.join(&b' ');
         break;
     }
-    let dest = destination.ok_or_else(|| {
-        err("no host given; usage: mn-ssh [options] [user@]HOST [COMMAND [ARGS...]]")
-    })?;
-    set_destination(&mut inv, &dest)?;
+    if destination.is_none() {
+        return Err(err(
+            "no host given; usage: mn-ssh [options] [user@]HOST [COMMAND [ARGS...]]",
+        ));
+    }
     Ok(inv)
 }
 
@@ -140,8 +143,14 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
             .map_err(|_| err(format!("the value of -{} is not valid UTF-8", opt as char)))
     };
     match opt {
-        b'p' => inv.port = Some(parse_port(&text()?)?),
-        b'l' => inv.user = Some(text()?),
+        b'p' => {
+            let port = parse_port(&text()?)?;
+            inv.port.get_or_insert(port);
+        }
+        b'l' => {
+            let user = text()?;
+            inv.user.get_or_insert(user);
+        }
         b'i' => inv
             .identities
             .push(PathBuf::from(OsString::from_vec(value))),
@@ -150,8 +159,13 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
             let (k, v) =
                 split_option(&t).ok_or_else(|| err(format!("-o {t:?} is not Key=Value")))?;
             match k.as_str() {
-                "port" => inv.port = Some(parse_port(&v)?),
-                "user" => inv.user = Some(v.clone()),
+                "port" => {
+                    let port = parse_port(&v)?;
+                    inv.port.get_or_insert(port);
+                }
+                "user" => {
+                    inv.user.get_or_insert_with(|| v.clone());
+                }
                 "identityfile" => inv.identities.push(PathBuf::from(&v)),
                 _ => {}
             }
@@ -192,16 +206,17 @@ fn set_destination(inv: &mut SshInvocation, dest: &str) -> Result<(), SshArgsErr
             }
             _ => (rest.to_string(), None),
         };
-        if port.is_some() {
-            inv.port = port;
+        if let Some(port) = port {
+            inv.port.get_or_insert(port);
         }
         dest = userhost;
     }
     let host = match dest.rsplit_once('@') {
         Some((user, host)) => {
-            if inv.user.is_none() || !user.is_empty() {
-                inv.user = Some(user.to_string());
+            if user.is_empty() {
+                return Err(err(format!("empty user name in {dest:?}")));
             }
+            inv.user.get_or_insert_with(|| user.to_string());
             host.to_string()
         }
         None => dest,
@@ -264,7 +279,7 @@ mod tests {
         assert_eq!(inv.host, "127.0.0.3");
         assert_eq!(
             inv.command,
-            b"  orted -mca ess \"env\" -mca orte_hnp_uri \"2001797120.0;tcp://127.0.0.1:60705\""
+            b" orted -mca ess \"env\" -mca orte_hnp_uri \"2001797120.0;tcp://127.0.0.1:60705\""
         );
     }
 
@@ -301,7 +316,8 @@ mod tests {
         .unwrap();
         assert_eq!(inv.host, "node1");
         assert_eq!(inv.port, Some(2222));
-        assert_eq!(inv.user.as_deref(), Some("bob"));
+        // As in OpenSSH, the first user given wins.
+        assert_eq!(inv.user.as_deref(), Some("alice"));
         assert!(inv.no_stdin && inv.quiet);
         // After the first command word nothing is an option.
         assert_eq!(inv.command, b"uptime -l");

@@ -66,13 +66,24 @@ fn open_mpi_mpirun_with_mn_ssh_as_plm_rsh_agent_and_tree_spawn() {
         .map(|a| format!("{}:1", a.host))
         .collect::<Vec<_>>()
         .join(",");
+    // The agent string: log who called it (mpirun, or a remote orted: tree spawn), then mn-ssh.
+    let log = dir.path().join("callers.log");
+    let wrapper = dir.path().join("agent.sh");
+    let script = format!(
+        "#!/bin/sh\necho \"$(cat /proc/$PPID/comm)\" >> '{}'\nexec '{}' \"$@\"\n",
+        log.display(),
+        mn_ssh().display()
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&wrapper, mode).unwrap();
     let out = cmd(Path::new("mpirun.openmpi"))
         .env("MULTINODE_AGENT_PORT", port.to_string())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .args(["-H", &hosts, "-np", "4"])
         .args(["--mca", "plm_rsh_agent"])
-        .arg(mn_ssh())
+        .arg(&wrapper)
         // A radix of 1 forces a deep tree: remote orteds launch the next nodes through mn-ssh themselves.
         .args(["--mca", "routed_radix", "1"])
         .args([
@@ -94,6 +105,12 @@ fn open_mpi_mpirun_with_mn_ssh_as_plm_rsh_agent_and_tree_spawn() {
         stderr(&out)
     );
     check_ranks(&stdout(&out), &agents);
+    let callers = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(callers.lines().count(), 4, "one launch per node: {callers}");
+    assert!(
+        callers.lines().any(|c| c.starts_with("orted")),
+        "tree spawn: a remote orted must launch through mn-ssh too: {callers}"
+    );
 }
 
 #[test]

@@ -74,6 +74,7 @@ impl Agent {
             .arg("--listen")
             .arg(format!("{host}:{port}"))
             .args(args)
+            .env("MULTINODE_AGENT_PORT", port.to_string())
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
