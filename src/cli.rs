@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -45,6 +46,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Preflight every node for the known multi-node pitfalls.
     Check(CheckArgs),
+    /// Internal: run COMMAND and end its process group when the parent dies.
+    #[command(hide = true)]
+    Supervise(SuperviseArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -120,14 +124,14 @@ pub struct ExecAllArgs {
     #[arg(long)]
     pub no_fail_fast: bool,
     /// Seconds between SIGTERM and SIGKILL when ending nodes.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
-    pub grace: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = seconds)]
+    pub grace: Duration,
     /// End the run after SECONDS (exit code 124).
-    #[arg(long, value_name = "SECONDS")]
-    pub timeout: Option<f64>,
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub timeout: Option<Duration>,
     /// Give up on a node that does not connect within SECONDS (exit code 255).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
-    pub connect_timeout: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    pub connect_timeout: Duration,
     /// Run only on these ranks: `0,2-5`.
     #[arg(long, value_name = "RANKS")]
     pub nodes: Option<String>,
@@ -159,17 +163,14 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when ending a command's process group.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3.0)]
-    pub grace: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = seconds)]
+    pub grace: Duration,
     /// A worker exits after the head has been unreachable this long (seconds).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
-    pub idle_timeout: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    pub idle_timeout: Duration,
     /// The head waits this long for every worker to answer (seconds).
-    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
-    pub wait_timeout: f64,
-    /// Serve only: no job lifecycle (no waiting for the head, no release).
-    #[arg(long)]
-    pub serve: bool,
+    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = seconds)]
+    pub wait_timeout: Duration,
     /// JOB to run on the head once every worker answers.
     #[arg(last = true, value_name = "JOB")]
     pub job: Vec<OsString>,
@@ -225,4 +226,23 @@ pub struct CheckArgs {
     /// Run the checks of this node only and print them as JSON (used by the fan-out).
     #[arg(long, hide = true)]
     pub local: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SuperviseArgs {
+    /// Seconds between SIGTERM and SIGKILL when the parent died.
+    #[arg(long, default_value = "3", value_parser = seconds)]
+    pub grace: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<OsString>,
+}
+
+/// A number of seconds (`2`, `0.5`), for the flags that take one.
+fn seconds(value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{value:?} is not a number of seconds >= 0"))
 }

@@ -8,6 +8,8 @@
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
+//! - [`stops`]: the signals a command handles, as one stream.
+//! - [`supervise`]: the small parent of every local command, ending it when `multinode` dies.
 //! - [`exit_code`]: the exit codes `multinode` chooses, named.
 //!
 //! `main` only turns the outcome of [`run_from_args`] into an exit code.
@@ -20,6 +22,8 @@ pub mod exec_all;
 pub mod exit_code;
 pub mod keys;
 pub mod process;
+pub mod stops;
+pub mod supervise;
 pub mod topology;
 pub mod transport;
 

@@ -189,9 +189,37 @@ pub fn signal_group(pgid: Pid, sig: Signal) {
     }
 }
 
-/// Whether any process is still in group `pgid`.
+/// Whether any live process (not a zombie waiting for its reaper) is still in group `pgid`.
 pub fn group_alive(pgid: Pid) -> bool {
-    signal::killpg(pgid, None).is_ok()
+    if signal::killpg(pgid, None).is_err() {
+        return false;
+    }
+    // killpg also counts zombies, which no signal can end: look closer.
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        live_member_of(&stat, pgid.as_raw())
+    })
+}
+
+/// Reads a `/proc/PID/stat` line: in group `pgid` and not a zombie.
+fn live_member_of(stat: &str, pgid: i32) -> bool {
+    // Fields after the command name, which may itself hold spaces and ')'.
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return false;
+    };
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next();
+    let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+    pgrp == Some(pgid) && !matches!(state, Some("Z" | "X"))
 }
 
 /// Ends whatever is left of a group whose leader already exited: SIGTERM,
@@ -215,6 +243,14 @@ pub async fn end_group(pgid: Pid, grace: Duration) {
 mod tests {
     use super::*;
     use std::process::Stdio;
+
+    #[test]
+    fn proc_stat_lines_are_read_past_odd_names() {
+        let line = "42 (a) b (c) S 1 77 77 0 -1 4194560";
+        assert!(live_member_of(line, 77));
+        assert!(!live_member_of(line, 78));
+        assert!(!live_member_of("43 (sleep) Z 1 77 77 0", 77));
+    }
 
     #[test]
     fn outcome_codes_follow_the_shell() {

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::process::Command;
-use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, info, warn};
 
 use super::Shared;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::GroupChild;
+use crate::stops::{STOP_SIGNALS, Stops};
 use crate::transport::client::{Auth, Connector, Target};
 
 /// Between two attempts to reach a node that is not up yet.
@@ -36,7 +36,7 @@ pub(crate) struct Plan {
 
 /// A plain agent: serve until SIGTERM/SIGINT/SIGHUP or a release.
 pub(crate) async fn serve_until_stopped(shared: &Shared) -> Result<i32, Error> {
-    let mut stops = Stops::new()?;
+    let mut stops = Stops::new(STOP_SIGNALS)?;
     tokio::select! {
         sig = stops.next() => info!(?sig, "stopping"),
         () = shared.released.cancelled() => info!("released: stopping"),
@@ -62,13 +62,13 @@ fn target(job: &Job, rank: usize) -> Target {
 }
 
 async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Result<i32, Error> {
-    let mut stops = Stops::new()?;
+    let mut stops = Stops::new(STOP_SIGNALS)?;
     let waiting = wait_for_workers(&plan.job, connector, plan.wait_timeout);
     let ready = tokio::select! {
         ready = waiting => ready,
         sig = stops.next() => {
             info!(?sig, "stopped while waiting for the workers");
-            return Ok(crate::exit_code::from_signal(sig as i32));
+            return Ok(crate::exit_code::from_signal(sig));
         }
     };
     ready?;
@@ -92,7 +92,11 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
             status = child.wait() => break status,
             sig = stops.next() => {
                 signals += 1;
-                let sent = if signals == 1 { sig } else { Signal::SIGKILL };
+                let sent = if signals == 1 {
+                    Signal::try_from(sig).unwrap_or(Signal::SIGTERM)
+                } else {
+                    Signal::SIGKILL
+                };
                 info!(?sent, "forwarding a signal to the job");
                 child.signal(sent);
             }
@@ -197,7 +201,7 @@ async fn release_workers(job: &Job, connector: &Connector) {
 }
 
 async fn worker(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Result<i32, Error> {
-    let mut stops = Stops::new()?;
+    let mut stops = Stops::new(STOP_SIGNALS)?;
     let head = target(&plan.job, 0);
     tokio::select! {
         result = follow_head(&head, connector, plan) => result,
@@ -243,33 +247,6 @@ async fn follow_head(head: &Target, connector: &Connector, plan: &Plan) -> Resul
                 }
                 tokio::time::sleep(RETRY).await;
             }
-        }
-    }
-}
-
-/// SIGTERM, SIGINT and SIGHUP, as one stream.
-struct Stops {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Stops {
-    fn new() -> Result<Self, Error> {
-        let make =
-            |kind| signal(kind).map_err(|e| Error::Failed(format!("cannot handle signals: {e}")));
-        Ok(Stops {
-            term: make(SignalKind::terminate())?,
-            int: make(SignalKind::interrupt())?,
-            hup: make(SignalKind::hangup())?,
-        })
-    }
-
-    async fn next(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.term.recv() => Signal::SIGTERM,
-            _ = self.int.recv() => Signal::SIGINT,
-            _ = self.hup.recv() => Signal::SIGHUP,
         }
     }
 }

@@ -80,19 +80,12 @@ fn listen_addr(args: &AgentArgs, env: &EnvMap) -> Result<SocketAddr, Error> {
     })
 }
 
-fn seconds(value: f64, flag: &str) -> Result<Duration, Error> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| Error::usage(format!("{flag} {value} is not a number of seconds >= 0")))
-}
-
 /// `multinode agent [OPTIONS] [-- JOB...]`
 pub fn main(args: AgentArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode agent")?;
     let listen = listen_addr(&args, &env)?;
-    let grace = seconds(args.grace, "--grace")?;
-    let idle_timeout = seconds(args.idle_timeout, "--idle-timeout")?;
-    let wait_timeout = seconds(args.wait_timeout, "--wait-timeout")?;
+    let (grace, idle_timeout, wait_timeout) = (args.grace, args.idle_timeout, args.wait_timeout);
     // The job's topology is only needed for the lifecycle; a plain agent serves alone.
     let job = if args.job.is_empty() {
         None

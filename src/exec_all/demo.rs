@@ -1,8 +1,186 @@
-//! `multinode demo`: a real multi-node job on one machine.
+//! `multinode demo [--nodes N] [-- CMD...]`: a real multi-node job on this
+//! machine with no setup. Node 0 is this process's machine at 127.0.0.2;
+//! nodes 1.. are `multinode agent`s started on 127.0.0.3, 127.0.0.4, ...
+//! with a fresh job secret, and ended when the run is over (they are
+//! supervised, so they end even if the demo is killed).
 
-use crate::cli::DemoArgs;
+use std::ffi::OsString;
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::script::{Export, Script};
+use super::{RunOptions, run_blocking};
+use crate::cli::{DemoArgs, TopologyArgs};
 use crate::error::Error;
+use crate::topology::EnvMap;
 
-pub fn main(_args: DemoArgs) -> Result<i32, Error> {
-    Err(Error::usage("`multinode demo` is not built yet"))
+const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
+head $MULTINODE_NODE_IP, slots $MULTINODE_TOTAL_SLOTS in all\"";
+
+pub fn main(args: DemoArgs) -> Result<i32, Error> {
+    if !(1..=250).contains(&args.nodes) {
+        return Err(Error::usage(format!(
+            "--nodes {} is out of range: the demo uses 127.0.0.2 to 127.0.0.251 (1 to 250 nodes)",
+            args.nodes
+        )));
+    }
+    if args.slots == 0 {
+        return Err(Error::usage("--slots must be at least 1"));
+    }
+    let hosts: Vec<String> = (0..args.nodes)
+        .map(|i| format!("127.0.0.{}", i + 2))
+        .collect();
+    let secret = fresh_secret()?;
+    let bin = std::env::current_exe()
+        .map_err(|e| Error::Failed(format!("cannot find this program's path: {e}")))?;
+
+    let mut env = EnvMap::from_process();
+    let hostlist = hosts
+        .iter()
+        .map(|h| format!("{h}:{}", args.slots))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (k, v) in [
+        ("MULTINODE_HOSTLIST", hostlist),
+        ("MULTINODE_NODE_RANK", "0".to_string()),
+        ("MULTINODE_SECRET", secret.clone()),
+        ("MULTINODE_AGENT_PORT", args.port.to_string()),
+    ] {
+        env.0.insert(k.to_string(), v);
+    }
+    for k in [
+        "MULTINODE_HOSTLIST_NOSLOTS",
+        "MULTINODE_TOTAL_SLOTS",
+        "MULTINODE_NNODES",
+        "MULTINODE_HEAD",
+        "MULTINODE_NODE_IP",
+        "MULTINODE_LOCAL_IP",
+        "MULTINODE_SSH_WRAPPER",
+        "MULTINODE_RSH_WRAPPER",
+        "MULTINODE_TRANSPORT",
+        "RANK",
+    ] {
+        env.0.remove(k);
+    }
+    let job = crate::env::resolve_job(&TopologyArgs::default(), &env)?;
+
+    let agents = Agents::start(&bin, &hosts[1..], args.port, &secret)?;
+    agents.wait_ready(Duration::from_secs(10))?;
+
+    let command = if args.command.is_empty() {
+        DEFAULT_COMMAND.as_bytes().to_vec()
+    } else {
+        join_words(&args.command)
+    };
+    let options = RunOptions {
+        script: Script::Inline(command),
+        args: Vec::new(),
+        label: args.label,
+        fail_fast: true,
+        grace: Duration::from_secs(3),
+        timeout: None,
+        connect_timeout: Duration::from_secs(10),
+        ranks: None,
+        exclude: Default::default(),
+        export: Export::All,
+        max_connecting: 256,
+        relay: true,
+        forward_stdin: false,
+    };
+    // The secret reaches the agents through their environment; mn-ssh in this
+    // process's children finds it the same way.
+    // SAFETY: single-threaded here: no runtime or other thread exists yet.
+    unsafe {
+        std::env::set_var("MULTINODE_SECRET", &secret);
+        std::env::set_var("MULTINODE_AGENT_PORT", args.port.to_string());
+    }
+    let result = run_blocking(&job, &env, options)?;
+    drop(agents);
+    if result.exit_code != 0 {
+        eprint!("{}", super::report::table(&result));
+    }
+    Ok(result.exit_code)
+}
+
+/// The words of `-- CMD...` joined by spaces, as ssh does.
+fn join_words(words: &[OsString]) -> Vec<u8> {
+    words
+        .iter()
+        .map(|w| w.as_encoded_bytes())
+        .collect::<Vec<_>>()
+        .join(&b' ')
+}
+
+fn fresh_secret() -> Result<String, Error> {
+    use std::io::Read;
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| Error::Failed(format!("cannot read /dev/urandom: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The demo's agents, each under `multinode supervise`; ended on drop.
+struct Agents {
+    children: Vec<(std::process::Child, SocketAddr)>,
+}
+
+impl Agents {
+    fn start(bin: &Path, hosts: &[String], port: u16, secret: &str) -> Result<Self, Error> {
+        let mut children = Vec::new();
+        for host in hosts {
+            let addr: SocketAddr = format!("{host}:{port}")
+                .parse()
+                .expect("a loopback address and a port");
+            let agent: Vec<OsString> = vec![
+                bin.as_os_str().to_os_string(),
+                "agent".into(),
+                "--listen".into(),
+                addr.to_string().into(),
+            ];
+            let mut cmd = crate::supervise::wrap(bin, Duration::from_secs(2), &agent);
+            cmd.env("MULTINODE_SECRET", secret)
+                .env("MULTINODE_AGENT_PORT", port.to_string())
+                .env_remove("MULTINODE_HOSTLIST")
+                .stdin(std::process::Stdio::null());
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+            let child = cmd
+                .spawn()
+                .map_err(|e| Error::Failed(format!("cannot start an agent: {e}")))?;
+            children.push((child, addr));
+        }
+        Ok(Agents { children })
+    }
+
+    fn wait_ready(&self, limit: Duration) -> Result<(), Error> {
+        let start = Instant::now();
+        for (child, addr) in &self.children {
+            while TcpStream::connect_timeout(addr, Duration::from_millis(200)).is_err() {
+                if start.elapsed() > limit {
+                    return Err(Error::Failed(format!(
+                        "the demo's agent on {addr} (pid {}) did not start within {:.0} s; is port {} free?",
+                        child.id(),
+                        limit.as_secs_f64(),
+                        addr.port()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for (child, _) in &self.children {
+            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+            crate::process::signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
+        }
+        for (child, _) in &mut self.children {
+            let _ = child.wait();
+        }
+    }
 }

@@ -1,13 +1,358 @@
-//! exec_all: one script on every node.
+//! exec_all: one script on every node at once, `RANK` set per node.
+//!
+//! - `script`: what each node runs, and the environment it gets.
+//! - `node`: one task per node (local, in-process SSH, or an external wrapper).
+//! - `output`: whole lines from every node through one writer thread.
+//! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
+//! - `report`: the failure table and `--report FILE`.
+//! - `demo`: `multinode demo`, a real multi-node run on one machine.
 
 pub mod demo;
+mod dispatch;
+mod node;
+mod output;
+mod report;
+pub mod script;
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{Semaphore, mpsc};
+
+pub use dispatch::CancelReason;
+use dispatch::{Dispatch, NodeRecord, RunResult};
+use node::{NodeOutcome, NodeTask};
+use script::{Export, MAX_INLINE_SCRIPT, Script};
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::Outcome;
+use crate::topology::EnvMap;
+use crate::transport::client::{Auth, Connector};
+
+/// What every node task shares.
+pub(crate) struct RunCtx {
+    pub script: Script,
+    pub args: Vec<OsString>,
+    /// `script.shell_command(args)`: what a remote shell runs.
+    pub command: Vec<u8>,
+    pub transport: Transport,
+    pub port: u16,
+    pub user: String,
+    /// The head's working directory, for every node.
+    pub cwd: String,
+    pub grace: Duration,
+    /// The `multinode` binary, for `multinode supervise`.
+    pub bin: PathBuf,
+    /// Bounds the connections being set up at once.
+    pub connect_slots: Semaphore,
+}
+
+/// How remote nodes are reached.
+pub(crate) enum Transport {
+    /// In-process russh sessions: to agents (job secret) or sshd (user keys).
+    Native(Connector),
+    /// `WRAPPER HOST COMMAND`, one process per node.
+    External(String),
+}
+
+/// The validated options of a run, whoever asked for it (exec-all, demo, check).
+pub(crate) struct RunOptions {
+    pub script: Script,
+    pub args: Vec<OsString>,
+    pub label: bool,
+    pub fail_fast: bool,
+    pub grace: Duration,
+    pub timeout: Option<Duration>,
+    pub connect_timeout: Duration,
+    pub ranks: Option<BTreeSet<usize>>,
+    pub exclude: BTreeSet<usize>,
+    pub export: Export,
+    pub max_connecting: usize,
+    /// Relay output (false: gather it, for `collect`).
+    pub relay: bool,
+    /// Give exec_all's stdin to the nodes (file and `-c` scripts).
+    pub forward_stdin: bool,
+}
+
+pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let (script, rest) = read_script(&args)?;
+    let job = crate::env::resolve_job(&args.topology, &env)?;
+    let n = job.topology.nodes.len();
+    let options = RunOptions {
+        forward_stdin: matches!(script, Script::Inline(_)),
+        script,
+        args: rest,
+        label: args.label,
+        fail_fast: !args.no_fail_fast,
+        grace: args.grace,
+        timeout: args.timeout,
+        connect_timeout: args.connect_timeout,
+        ranks: args
+            .nodes
+            .as_deref()
+            .map(|s| parse_ranks(s, n, "--nodes"))
+            .transpose()?,
+        exclude: args
+            .exclude
+            .as_deref()
+            .map(|s| parse_ranks(s, n, "--exclude"))
+            .transpose()?
+            .unwrap_or_default(),
+        export: Export::parse(&args.export)?,
+        max_connecting: args.max_connecting.max(1),
+        relay: true,
+    };
+    let report_path = args.report.clone();
+    let result = run_blocking(&job, &env, options)?;
+    if let Some(path) = report_path {
+        let report = report::build(&result);
+        let text = serde_json::to_string_pretty(&report).expect("the report serialises");
+        std::fs::write(&path, text + "\n").map_err(|e| {
+            Error::Failed(format!(
+                "cannot write the report to {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    if result.exit_code != 0 {
+        eprint!("{}", report::table(&result));
+    }
+    Ok(result.exit_code)
+}
+
+/// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.
+fn read_script(args: &ExecAllArgs) -> Result<(Script, Vec<OsString>), Error> {
+    let mut rest = args.script_and_args.clone();
+    let script = if let Some(command) = &args.command {
+        Script::Inline(command.as_encoded_bytes().to_vec())
+    } else {
+        if rest.is_empty() {
+            return Err(Error::usage(
+                "no script given: pass a SCRIPT file, - to read it from stdin, or -c CMD",
+            ));
+        }
+        let first = rest.remove(0);
+        if first == "-" {
+            let mut text = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut text)
+                .map_err(|e| Error::Failed(format!("cannot read the script from stdin: {e}")))?;
+            Script::Stdin(text)
+        } else {
+            let path = PathBuf::from(&first);
+            let text = std::fs::read(&path).map_err(|e| {
+                Error::usage(format!(
+                    "cannot read the script {}: {e} (give a file, - for stdin, or -c CMD)",
+                    path.display()
+                ))
+            })?;
+            Script::Inline(text)
+        }
+    };
+    if let Script::Inline(text) = &script
+        && text.len() > MAX_INLINE_SCRIPT
+    {
+        return Err(Error::usage(format!(
+            "the script is {} bytes; scripts over {} KiB must come on stdin: mn-exec-all - < SCRIPT",
+            text.len(),
+            MAX_INLINE_SCRIPT / 1024
+        )));
+    }
+    Ok((script, rest))
+}
+
+/// `0,2-5` as a set of ranks below `n`.
+fn parse_ranks(spec: &str, n: usize, flag: &str) -> Result<BTreeSet<usize>, Error> {
+    let bad = |why: String| Error::usage(format!("{flag} {spec:?}: {why}; use ranks like 0,2-5"));
+    let mut ranks = BTreeSet::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (part, part),
+        };
+        let lo: usize = lo
+            .parse()
+            .map_err(|_| bad(format!("{part:?} is not a rank")))?;
+        let hi: usize = hi
+            .parse()
+            .map_err(|_| bad(format!("{part:?} is not a rank")))?;
+        if lo > hi {
+            return Err(bad(format!("reversed range {part:?}")));
+        }
+        if hi >= n {
+            return Err(bad(format!("rank {hi} is past the last node ({})", n - 1)));
+        }
+        ranks.extend(lo..=hi);
+    }
+    Ok(ranks)
+}
+
+/// Whether `wrapper` is this program's own `mn-ssh` (then exec_all talks
+/// SSH in-process instead of running it once per node).
+fn is_own_wrapper(wrapper: &str) -> bool {
+    let Ok(exe) = std::env::current_exe() else {
+        return false;
+    };
+    let canon = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+    let wrapper = canon(std::path::Path::new(wrapper));
+    wrapper.is_some()
+        && (wrapper == canon(&exe)
+            || exe
+                .parent()
+                .is_some_and(|dir| wrapper == canon(&dir.join("mn-ssh"))))
+}
+
+fn transport(
+    job: &Job,
+    env: &EnvMap,
+    connect_timeout: Duration,
+) -> Result<(Transport, u16, String), Error> {
+    if !is_own_wrapper(&job.wrapper) && env.get("MULTINODE_TRANSPORT") != Some("agent") {
+        return Ok((Transport::External(job.wrapper.clone()), 0, String::new()));
+    }
+    let probe = crate::transport::ssh_args::SshInvocation {
+        host: job.topology.nodes[0].host.clone(),
+        ..Default::default()
+    };
+    let (connector, target) = crate::transport::ssh::prepare(&probe, env)?;
+    let port = match connector.auth() {
+        Auth::Agent(_) => job.agent_port,
+        Auth::OpenSsh(_) => target.port,
+    };
+    Ok((
+        Transport::Native(connector.with_timeout(connect_timeout)),
+        port,
+        target.user,
+    ))
+}
+
+/// Plans and runs on a fresh runtime; returns when every node has ended.
+pub(crate) fn run_blocking(
+    job: &Job,
+    env: &EnvMap,
+    options: RunOptions,
+) -> Result<RunResult, Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
+    let result = runtime.block_on(run(job, env, options));
+    // A stdin reader may be parked in a blocking read: do not wait for it.
+    runtime.shutdown_background();
+    result
+}
+
+/// Runs `options.script` on the selected nodes of `job`.
+pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<RunResult, Error> {
+    let (transport, port, user) = transport(job, env, options.connect_timeout)?;
+    let cwd = std::env::current_dir()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "/".into());
+    let bin = PathBuf::from(&job.bin);
+    let selected: Vec<usize> = (0..job.topology.nodes.len())
+        .filter(|r| options.ranks.as_ref().is_none_or(|s| s.contains(r)))
+        .filter(|r| !options.exclude.contains(r))
+        .collect();
+    if selected.is_empty() {
+        return Err(Error::usage("--nodes/--exclude leave no node to run on"));
+    }
+    let ctx = Arc::new(RunCtx {
+        command: options.script.shell_command(&options.args),
+        script: options.script,
+        args: options.args,
+        transport,
+        port,
+        user,
+        cwd,
+        grace: options.grace,
+        bin,
+        connect_slots: Semaphore::new(options.max_connecting),
+    });
+    // Like `srun --export=ALL`: the head's variables, minus per-host ones.
+    let head_vars: Vec<(String, String)> =
+        env.0.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let exported = options.export.select(&head_vars);
+    let forward_all = env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
+
+    let (closed_tx, closed_rx) = mpsc::unbounded_channel();
+    let (writer, writer_thread) = output::start(closed_tx);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let mut controls = Vec::new();
+    let mut records = Vec::new();
+    let mut stdin_txs = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for &rank in &selected {
+        let host = job.topology.nodes[rank].host.clone();
+        let local = rank == job.rank;
+        let mut node_env = if local { Vec::new() } else { exported.clone() };
+        node_env.extend(crate::env::contract_for_rank(job, rank));
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let stdin = options.forward_stdin.then(|| {
+            let (tx, rx) = mpsc::channel::<Bytes>(4);
+            stdin_txs.push(tx);
+            rx
+        });
+        let label = options.label.then(|| format!("{rank} {host}: "));
+        let forward = options.relay && (forward_all || rank == 0);
+        let sink = output::NodeSink::new(writer.clone(), label, forward, !options.relay);
+        controls.push(control_tx);
+        records.push(NodeRecord::new(rank, host.clone()));
+        let task = NodeTask {
+            rank,
+            host,
+            env: node_env,
+            events: events_tx.clone(),
+            control: control_rx,
+            stdin,
+            sink,
+            local,
+        };
+        tasks.spawn(node::run(ctx.clone(), task));
+    }
+    drop(events_tx);
+    let stdin_reader = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));
+    let spec = Dispatch {
+        fail_fast: options.fail_fast,
+        grace: options.grace,
+        timeout: options.timeout,
+        progress: options.relay && std::io::stderr().is_terminal(),
+    };
+    let result = dispatch::run(&spec, records, controls, events_rx, closed_rx, writer).await;
+    while tasks.join_next().await.is_some() {}
+    if let Some(reader) = stdin_reader {
+        reader.abort();
+    }
+    // Every sink is gone with its task: the writer thread drains and ends.
+    let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
+    Ok(result)
+}
+
+/// Reads exec_all's stdin and gives every chunk to every node, at the pace of
+/// the slowest; a node that ended is skipped.
+async fn broadcast_stdin(txs: Vec<mpsc::Sender<Bytes>>) {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdin.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let chunk = Bytes::copy_from_slice(&buf[..n]);
+        for tx in &txs {
+            let _ = tx.send(chunk.clone()).await;
+        }
+    }
+}
 
 /// What one node's command left, for callers that gather output instead of relaying it.
 #[derive(Debug, Clone)]
@@ -25,13 +370,71 @@ pub struct NodeCapture {
 /// with the environment contract of each node, and gathers each node's output.
 /// Every node gets at most `timeout`.
 pub async fn collect(
-    _job: &Job,
-    _command: &str,
-    _timeout: Duration,
+    job: &Job,
+    command: &str,
+    timeout: Duration,
 ) -> Result<Vec<NodeCapture>, Error> {
-    Err(Error::usage("exec_all's fan-out is not built yet"))
+    let env = EnvMap::from_process();
+    let options = RunOptions {
+        script: Script::Inline(command.as_bytes().to_vec()),
+        args: Vec::new(),
+        label: false,
+        fail_fast: false,
+        grace: Duration::from_secs(1),
+        timeout: Some(timeout),
+        connect_timeout: timeout,
+        ranks: None,
+        exclude: BTreeSet::new(),
+        export: Export::All,
+        max_connecting: 256,
+        relay: false,
+        forward_stdin: false,
+    };
+    let result = run(job, &env, options).await?;
+    Ok(result
+        .nodes
+        .into_iter()
+        .map(|n| NodeCapture {
+            rank: n.rank,
+            host: n.host,
+            outcome: match n.outcome {
+                Some(NodeOutcome::Finished(outcome)) => Ok(outcome),
+                Some(NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e)) => Err(e),
+                Some(NodeOutcome::NotStarted) | None => Err("not started (timeout)".into()),
+            },
+            stdout: n.stats.captured_out,
+            stderr: n.stats.captured_err,
+        })
+        .collect())
 }
 
-pub fn main(_args: ExecAllArgs) -> Result<i32, Error> {
-    Err(Error::usage("`mn-exec-all` is not built yet"))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_parse_and_are_checked() {
+        assert_eq!(
+            parse_ranks("0,2-4", 5, "--nodes").unwrap(),
+            BTreeSet::from([0, 2, 3, 4])
+        );
+        assert!(
+            parse_ranks("5", 5, "--nodes")
+                .unwrap_err()
+                .to_string()
+                .contains("past the last")
+        );
+        assert!(
+            parse_ranks("3-1", 5, "--nodes")
+                .unwrap_err()
+                .to_string()
+                .contains("reversed")
+        );
+        assert!(
+            parse_ranks("a", 5, "--exclude")
+                .unwrap_err()
+                .to_string()
+                .contains("not a rank")
+        );
+    }
 }

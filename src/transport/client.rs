@@ -215,6 +215,16 @@ impl Connector {
         }
     }
 
+    /// The same, with another connect timeout.
+    pub fn with_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
     /// TCP connect, handshake, server key check and authentication, all
     /// within the connect timeout.
     pub async fn connect(&self, target: &Target) -> Result<Connection, ConnectError> {
@@ -229,7 +239,7 @@ impl Connector {
     }
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
-        let stream = tcp_connect(target).await?;
+        let (stream, peer) = tcp_connect(target).await?;
         let rejection = Arc::new(std::sync::Mutex::new(None));
         let handler = ClientHandler {
             auth: self.auth.clone(),
@@ -304,11 +314,11 @@ impl Connector {
                 }
             }
         }
-        Ok(Connection { handle })
+        Ok(Connection { handle, peer })
     }
 }
 
-async fn tcp_connect(target: &Target) -> Result<TcpStream, ConnectError> {
+async fn tcp_connect(target: &Target) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
         .map_err(|source| ConnectError::Resolve {
@@ -321,7 +331,7 @@ async fn tcp_connect(target: &Target) -> Result<TcpStream, ConnectError> {
         match TcpStream::connect(addr).await {
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
-                return Ok(stream);
+                return Ok((stream, addr));
             }
             Err(e) => last = Some(e),
         }
@@ -335,9 +345,15 @@ async fn tcp_connect(target: &Target) -> Result<TcpStream, ConnectError> {
 /// An authenticated connection.
 pub struct Connection {
     handle: Handle<ClientHandler>,
+    peer: SocketAddr,
 }
 
 impl Connection {
+    /// The address the connection went to.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
     /// Opens a session channel.
     pub async fn open_session(&self) -> Result<Channel<Msg>, russh::Error> {
         self.handle.channel_open_session().await

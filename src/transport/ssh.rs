@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use russh::ChannelMsg;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::signal::unix::{SignalKind, signal};
 use tracing::debug;
 
 use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Target};
@@ -22,6 +21,7 @@ use super::ssh_args::{self, SshInvocation};
 use crate::error::Error;
 use crate::exit_code;
 use crate::keys::{JobKeys, Secret};
+use crate::stops::{FORWARDED_SIGNALS, Stops};
 use crate::topology::EnvMap;
 
 /// Without `-o ConnectTimeout`, a connection must be up within this time.
@@ -247,7 +247,7 @@ pub async fn run(
         })
     };
 
-    let mut stops = Stops::new()?;
+    let mut stops = Stops::new(FORWARDED_SIGNALS)?;
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
     let mut code: Option<i32> = None;
@@ -302,40 +302,4 @@ pub async fn run(
 
 fn lost(target: &Target, detail: &str) -> Error {
     Error::Connection(format!("connection to {target} lost: {detail}"))
-}
-
-/// The signals `mn-ssh` forwards, as one stream of numbers.
-struct Stops {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    quit: tokio::signal::unix::Signal,
-    usr1: tokio::signal::unix::Signal,
-    usr2: tokio::signal::unix::Signal,
-}
-
-impl Stops {
-    fn new() -> Result<Self, Error> {
-        let make =
-            |kind| signal(kind).map_err(|e| Error::Failed(format!("cannot handle signals: {e}")));
-        Ok(Stops {
-            int: make(SignalKind::interrupt())?,
-            term: make(SignalKind::terminate())?,
-            hup: make(SignalKind::hangup())?,
-            quit: make(SignalKind::quit())?,
-            usr1: make(SignalKind::user_defined1())?,
-            usr2: make(SignalKind::user_defined2())?,
-        })
-    }
-
-    async fn next(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-            _ = self.quit.recv() => libc::SIGQUIT,
-            _ = self.usr1.recv() => libc::SIGUSR1,
-            _ = self.usr2.recv() => libc::SIGUSR2,
-        }
-    }
 }

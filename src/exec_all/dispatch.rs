@@ -1,0 +1,268 @@
+//! The dispatcher: the one owner of a run. A single `select!` over node
+//! events, signals and timers decides when the run ends and why.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::node::{Control, End, Event, NodeOutcome};
+use super::output::{OutputStats, Writer};
+use crate::exit_code;
+use crate::stops::{STOP_SIGNALS, Stops};
+
+/// Why the run is ending early. Ordered: the most serious reason wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CancelReason {
+    /// A node failed and fail-fast is on.
+    NodeFailed,
+    /// stdout was closed (`| head`).
+    OutputClosed,
+    /// `--timeout` expired.
+    Timeout,
+    /// exec_all got this signal, which it passed on.
+    Signal(i32),
+    /// A second signal: SIGKILL for everyone.
+    SecondSignal,
+}
+
+/// What the dispatcher keeps of each node.
+#[derive(Debug, Clone)]
+pub struct NodeRecord {
+    pub rank: usize,
+    pub host: String,
+    pub address: Option<String>,
+    pub started: Option<SystemTime>,
+    pub ended: Option<SystemTime>,
+    pub outcome: Option<NodeOutcome>,
+    pub stats: OutputStats,
+}
+
+impl NodeRecord {
+    pub fn new(rank: usize, host: String) -> Self {
+        NodeRecord {
+            rank,
+            host,
+            address: None,
+            started: None,
+            ended: None,
+            outcome: None,
+            stats: OutputStats::default(),
+        }
+    }
+
+    pub fn duration(&self) -> Option<Duration> {
+        Some(
+            self.ended?
+                .duration_since(self.started?)
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunResult {
+    pub exit_code: i32,
+    pub cancelled: Option<CancelReason>,
+    /// The rank whose failure decided the exit code.
+    pub first_failure: Option<usize>,
+    pub nodes: Vec<NodeRecord>,
+    pub started: SystemTime,
+}
+
+pub struct Dispatch {
+    pub fail_fast: bool,
+    pub grace: Duration,
+    pub timeout: Option<Duration>,
+    pub progress: bool,
+}
+
+/// Escalation once the run is ending: signal, then SIGKILL, then abandon.
+enum Phase {
+    Running,
+    /// The first signal was sent; SIGKILL follows at the deadline.
+    Terminating(Instant),
+    /// SIGKILL was sent; nodes still there at the deadline are abandoned.
+    Killing(Instant),
+    Abandoned,
+}
+
+pub async fn run(
+    spec: &Dispatch,
+    mut nodes: Vec<NodeRecord>,
+    controls: Vec<mpsc::UnboundedSender<Control>>,
+    mut events: mpsc::UnboundedReceiver<(usize, Event)>,
+    mut output_closed: mpsc::UnboundedReceiver<()>,
+    writer: Writer,
+) -> RunResult {
+    let started = SystemTime::now();
+    let index: std::collections::HashMap<usize, usize> =
+        nodes.iter().enumerate().map(|(i, n)| (n.rank, i)).collect();
+    let mut remaining = nodes.len();
+    let mut running = 0usize;
+    let mut first_failure: Option<usize> = None;
+    let mut cancelled: Option<CancelReason> = None;
+    let mut phase = Phase::Running;
+    let mut stops = Stops::new(STOP_SIGNALS).ok();
+    let timeout_at = spec.timeout.map(|t| Instant::now() + t);
+    let mut progress = tokio::time::interval(Duration::from_millis(100));
+    let mut progress_on = spec.progress && nodes.len() > 1;
+    let kill_grace = spec.grace.max(Duration::from_millis(100));
+
+    // Sends `control` to every node that has not ended.
+    let broadcast = |nodes: &[NodeRecord], control: Control| {
+        for (i, node) in nodes.iter().enumerate() {
+            if node.outcome.is_none() {
+                let _ = controls[i].send(control);
+            }
+        }
+    };
+
+    while remaining > 0 {
+        let deadline = match phase {
+            Phase::Terminating(at) | Phase::Killing(at) => Some(at),
+            Phase::Running | Phase::Abandoned => None,
+        };
+        let escalate = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let timed_out = async {
+            match timeout_at {
+                Some(at) if cancelled.is_none() => tokio::time::sleep_until(at).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let signal = async {
+            match stops.as_mut() {
+                Some(stops) => stops.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut reason: Option<CancelReason> = None;
+        tokio::select! {
+            Some((rank, event)) = events.recv() => {
+                let node = &mut nodes[index[&rank]];
+                match event {
+                    Event::Started { address } => {
+                        node.started = Some(SystemTime::now());
+                        node.address = address;
+                        running += 1;
+                    }
+                    Event::Ended(End { outcome, stats, ended }) => {
+                        debug!(rank, host = %node.host, ?outcome, "node ended");
+                        if node.started.is_none() {
+                            node.started = Some(ended);
+                        }
+                        node.ended = Some(ended);
+                        node.stats = stats;
+                        let failed = !outcome.success();
+                        node.outcome = Some(outcome);
+                        remaining -= 1;
+                        if failed && first_failure.is_none() && cancelled.is_none() {
+                            first_failure = Some(rank);
+                            if spec.fail_fast {
+                                reason = Some(CancelReason::NodeFailed);
+                            }
+                        }
+                    }
+                }
+            }
+            signo = signal => {
+                reason = Some(if matches!(cancelled, Some(CancelReason::Signal(_)) | Some(CancelReason::SecondSignal)) {
+                    CancelReason::SecondSignal
+                } else {
+                    CancelReason::Signal(signo)
+                });
+            }
+            () = timed_out => reason = Some(CancelReason::Timeout),
+            Some(()) = output_closed.recv() => reason = Some(CancelReason::OutputClosed),
+            () = escalate => {
+                phase = match phase {
+                    Phase::Terminating(_) => {
+                        info!("grace period over: SIGKILL to every node still running");
+                        broadcast(&nodes, Control::Signal(libc::SIGKILL));
+                        Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)))
+                    }
+                    _ => {
+                        info!("nodes still there after SIGKILL: abandoning them");
+                        broadcast(&nodes, Control::Abandon);
+                        Phase::Abandoned
+                    }
+                };
+            }
+            _ = progress.tick(), if progress_on => {
+                let connecting = nodes.len() - running;
+                if connecting == 0 {
+                    progress_on = false;
+                    writer.progress(String::new()).await;
+                } else {
+                    writer.progress(format!(
+                        "mn-exec-all: {running}/{} nodes started, {connecting} connecting",
+                        nodes.len()
+                    )).await;
+                }
+            }
+        }
+        if let Some(reason) = reason
+            && cancelled.is_none_or(|c| reason > c)
+        {
+            let first = cancelled.is_none();
+            cancelled = Some(reason);
+            match reason {
+                CancelReason::SecondSignal => {
+                    info!("second signal: SIGKILL to every node");
+                    broadcast(&nodes, Control::Signal(libc::SIGKILL));
+                    phase = Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)));
+                }
+                CancelReason::Signal(signo) => {
+                    info!(signo, "passing the signal on to every node");
+                    broadcast(&nodes, Control::Signal(signo));
+                    if first {
+                        phase = Phase::Terminating(Instant::now() + spec.grace);
+                    }
+                }
+                _ if first => {
+                    info!(?reason, "ending the run: SIGTERM to every node");
+                    broadcast(&nodes, Control::Signal(libc::SIGTERM));
+                    phase = Phase::Terminating(Instant::now() + spec.grace);
+                }
+                _ => {}
+            }
+        }
+    }
+    if progress_on {
+        writer.progress(String::new()).await;
+    }
+
+    let failure_code = first_failure.map(|rank| {
+        nodes[index[&rank]]
+            .outcome
+            .as_ref()
+            .map(NodeOutcome::exit_code)
+            .unwrap_or(exit_code::CONNECTION_FAILED)
+    });
+    let exit_code = match cancelled {
+        Some(CancelReason::Timeout) => exit_code::TIMEOUT,
+        Some(CancelReason::Signal(signo)) => failure_code.unwrap_or(exit_code::from_signal(signo)),
+        Some(CancelReason::SecondSignal) => {
+            failure_code.unwrap_or(exit_code::from_signal(libc::SIGKILL))
+        }
+        Some(CancelReason::OutputClosed) => {
+            failure_code.unwrap_or(exit_code::from_signal(libc::SIGPIPE))
+        }
+        Some(CancelReason::NodeFailed) | None => failure_code.unwrap_or(exit_code::SUCCESS),
+    };
+    RunResult {
+        exit_code,
+        cancelled,
+        first_failure,
+        nodes,
+        started,
+    }
+}

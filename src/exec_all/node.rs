@@ -1,0 +1,375 @@
+//! One task per node. A node runs the script locally (this machine), through
+//! an agent or sshd in-process (a russh session, no process per node), or
+//! through an external wrapper (`WRAPPER HOST COMMAND`). Each task reports to
+//! the dispatcher by events that carry its rank, and takes its orders
+//! (signals, abandon) from its own control channel.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use russh::ChannelMsg;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::output::{NodeSink, OutputStats, Stream};
+use super::{RunCtx, Transport};
+use crate::process::{GroupChild, Outcome};
+use crate::transport::client::Target;
+use crate::transport::signals::{signal_number, signal_to_sig};
+
+/// How long the pipes of a local command may stay open after it exited.
+const PIPE_GRACE: Duration = Duration::from_secs(1);
+
+/// What a node task tells the dispatcher.
+#[derive(Debug)]
+pub enum Event {
+    /// The connection is up (remote) or the process spawned (local).
+    Started {
+        address: Option<String>,
+    },
+    Ended(End),
+}
+
+#[derive(Debug)]
+pub struct End {
+    pub outcome: NodeOutcome,
+    pub stats: OutputStats,
+    pub ended: SystemTime,
+}
+
+/// How a node's part of the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeOutcome {
+    Finished(Outcome),
+    /// Never connected.
+    Unreachable(String),
+    /// Connected, then lost (keepalive, reset, agent gone) without an exit status.
+    Lost(String),
+    /// Stopped before it started (the run was already ending).
+    NotStarted,
+}
+
+impl NodeOutcome {
+    pub fn success(&self) -> bool {
+        matches!(self, NodeOutcome::Finished(o) if o.success())
+    }
+
+    /// The code exec_all exits with when this is the first failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            NodeOutcome::Finished(o) => o.shell_code(),
+            NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_) | NodeOutcome::NotStarted => {
+                crate::exit_code::CONNECTION_FAILED
+            }
+        }
+    }
+}
+
+/// Orders from the dispatcher.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    /// Send this signal to the node's process group.
+    Signal(i32),
+    /// Give up on the node: close its connection or kill its local group.
+    Abandon,
+}
+
+/// Everything one node task needs.
+pub struct NodeTask {
+    pub rank: usize,
+    pub host: String,
+    pub env: Vec<(String, String)>,
+    pub events: mpsc::UnboundedSender<(usize, Event)>,
+    pub control: mpsc::UnboundedReceiver<Control>,
+    pub stdin: Option<mpsc::Receiver<Bytes>>,
+    pub sink: NodeSink,
+    pub local: bool,
+}
+
+impl NodeTask {
+    fn send(&self, event: Event) {
+        // The dispatcher outlives every node task; a closed channel means it gave up.
+        let _ = self.events.send((self.rank, event));
+    }
+
+    fn end(self, outcome: NodeOutcome) {
+        let end = End {
+            outcome,
+            stats: self.sink.stats.clone(),
+            ended: SystemTime::now(),
+        };
+        let _ = self.events.send((self.rank, Event::Ended(end)));
+    }
+}
+
+pub async fn run(ctx: Arc<RunCtx>, task: NodeTask) {
+    if task.local {
+        run_local(ctx, task).await;
+        return;
+    }
+    match &ctx.transport {
+        Transport::Native(_) => run_native(ctx, task).await,
+        Transport::External(_) => run_local(ctx, task).await,
+    }
+}
+
+/// A node's stdin: the script (for `-`), then exec_all's stdin (for a file
+/// or `-c`), then EOF.
+struct StdinSource {
+    prefix: Option<Bytes>,
+    rx: Option<mpsc::Receiver<Bytes>>,
+}
+
+impl StdinSource {
+    fn new(ctx: &RunCtx, rx: Option<mpsc::Receiver<Bytes>>) -> Self {
+        StdinSource {
+            prefix: ctx.script.stdin_prefix().map(Bytes::copy_from_slice),
+            rx,
+        }
+    }
+
+    async fn next(&mut self) -> Option<Bytes> {
+        if let Some(prefix) = self.prefix.take() {
+            return Some(prefix);
+        }
+        self.rx.as_mut()?.recv().await
+    }
+}
+
+async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
+    let Transport::Native(connector) = &ctx.transport else {
+        unreachable!("run_native is only called for the native transport")
+    };
+    let target = Target {
+        host: task.host.clone(),
+        port: ctx.port,
+        user: ctx.user.clone(),
+    };
+    let connected = {
+        let _slot = tokio::select! {
+            slot = ctx.connect_slots.acquire() => slot.expect("the semaphore is never closed"),
+            ctl = task.control.recv() => {
+                debug!(rank = task.rank, ?ctl, "stopped before connecting");
+                return task.end(NodeOutcome::NotStarted);
+            }
+        };
+        tokio::select! {
+            conn = connector.connect(&target) => conn,
+            ctl = task.control.recv() => {
+                debug!(rank = task.rank, ?ctl, "stopped while connecting");
+                return task.end(NodeOutcome::NotStarted);
+            }
+        }
+    };
+    let conn = match connected {
+        Ok(conn) => conn,
+        Err(e) => return task.end(NodeOutcome::Unreachable(e.to_string())),
+    };
+    let mut env = task.env.clone();
+    env.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
+    let channel = match conn.exec(&ctx.command, &env).await {
+        Ok(channel) => channel,
+        Err(e) => return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}"))),
+    };
+    task.send(Event::Started {
+        address: Some(conn.peer().to_string()),
+    });
+    let (mut rx, tx) = channel.split();
+    let tx = Arc::new(tx);
+    let stdin = {
+        let tx = tx.clone();
+        let mut source = StdinSource::new(&ctx, task.stdin.take());
+        tokio::spawn(async move {
+            while let Some(chunk) = source.next().await {
+                if tx.data_bytes(chunk).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx.eof().await;
+        })
+    };
+    let mut status = None;
+    let mut abandoned = false;
+    loop {
+        tokio::select! {
+            msg = rx.wait() => match msg {
+                Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
+                Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
+                Some(ChannelMsg::ExitStatus { exit_status }) => {
+                    status = Some(Outcome::Exited(exit_status as i32));
+                }
+                Some(ChannelMsg::ExitSignal { signal_name, core_dumped, .. }) => {
+                    let signal = signal_number(&signal_name).map(|s| s as i32).unwrap_or(0);
+                    status = Some(Outcome::Signaled { signal, core_dumped });
+                }
+                Some(ChannelMsg::Close) | None => break,
+                Some(_) => {}
+            },
+            ctl = task.control.recv() => match ctl {
+                Some(Control::Signal(signo)) => {
+                    let _ = tx.signal(signal_to_sig(signo)).await;
+                }
+                Some(Control::Abandon) | None => {
+                    abandoned = true;
+                    break;
+                }
+            },
+        }
+    }
+    stdin.abort();
+    task.sink.finish().await;
+    // Closing the connection makes the agent end whatever is left of the group.
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+    let outcome = match status {
+        Some(outcome) => NodeOutcome::Finished(outcome),
+        None if abandoned => NodeOutcome::Lost("abandoned: it did not end after SIGKILL".into()),
+        None => {
+            NodeOutcome::Lost("connection lost (no keepalive answer, or the agent ended)".into())
+        }
+    };
+    task.end(outcome);
+}
+
+/// The local node, or a node reached through an external wrapper: a local
+/// process under `multinode supervise`, so it ends if exec_all is killed.
+async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
+    let mut argv: Vec<OsString> = Vec::new();
+    if task.local {
+        argv.extend(ctx.script.local_argv(&ctx.args));
+    } else {
+        let Transport::External(wrapper) = &ctx.transport else {
+            unreachable!("remote nodes run locally only through an external wrapper")
+        };
+        let command = super::script::wrapped_command(&ctx.command, ctx.cwd.as_bytes(), &task.env);
+        argv.push(wrapper.clone().into());
+        argv.push(task.host.clone().into());
+        argv.push(std::ffi::OsStr::from_bytes(&command).to_os_string());
+    }
+    let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
+    let mut cmd = tokio::process::Command::from(supervised);
+    if task.local {
+        cmd.envs(task.env.iter().map(|(k, v)| (k, v)));
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match GroupChild::spawn(&mut cmd) {
+        Ok(child) => child,
+        Err(e) => {
+            return task.end(NodeOutcome::Unreachable(format!(
+                "cannot start {}: {e}",
+                ctx.bin.display()
+            )));
+        }
+    };
+    task.send(Event::Started { address: None });
+    let pgid = child.pgid();
+    let stdin_pipe = child.child_mut().stdin.take();
+    let out = child.child_mut().stdout.take();
+    let err = child.child_mut().stderr.take();
+    let stdin = {
+        let mut source = StdinSource::new(&ctx, task.stdin.take());
+        tokio::spawn(async move {
+            let Some(mut pipe) = stdin_pipe else { return };
+            while let Some(chunk) = source.next().await {
+                if pipe.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let mut out = Pipe::new(out);
+    let mut err = Pipe::new(err);
+    let mut status = None;
+    let mut exited_at = None;
+    let mut abandoned = false;
+    loop {
+        if status.is_some() && out.done && err.done {
+            break;
+        }
+        let grace_over = async {
+            match exited_at {
+                Some(at) => tokio::time::sleep_until(at + PIPE_GRACE).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            chunk = out.read(), if !out.done => {
+                if let Some(chunk) = chunk { task.sink.feed(Stream::Out, &chunk).await; }
+            }
+            chunk = err.read(), if !err.done => {
+                if let Some(chunk) = chunk { task.sink.feed(Stream::Err, &chunk).await; }
+            }
+            result = child.wait(), if status.is_none() => {
+                status = Some(result.unwrap_or(Outcome::Exited(1)));
+                exited_at = Some(tokio::time::Instant::now());
+            }
+            () = grace_over => {
+                // Something left in the group holds the pipes: end it, read what is left.
+                crate::process::end_group(pgid, ctx.grace).await;
+                exited_at = None;
+                if !(out.done && err.done) {
+                    out.done = true;
+                    err.done = true;
+                }
+            }
+            ctl = task.control.recv() => match ctl {
+                Some(Control::Signal(signo)) => {
+                    if let Ok(sig) = nix::sys::signal::Signal::try_from(signo) {
+                        child.signal(sig);
+                    }
+                }
+                Some(Control::Abandon) | None => {
+                    child.signal(nix::sys::signal::Signal::SIGKILL);
+                    abandoned = true;
+                    break;
+                }
+            },
+        }
+    }
+    stdin.abort();
+    task.sink.finish().await;
+    if abandoned && status.is_none() {
+        status = child.wait().await.ok();
+    }
+    crate::process::end_group(pgid, ctx.grace).await;
+    child.disarm();
+    let outcome = match status {
+        Some(outcome) => NodeOutcome::Finished(outcome),
+        None => NodeOutcome::Lost("the local process could not be waited for".into()),
+    };
+    task.end(outcome);
+}
+
+/// A child's pipe read in chunks; `done` once it reached EOF.
+struct Pipe<R> {
+    reader: Option<R>,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl<R: AsyncRead + Unpin> Pipe<R> {
+    fn new(reader: Option<R>) -> Self {
+        Pipe {
+            done: reader.is_none(),
+            reader,
+            buf: vec![0u8; 64 * 1024],
+        }
+    }
+
+    async fn read(&mut self) -> Option<Vec<u8>> {
+        let reader = self.reader.as_mut()?;
+        match reader.read(&mut self.buf).await {
+            Ok(0) | Err(_) => {
+                self.done = true;
+                None
+            }
+            Ok(n) => Some(self.buf[..n].to_vec()),
+        }
+    }
+}

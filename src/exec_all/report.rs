@@ -1,0 +1,286 @@
+//! The run's report: a table on stderr when the run failed, and `--report
+//! FILE` as JSON (written whatever the outcome).
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::dispatch::{CancelReason, NodeRecord, RunResult};
+use super::node::NodeOutcome;
+use crate::process::{Outcome, signal_name};
+
+/// Above this many nodes, the table lists only those that did not succeed.
+const FULL_TABLE_MAX: usize = 32;
+
+/// One node in `--report FILE`.
+#[derive(Debug, Serialize)]
+pub struct NodeReport {
+    pub rank: usize,
+    pub host: String,
+    pub address: Option<String>,
+    /// `ok`, `failed`, `killed`, `unreachable`, `lost`, `not-started`.
+    pub status: &'static str,
+    /// Exit code, when the script exited.
+    pub exit: Option<i32>,
+    /// Signal name, when the script was killed by one (`SIGTERM`).
+    pub signal: Option<String>,
+    /// Why a node was unreachable or lost.
+    pub error: Option<String>,
+    /// Seconds since the UNIX epoch.
+    pub started: Option<f64>,
+    pub ended: Option<f64>,
+    pub duration_s: Option<f64>,
+    pub bytes_out: u64,
+    pub bytes_err: u64,
+    pub last_lines: Vec<String>,
+}
+
+/// `--report FILE`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub exit_code: i32,
+    /// Why the run ended early, if it did.
+    pub cancelled: Option<CancelReason>,
+    pub first_failure: Option<usize>,
+    pub started: f64,
+    pub nodes: Vec<NodeReport>,
+}
+
+fn epoch(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+fn status(outcome: Option<&NodeOutcome>) -> &'static str {
+    match outcome {
+        Some(NodeOutcome::Finished(Outcome::Exited(0))) => "ok",
+        Some(NodeOutcome::Finished(Outcome::Exited(_))) => "failed",
+        Some(NodeOutcome::Finished(Outcome::Signaled { .. })) => "killed",
+        Some(NodeOutcome::Unreachable(_)) => "unreachable",
+        Some(NodeOutcome::Lost(_)) => "lost",
+        Some(NodeOutcome::NotStarted) | None => "not-started",
+    }
+}
+
+fn describe(outcome: Option<&NodeOutcome>) -> String {
+    match outcome {
+        Some(NodeOutcome::Finished(o)) => o.to_string(),
+        Some(NodeOutcome::Unreachable(e)) => format!("unreachable: {e}"),
+        Some(NodeOutcome::Lost(e)) => format!("lost: {e}"),
+        Some(NodeOutcome::NotStarted) | None => "not started".into(),
+    }
+}
+
+pub fn build(result: &RunResult) -> Report {
+    let nodes = result
+        .nodes
+        .iter()
+        .map(|n| {
+            let (exit, signal, error) = match &n.outcome {
+                Some(NodeOutcome::Finished(Outcome::Exited(code))) => (Some(*code), None, None),
+                Some(NodeOutcome::Finished(Outcome::Signaled { signal, .. })) => {
+                    (None, Some(signal_name(*signal)), None)
+                }
+                Some(NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e)) => {
+                    (None, None, Some(e.clone()))
+                }
+                Some(NodeOutcome::NotStarted) | None => (None, None, None),
+            };
+            NodeReport {
+                rank: n.rank,
+                host: n.host.clone(),
+                address: n.address.clone(),
+                status: status(n.outcome.as_ref()),
+                exit,
+                signal,
+                error,
+                started: n.started.map(epoch),
+                ended: n.ended.map(epoch),
+                duration_s: n.duration().map(|d| d.as_secs_f64()),
+                bytes_out: n.stats.bytes_out,
+                bytes_err: n.stats.bytes_err,
+                last_lines: n.stats.tail.iter().cloned().collect(),
+            }
+        })
+        .collect();
+    Report {
+        exit_code: result.exit_code,
+        cancelled: result.cancelled,
+        first_failure: result.first_failure,
+        started: epoch(result.started),
+        nodes,
+    }
+}
+
+/// The table printed on stderr when the run failed.
+pub fn table(result: &RunResult) -> String {
+    let mut out = String::new();
+    let total = result.nodes.len();
+    let failed = result
+        .nodes
+        .iter()
+        .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
+        .count();
+    let headline = match (result.cancelled, result.first_failure) {
+        (_, Some(rank)) => {
+            let node = result.nodes.iter().find(|n| n.rank == rank);
+            format!(
+                "rank {rank} ({}) {} first",
+                node.map(|n| n.host.as_str()).unwrap_or("?"),
+                describe(node.and_then(|n| n.outcome.as_ref()))
+            )
+        }
+        (Some(CancelReason::Timeout), None) => "--timeout expired".into(),
+        (Some(CancelReason::Signal(s)), None) => format!("stopped by {}", signal_name(s)),
+        (Some(CancelReason::SecondSignal), None) => "stopped by a second signal (SIGKILL)".into(),
+        (Some(CancelReason::OutputClosed), None) => "stdout was closed".into(),
+        (Some(CancelReason::NodeFailed), None) | (None, None) => "failed".into(),
+    };
+    let _ = writeln!(
+        out,
+        "mn-exec-all: {failed} of {total} nodes did not succeed; {headline}; exit code {}",
+        result.exit_code
+    );
+    let rows: Vec<&NodeRecord> = result
+        .nodes
+        .iter()
+        .filter(|n| {
+            total <= FULL_TABLE_MAX || !n.outcome.as_ref().is_some_and(NodeOutcome::success)
+        })
+        .collect();
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|n| {
+            [
+                n.rank.to_string(),
+                n.host.clone(),
+                describe(n.outcome.as_ref()),
+                n.duration()
+                    .map(|d| format!("{:.1}s", d.as_secs_f64()))
+                    .unwrap_or_else(|| "-".into()),
+                n.stats.tail.back().cloned().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let header = ["RANK", "HOST", "STATUS", "TIME", "LAST OUTPUT"];
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, cell) in widths.iter_mut().zip(row.iter()).take(4) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let mut s = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i < 4 {
+                let _ = write!(s, "{cell:<w$}  ", w = widths[i]);
+            } else {
+                s.push_str(cell);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(header));
+    for row in &cells {
+        let _ = writeln!(
+            out,
+            "{}",
+            line([&row[0], &row[1], &row[2], &row[3], &row[4]])
+        );
+    }
+    if rows.len() < total {
+        let _ = writeln!(
+            out,
+            "({} nodes succeeded and are not listed)",
+            total - rows.len()
+        );
+    }
+    if let Some(node) = result
+        .first_failure
+        .and_then(|r| result.nodes.iter().find(|n| n.rank == r))
+        && node.stats.tail.len() > 1
+    {
+        let _ = writeln!(out, "last lines of rank {} ({}):", node.rank, node.host);
+        for l in &node.stats.tail {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn record(rank: usize, outcome: NodeOutcome, tail: &[&str]) -> NodeRecord {
+        let mut n = NodeRecord::new(rank, format!("node{rank}"));
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
+        n.started = Some(t0);
+        n.ended = Some(t0 + Duration::from_millis(1500));
+        n.outcome = Some(outcome);
+        n.stats.tail = tail.iter().map(|s| s.to_string()).collect();
+        n.stats.bytes_out = 10;
+        n
+    }
+
+    fn result() -> RunResult {
+        RunResult {
+            exit_code: 3,
+            cancelled: Some(CancelReason::NodeFailed),
+            first_failure: Some(1),
+            started: UNIX_EPOCH + Duration::from_secs(1_000),
+            nodes: vec![
+                record(
+                    0,
+                    NodeOutcome::Finished(Outcome::Signaled {
+                        signal: 15,
+                        core_dumped: false,
+                    }),
+                    &["working"],
+                ),
+                record(
+                    1,
+                    NodeOutcome::Finished(Outcome::Exited(3)),
+                    &["step 1", "error: disk full"],
+                ),
+                record(2, NodeOutcome::Lost("connection lost".into()), &[]),
+            ],
+        }
+    }
+
+    #[test]
+    fn table_names_the_first_failure_and_every_node() {
+        let table = table(&result());
+        let expected = "\
+mn-exec-all: 3 of 3 nodes did not succeed; rank 1 (node1) exit 3 first; exit code 3
+RANK  HOST   STATUS                 TIME  LAST OUTPUT
+0     node0  killed by SIGTERM      1.5s  working
+1     node1  exit 3                 1.5s  error: disk full
+2     node2  lost: connection lost  1.5s
+last lines of rank 1 (node1):
+  step 1
+  error: disk full
+";
+        assert_eq!(table, expected);
+    }
+
+    #[test]
+    fn json_report_has_every_field() {
+        let report = serde_json::to_value(build(&result())).unwrap();
+        assert_eq!(report["exit_code"], 3);
+        assert_eq!(report["cancelled"], "node-failed");
+        let n0 = &report["nodes"][0];
+        assert_eq!(n0["signal"], "SIGTERM");
+        assert_eq!(n0["status"], "killed");
+        assert_eq!(n0["exit"], serde_json::Value::Null);
+        assert_eq!(report["nodes"][1]["exit"], 3);
+        assert_eq!(report["nodes"][2]["status"], "lost");
+        assert_eq!(report["nodes"][2]["error"], "connection lost");
+        assert_eq!(n0["duration_s"], 1.5);
+        assert_eq!(n0["started"], 1000.0);
+        assert_eq!(n0["bytes_out"], 10);
+    }
+}

@@ -1,0 +1,189 @@
+//! `multinode supervise [--grace S] -- COMMAND...`: the parent of every command
+//! `multinode` starts on its own machine (exec_all's local node, an external
+//! wrapper per node, the demo's agents).
+//!
+//! Its caller spawns it as the leader of a new process group; it runs COMMAND
+//! in that same group and waits. Signals for the command are sent by the
+//! caller to the whole group (the supervisor ignores them). If the caller
+//! dies, even by SIGKILL, the supervisor ends the group: SIGTERM, the grace
+//! period, SIGKILL. It exits as COMMAND did (same code, or same signal).
+//!
+//! It is a plain single-threaded program (no async runtime), so the
+//! parent-death signal and signal masks behave as documented.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, SigHandler, SigSet, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgrp, getppid};
+
+use crate::cli::SuperviseArgs;
+use crate::error::Error;
+
+/// The signals a caller forwards to the group; the supervisor itself ignores them.
+const FORWARDED: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGPIPE,
+];
+
+/// How often the supervisor checks that its parent is still there, in case
+/// the parent-death signal was lost (the parent thread ended earlier).
+const PARENT_CHECK: Duration = Duration::from_millis(500);
+
+/// The argv that runs `command` under a supervisor.
+pub fn wrap(bin: &std::path::Path, grace: Duration, command: &[OsString]) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("supervise")
+        .arg("--grace")
+        .arg(format!("{:.3}", grace.as_secs_f64()))
+        .arg("--")
+        .args(command);
+    cmd
+}
+
+pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
+    let grace = args.grace;
+    let parent = getppid();
+    let pdeath = parent_death_signal();
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, pdeath as libc::c_ulong, 0, 0, 0);
+    }
+    if getppid() != parent {
+        // The parent died before the prctl took effect.
+        return Ok(crate::exit_code::CONNECTION_FAILED);
+    }
+    // SAFETY: a zeroed sigset_t is initialised by sigemptyset before use; the
+    // calls only touch that set and this thread's mask.
+    let waited = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigaddset(&mut set, pdeath);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    for sig in FORWARDED {
+        // SAFETY: ignoring a signal installs no handler code.
+        unsafe {
+            let _ = signal::signal(sig, SigHandler::SigIgn);
+        }
+    }
+
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    // SAFETY: between fork and exec the child only resets signal state
+    // (async-signal-safe calls).
+    unsafe {
+        cmd.pre_exec(|| {
+            reset_child_signals();
+            Ok(())
+        });
+    }
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!(
+                "multinode: error: cannot run {}: {e}",
+                program.to_string_lossy()
+            );
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                crate::exit_code::CANNOT_EXECUTE
+            });
+        }
+    };
+    let child = Pid::from_raw(child.id() as i32);
+    loop {
+        match wait_signal(&waited, PARENT_CHECK) {
+            Some(sig) if sig == libc::SIGCHLD => {
+                if let Some(code) = reap(child) {
+                    return Ok(code);
+                }
+            }
+            Some(sig) if sig == pdeath => end_group(child, grace),
+            _ => {
+                if getppid() != parent {
+                    end_group(child, grace);
+                }
+            }
+        }
+    }
+}
+
+/// SIGRTMIN+1: never among the signals callers forward to the group.
+fn parent_death_signal() -> i32 {
+    libc::SIGRTMIN() + 1
+}
+
+fn reset_child_signals() {
+    // SAFETY: all async-signal-safe; run in the child before exec.
+    unsafe {
+        for signo in 1..libc::SIGRTMAX() {
+            if signo != libc::SIGKILL && signo != libc::SIGSTOP {
+                libc::signal(signo, libc::SIG_DFL);
+            }
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: set and ts are valid for the call; info may be null.
+    let sig = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (sig > 0).then_some(sig)
+}
+
+/// The command's exit as a code for us to exit with; signals are re-raised.
+fn reap(child: Pid) -> Option<i32> {
+    match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some(code),
+        Ok(WaitStatus::Signaled(_, sig, _)) => {
+            // Die of the same signal, so our caller sees what the command saw.
+            // SAFETY: restoring the default action before raising it.
+            unsafe {
+                let _ = signal::signal(sig, SigHandler::SigDfl);
+            }
+            let mut set = SigSet::empty();
+            set.add(sig);
+            let _ = set.thread_unblock();
+            let _ = signal::raise(sig);
+            Some(crate::exit_code::from_signal(sig as i32))
+        }
+        Ok(_) | Err(_) => None,
+    }
+}
+
+/// The caller is gone: end the whole group, this process last.
+fn end_group(child: Pid, grace: Duration) -> ! {
+    let group = getpgrp();
+    let _ = signal::killpg(group, Signal::SIGTERM);
+    let start = Instant::now();
+    while start.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(50));
+        if matches!(
+            waitpid(child, Some(WaitPidFlag::WNOHANG)),
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+        ) {
+            break;
+        }
+    }
+    let _ = signal::killpg(group, Signal::SIGKILL);
+    std::process::exit(crate::exit_code::CONNECTION_FAILED)
+}
