@@ -304,7 +304,8 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         });
         let label = options.label.then(|| format!("{rank} {host}: "));
         let forward = options.relay && (forward_all || rank == 0);
-        let sink = output::NodeSink::new(writer.clone(), label, forward, !options.relay);
+        let shared = forward_all && selected.len() > 1;
+        let sink = output::NodeSink::new(writer.clone(), label, forward, !options.relay, shared);
         controls.push(control_tx);
         records.push(NodeRecord::new(rank, host.clone()));
         let task = NodeTask {

@@ -153,6 +153,8 @@ pub struct NodeSink {
     label: Option<Vec<u8>>,
     forward: bool,
     capture: bool,
+    /// End a partial last line with a newline (several nodes share the streams).
+    end_partial: bool,
     out: Vec<u8>,
     err: Vec<u8>,
     pub stats: OutputStats,
@@ -162,8 +164,17 @@ impl NodeSink {
     /// `label`: the `RANK HOST: ` prefix, if lines are labelled. `forward`:
     /// false keeps the output out of exec_all's streams (counted and kept for
     /// the report only). `capture`: keep every byte (see [`CAPTURE_MAX`]).
-    pub fn new(writer: Writer, label: Option<String>, forward: bool, capture: bool) -> Self {
+    /// `shared`: other nodes write to the same streams, so a partial last
+    /// line gets a newline (alone, the node's bytes pass exactly).
+    pub fn new(
+        writer: Writer,
+        label: Option<String>,
+        forward: bool,
+        capture: bool,
+        shared: bool,
+    ) -> Self {
         NodeSink {
+            end_partial: shared || label.is_some(),
             writer,
             label: label.map(String::into_bytes),
             forward,
@@ -210,15 +221,18 @@ impl NodeSink {
         self.emit(stream, block).await;
     }
 
-    /// The node is done: its partial last lines are sent as they are
-    /// (with a newline added when labelled, so the next label starts a line).
+    /// The node is done: its partial last lines are sent, ended with a
+    /// newline when other nodes share the streams (never two lines in one).
     pub async fn finish(&mut self) {
         for stream in [Stream::Out, Stream::Err] {
-            let partial = match stream {
+            let mut partial = match stream {
                 Stream::Out => std::mem::take(&mut self.out),
                 Stream::Err => std::mem::take(&mut self.err),
             };
             if !partial.is_empty() {
+                if self.end_partial && self.label.is_none() {
+                    partial.push(b'\n');
+                }
                 self.emit(stream, partial).await;
             }
         }
@@ -306,7 +320,7 @@ mod tests {
             tx,
             stdout_closed: Arc::new(AtomicBool::new(false)),
         };
-        let mut sink = NodeSink::new(writer, Some("3 h: ".into()), true, false);
+        let mut sink = NodeSink::new(writer, Some("3 h: ".into()), true, false, true);
         sink.feed(Stream::Out, b"ab").await;
         sink.feed(Stream::Out, b"c\nde").await;
         sink.feed(Stream::Err, b"oops\n").await;

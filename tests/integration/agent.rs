@@ -188,7 +188,7 @@ fn start_sleepers(agent: &Agent, tag: &str) -> (std::process::Child, Vec<u32>) {
     let mut child = cmd(&mn_ssh())
         .arg(&agent.host)
         .arg(format!(
-            "sh -c 'exec -a {tag} sleep 1000' & echo $!; sh -c 'sleep 1000 & echo $!; wait' & wait"
+            "sleep {tag} & echo $!; sh -c 'sleep {tag} & echo $!; wait' & wait"
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -214,7 +214,7 @@ fn start_sleepers(agent: &Agent, tag: &str) -> (std::process::Child, Vec<u32>) {
 #[test]
 fn kill_9_of_mn_ssh_leaves_no_remote_process() {
     let agent = Agent::start(&fresh_loopback());
-    let (mut client, pids) = start_sleepers(&agent, &token("kill9"));
+    let (mut client, pids) = start_sleepers(&agent, &sleep_tag());
     assert!(pids.iter().all(|p| alive(*p)));
     client.kill().unwrap();
     client.wait().unwrap();
@@ -228,7 +228,7 @@ fn kill_9_of_mn_ssh_leaves_no_remote_process() {
 #[test]
 fn a_peer_that_vanishes_without_closing_is_noticed_by_keepalive() {
     let agent = Agent::start(&fresh_loopback());
-    let (mut client, pids) = start_sleepers(&agent, &token("vanish"));
+    let (mut client, pids) = start_sleepers(&agent, &sleep_tag());
     // A stopped client keeps its socket open but answers nothing.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(client.id() as i32),
@@ -265,15 +265,18 @@ fn a_grandchild_holding_stdout_does_not_hang_the_session() {
 #[test]
 fn background_jobs_end_with_the_command() {
     let agent = Agent::start(&fresh_loopback());
-    let tag = token("bg");
+    let tag = sleep_tag();
     let out = ssh(
         &agent,
         &[&format!(
-            "sh -c 'exec -a {tag} sleep 1000' >/dev/null 2>&1 & echo $!"
+            "sleep {tag} >/dev/null 2>&1 & echo $!; sleep 0.2; kill -0 $! && echo alive"
         )],
     );
     assert!(out.status.success());
-    let pid: u32 = stdout(&out).trim().parse().unwrap();
+    let text = stdout(&out);
+    let (pid, state) = text.split_once('\n').unwrap();
+    assert_eq!(state, "alive\n", "the background job must have run");
+    let pid: u32 = pid.trim().parse().unwrap();
     assert!(
         eventually(Duration::from_secs(5), || !alive(pid)),
         "background job {pid} survived"

@@ -5,6 +5,7 @@ mod util;
 
 mod agent;
 mod env;
+mod exec_all;
 mod mpi;
 mod nodeset;
 mod openssh;

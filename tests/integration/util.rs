@@ -29,7 +29,7 @@ pub fn fresh_loopback() -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let pid = std::process::id();
     let a = 10 + (pid % 200);
-    let b = (pid / 200) % 250 + 1;
+    let b = ((pid / 200) * 8 + n / 250) % 250 + 1;
     format!("127.{a}.{b}.{}", 2 + n % 250)
 }
 
@@ -99,8 +99,16 @@ impl Agent {
 }
 
 impl Drop for Agent {
+    /// SIGTERM, so the agent ends its commands' groups, then SIGKILL if it lingers.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let ended = eventually(Duration::from_secs(10), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
@@ -161,14 +169,28 @@ pub fn pids_matching(needle: &str) -> Vec<u32> {
     out
 }
 
-/// A unique token for marking the processes of one test.
-pub fn token(tag: &str) -> String {
+/// A `sleep` duration no other process uses, to find this test's sleepers
+/// by their command line (`sleep 100000.PIDN`): `exec -a` is not in dash.
+pub fn sleep_tag() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
-        "mntest-{tag}-{}-{}",
+        "100000.{}{}",
         std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
+        NEXT.fetch_add(1, Ordering::Relaxed) + 10
     )
+}
+
+/// Pids of the `sleep TAG` processes (see [`sleep_tag`]).
+pub fn sleepers(tag: &str) -> Vec<u32> {
+    let exact = format!("sleep {tag}");
+    pids_matching(&exact)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == exact)
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 /// Peak resident memory of a process in KiB (VmHWM).

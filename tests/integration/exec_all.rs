@@ -1,0 +1,698 @@
+//! exec_all on agents at loopback addresses: the reference script, exit
+//! codes, fail-fast, lost nodes, signals, kill -9, output, wrappers, scale.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// Node 0 is this machine (run locally by exec_all); nodes 1.. are agents.
+struct Cluster {
+    hosts: Vec<String>,
+    agents: Vec<Agent>,
+    port: u16,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Cluster {
+        Cluster::start_on_port(n, 29922)
+    }
+
+    fn start_on_port(n: usize, port: u16) -> Cluster {
+        let hosts = fresh_loopbacks(n);
+        let agents = hosts[1..]
+            .iter()
+            .map(|h| Agent::start_with(h, port, &[], &[("AGENT_ID", h)]))
+            .collect();
+        Cluster {
+            hosts,
+            agents,
+            port,
+        }
+    }
+
+    fn hostlist(&self, slots: u32) -> String {
+        self.hosts
+            .iter()
+            .map(|h| format!("{h}:{slots}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `mn-exec-all` (or any program) with the job's environment.
+    fn command(&self, program: &Path) -> Command {
+        let mut c = cmd(program);
+        c.env("MULTINODE_HOSTLIST", self.hostlist(2))
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", self.port.to_string());
+        c
+    }
+
+    fn exec_all(&self, args: &[&str]) -> Output {
+        self.command(&mn_exec_all())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+#[test]
+fn the_reference_script_runs_torchrun_on_every_node_with_its_rank() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let record = dir.path().join("record");
+    // A stand-in torchrun: records its arguments, RANK and where it ran.
+    std::fs::write(
+        bin.join("torchrun"),
+        format!(
+            "#!/bin/sh\nprintf '%s|%s|%s\\n' \"$RANK\" \"${{AGENT_ID:-head}}\" \"$*\" >> '{}'\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("torchrun"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("helpers/generic-helper");
+    // The reference document's script, verbatim but for the helper's path.
+    let script = format!(
+        r#". {helper}
+NNODES=$(echo "$MULTINODE_HOSTLIST_NOSLOTS" | awk -F, '{{print NF}}')
+exec_all - "$MULTINODE_NODE_IP" "$NNODES" <<'EOF'
+torchrun \
+  --nnodes="$2" \
+  --node-rank="$RANK" \
+  --nproc-per-node=2 \
+  --master-addr="$1" \
+  --master-port=29500 \
+  /workspace/train.py
+EOF
+"#,
+        helper = helper.display()
+    );
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        multinode().parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = cluster
+        .command(Path::new("/bin/sh"))
+        .env("PATH", &path)
+        .arg("-c")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    let text = std::fs::read_to_string(&record).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    let head = &cluster.hosts[0];
+    let expected: Vec<String> = (0..3)
+        .map(|rank| {
+            let place = if rank == 0 { "head".to_string() } else { cluster.hosts[rank].clone() };
+            format!(
+                "{rank}|{place}|--nnodes=3 --node-rank={rank} --nproc-per-node=2 --master-addr={head} --master-port=29500 /workspace/train.py"
+            )
+        })
+        .collect();
+    assert_eq!(lines, expected);
+}
+
+#[test]
+fn exit_codes_aggregate_to_the_first_failure() {
+    let cluster = Cluster::start(4);
+    assert_eq!(cluster.exec_all(&["-c", "true"]).status.code(), Some(0));
+    let out = cluster.exec_all(&[
+        "--no-fail-fast",
+        "-c",
+        "[ $RANK = 2 ] && exit 7; [ $RANK = 3 ] && { sleep 0.5; exit 9; }; exit 0",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("rank 2 (") && err.contains("exit 7 first"),
+        "{err}"
+    );
+    assert!(
+        err.contains("exit 9"),
+        "--no-fail-fast waits for all: {err}"
+    );
+    let killed = cluster.exec_all(&["-c", "[ $RANK = 1 ] && kill -KILL $$; exit 0"]);
+    assert_eq!(killed.status.code(), Some(137));
+    assert!(
+        stderr(&killed).contains("killed by SIGKILL"),
+        "{}",
+        stderr(&killed)
+    );
+}
+
+#[test]
+fn fail_fast_ends_every_other_node_and_keeps_the_status() {
+    let cluster = Cluster::start(4);
+    let tag = sleep_tag();
+    let script = format!(
+        "sleep {tag} & sh -c 'sleep {tag}; :' & \
+         if [ $RANK = 2 ]; then sleep 0.5; echo failing >&2; exit 3; fi; wait"
+    );
+    let start = Instant::now();
+    let out = cluster.exec_all(&["--grace", "2", "-c", &script]);
+    let took = start.elapsed();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(6), "fail-fast took {took:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
+        "processes left: {:?}",
+        sleepers(&tag)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("failing") && err.contains("killed by SIGTERM"),
+        "{err}"
+    );
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+fn kill_all(pids: Vec<u32>) {
+    for pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[test]
+fn a_node_whose_agent_dies_is_lost_and_the_run_ends() {
+    let mut cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--report", report.to_str().unwrap(), "-c"])
+        .arg(format!("exec sleep {tag}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    let victim = &mut cluster.agents[1];
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    let start = Instant::now();
+    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("exec_all must end");
+    assert_eq!(status.code(), Some(255));
+    // A SIGKILLed agent's TCP connection closes, which ends the session at once.
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let node = &json["nodes"][2];
+    assert_eq!(node["host"], cluster.hosts[2].as_str());
+    assert_eq!(node["status"], "lost");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains(&cluster.hosts[2]) && err.contains("lost"),
+        "{err}"
+    );
+    // The other nodes were ended. The dead agent's own command lost its parent
+    // with it (the Docker cluster tests cover a whole node vanishing).
+    let left = sleepers(&tag);
+    assert!(
+        left.len() <= 1,
+        "more than the dead agent's command left: {left:?}"
+    );
+    kill_all(left);
+}
+
+#[test]
+fn sigint_reaches_every_node_and_a_second_one_kills() {
+    let cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .arg("-c")
+        .arg(format!(
+            "trap 'echo got-int-$RANK' INT; sh -c 'trap \"\" INT; sleep {tag}; :' & wait; wait"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    // Every shell answers SIGINT; the sleeps ignore it, so the run goes on...
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "ended on the first SIGINT"
+    );
+    assert_eq!(sleepers(&tag).len(), 3);
+    // ...until a second SIGINT, which is SIGKILL for everyone.
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    for rank in 0..3 {
+        assert!(
+            out.contains(&format!("got-int-{rank}")),
+            "rank {rank} did not see SIGINT: {out}"
+        );
+    }
+    assert_eq!(status.code(), Some(137));
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
+        "left: {:?}",
+        sleepers(&tag)
+    );
+}
+
+#[test]
+fn sigterm_to_exec_all_is_passed_on() {
+    let cluster = Cluster::start(3);
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["-c", "echo up; exec sleep 1000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 9];
+    child.stdout.as_mut().unwrap().read_exact(&mut buf).unwrap();
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
+    assert_eq!(status.code(), Some(143));
+}
+
+#[test]
+fn kill_9_of_exec_all_leaves_no_process_on_any_node() {
+    let cluster = Cluster::start(4);
+    let tag = sleep_tag();
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .arg("-c")
+        .arg(format!("sh -c 'sleep {tag}; :' & exec sleep {tag}"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 8));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Remote: the agents see the connections close (within 1 s) and end the groups.
+    // Local: the supervisor's parent died; it ends its group.
+    let gone = eventually(Duration::from_secs(8), || sleepers(&tag).is_empty());
+    let left = sleepers(&tag);
+    kill_all(left.clone());
+    assert!(gone, "left after kill -9 of exec_all: {left:?}");
+}
+
+#[test]
+fn heavy_output_from_16_nodes_keeps_lines_whole_and_complete() {
+    let cluster = Cluster::start(16);
+    let lines_per_node = 20_000;
+    let pad = "x".repeat(50);
+    let script = format!(
+        "seq 0 {} | sed \"s/.*/rank=$RANK line=& {pad}/\"; printf 'tail-%s' \"$RANK\"",
+        lines_per_node - 1
+    );
+    for label in [false, true] {
+        let mut args = vec!["-c", script.as_str()];
+        if label {
+            args.insert(0, "--label");
+        }
+        let out = cluster.exec_all(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let mut per_rank: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut tails = 0;
+        let mut body_bytes = 0;
+        for line in text.split_inclusive('\n') {
+            let (label_rank, body) = if label {
+                let (prefix, body) = line
+                    .split_once(": ")
+                    .unwrap_or_else(|| panic!("no label: {line:?}"));
+                let (rank, host) = prefix.split_once(' ').unwrap();
+                let rank: usize = rank.parse().unwrap();
+                assert_eq!(host, cluster.hosts[rank]);
+                (Some(rank), body)
+            } else {
+                (None, line)
+            };
+            body_bytes += body.len();
+            if let Some(rest) = body.strip_prefix("tail-") {
+                tails += 1;
+                let rank: usize = rest
+                    .trim_end()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("mixed: {line:?}"));
+                if let Some(l) = label_rank {
+                    assert_eq!(l, rank);
+                }
+                // With several nodes, a partial last line is ended so the next line stays whole.
+                assert!(line.ends_with('\n'), "{line:?}");
+                body_bytes -= 1;
+                continue;
+            }
+            let fields: Vec<&str> = body.trim_end().split(' ').collect();
+            assert_eq!(fields.len(), 3, "mixed line: {line:?}");
+            assert_eq!(fields[2], pad, "mixed line: {line:?}");
+            let rank: usize = fields[0].strip_prefix("rank=").unwrap().parse().unwrap();
+            if let Some(l) = label_rank {
+                assert_eq!(l, rank, "label and content disagree: {line:?}");
+            }
+            *per_rank.entry(rank).or_default() += 1;
+        }
+        assert_eq!(tails, 16);
+        assert_eq!(per_rank.len(), 16);
+        assert!(
+            per_rank.values().all(|&n| n == lines_per_node),
+            "{per_rank:?}"
+        );
+        // Nothing lost or added: the bytes the nodes printed, exactly.
+        let expected: usize = (0..16)
+            .map(|rank| {
+                (0..lines_per_node)
+                    .map(|i| format!("rank={rank} line={i} {pad}\n").len())
+                    .sum::<usize>()
+                    + format!("tail-{rank}").len()
+            })
+            .sum();
+        assert_eq!(body_bytes, expected);
+    }
+}
+
+#[test]
+fn only_the_heads_output_when_forward_streams_is_0() {
+    let cluster = Cluster::start(3);
+    let out = cluster
+        .command(&mn_exec_all())
+        .env("MULTINODE_WRAPPER_FORWARD_STREAMS", "0")
+        .args(["-c", "echo out-$RANK; echo err-$RANK >&2"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "out-0\n");
+    assert_eq!(stderr(&out), "err-0\n");
+}
+
+#[test]
+fn environment_and_working_directory_follow_the_head() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = cluster
+        .command(&mn_exec_all())
+        .current_dir(dir.path())
+        .env("NCCL_DEBUG", "INFO")
+        .env("PYTHONPATH", "/opt/x y")
+        .env("CUDA_VISIBLE_DEVICES", "7")
+        .args([
+            "--label",
+            "-c",
+            "echo \"$NCCL_DEBUG|$PYTHONPATH|${CUDA_VISIBLE_DEVICES:-unset}|$(pwd)\"",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let cwd = dir.path().canonicalize().unwrap();
+    for rank in 0..3 {
+        // The local node keeps its own CUDA_VISIBLE_DEVICES; remote ones never get the head's.
+        let cuda = if rank == 0 { "7" } else { "unset" };
+        let line = format!(
+            "{rank} {}: INFO|/opt/x y|{cuda}|{}\n",
+            cluster.hosts[rank],
+            cwd.display()
+        );
+        assert!(text.contains(&line), "{line:?} not in {text:?}");
+    }
+    let none = cluster
+        .command(&mn_exec_all())
+        .env("NCCL_DEBUG", "INFO")
+        .args([
+            "--export",
+            "NONE",
+            "--nodes",
+            "1",
+            "-c",
+            "echo \"${NCCL_DEBUG:-none} $RANK\"",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&none), "none 1\n");
+}
+
+#[test]
+fn stdin_goes_to_inline_scripts_and_args_stay_whole() {
+    let cluster = Cluster::start(3);
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args([
+            "--label",
+            "-c",
+            "printf '%s|' \"$@\"; wc -c",
+            "a b",
+            "it's",
+            "$x",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&[b'z'; 100_000])
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for rank in 0..3 {
+        let line = format!("{rank} {}: a b|it's|$x|100000\n", cluster.hosts[rank]);
+        assert!(text.contains(&line), "{line:?} not in {text:?}");
+    }
+}
+
+#[test]
+fn node_selection_timeout_and_report() {
+    let cluster = Cluster::start(4);
+    let out = cluster.exec_all(&["--nodes", "1-3", "--exclude", "2", "-c", "echo $RANK"]);
+    let mut ranks: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    ranks.sort();
+    assert_eq!(ranks, ["1", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let start = Instant::now();
+    let out = cluster.exec_all(&[
+        "--timeout",
+        "1",
+        "--report",
+        report.to_str().unwrap(),
+        "-c",
+        "echo hi; exec sleep 100",
+    ]);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(start.elapsed() < Duration::from_secs(6));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["exit_code"], 124);
+    assert_eq!(json["cancelled"], "timeout");
+    let nodes = json["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4);
+    for (rank, node) in nodes.iter().enumerate() {
+        assert_eq!(node["rank"], rank);
+        assert_eq!(node["host"], cluster.hosts[rank].as_str());
+        assert_eq!(node["signal"], "SIGTERM");
+        assert_eq!(node["bytes_out"], 3);
+        assert!(node["started"].as_f64().unwrap() <= node["ended"].as_f64().unwrap());
+        if rank > 0 {
+            assert!(
+                node["address"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&cluster.hosts[rank])
+            );
+        }
+    }
+    let bad = cluster.exec_all(&["--nodes", "9", "-c", "true"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(stderr(&bad).lines().count(), 1, "{}", stderr(&bad));
+}
+
+#[test]
+fn an_external_wrapper_script_is_used_as_is() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("wrapper.log");
+    let wrapper = dir.path().join("wrapper.sh");
+    // A platform's own wrapper: logs the host, then runs the command through mn-ssh.
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$1\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            mn_ssh().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let out = cluster
+        .command(&mn_exec_all())
+        .current_dir(dir2.path())
+        .env("MULTINODE_SSH_WRAPPER", &wrapper)
+        .env("NCCL_ALGO", "Ring")
+        .args([
+            "--label",
+            "-c",
+            "echo \"$RANK $NCCL_ALGO $MULTINODE_SSH_WRAPPER $(pwd) $1\"",
+            "arg one",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut called: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    called.sort();
+    let mut want = cluster.hosts[1..].to_vec();
+    want.sort();
+    assert_eq!(called, want, "the wrapper is called once per remote node");
+    let cwd = dir2.path().canonicalize().unwrap();
+    for rank in 0..3 {
+        let line = format!(
+            "{rank} {}: {rank} Ring {} {} arg one\n",
+            cluster.hosts[rank],
+            wrapper.display(),
+            cwd.display()
+        );
+        assert!(
+            stdout(&out).contains(&line),
+            "{line:?} not in {}",
+            stdout(&out)
+        );
+    }
+    let failing = cluster
+        .command(&mn_exec_all())
+        .env("MULTINODE_SSH_WRAPPER", &wrapper)
+        .args(["-c", "[ $RANK = 1 ] && exit 4; exec sleep 100"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(failing.status.code(), Some(4), "{}", stderr(&failing));
+}
+
+#[test]
+fn two_hundred_fifty_six_nodes() {
+    let cluster = Cluster::start_on_port(256, 29951);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let out = cluster.exec_all(&[
+        "--report",
+        report.to_str().unwrap(),
+        "-c",
+        "echo \"$RANK ${AGENT_ID:-head}\"",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut got: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    got.sort();
+    let mut want: Vec<String> = (0..256)
+        .map(|r| {
+            let place = if r == 0 {
+                "head".to_string()
+            } else {
+                cluster.hosts[r].clone()
+            };
+            format!("{r} {place}")
+        })
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["nodes"].as_array().unwrap().len(), 256);
+}
+
+#[test]
+fn demo_runs_a_real_multi_node_job_and_cleans_up() {
+    let port = 29960 + (std::process::id() % 30) as u16;
+    let out = cmd(&multinode())
+        .env_remove("MULTINODE_SECRET")
+        .args([
+            "demo",
+            "--nodes",
+            "4",
+            "--port",
+            &port.to_string(),
+            "--label",
+            "--",
+        ])
+        .arg("echo rank $RANK of $MULTINODE_NNODES")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for rank in 0..4 {
+        let line = format!("{rank} 127.0.0.{}: rank {rank} of 4\n", rank + 2);
+        assert!(text.contains(&line), "{line:?} not in {text}");
+    }
+    let listen = format!("127.0.0.3:{port}");
+    assert!(
+        eventually(Duration::from_secs(5), || pids_matching(&listen).is_empty()),
+        "demo agents left running"
+    );
+}
