@@ -46,10 +46,14 @@ pub(crate) async fn run(
     conn: CancellationToken,
 ) {
     let id = tx.id();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(OsStr::from_bytes(&req.command))
-        .stdin(Stdio::piped())
+    // Under `multinode supervise`: the group ends even if this agent is killed.
+    let argv = [
+        "/bin/sh".into(),
+        "-c".into(),
+        OsStr::from_bytes(&req.command).to_os_string(),
+    ];
+    let mut cmd = Command::from(crate::supervise::wrap(&shared.bin, shared.grace, &argv));
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));

@@ -75,13 +75,19 @@ pub(crate) async fn run(
         }
         Control::Release => {
             info!("released by the head");
+            // Answer first: the release ends this agent, and its connections with it.
+            let _ = tx.exit_status(0).await;
+            let _ = tx.eof().await;
+            let _ = tx.close().await;
             shared.released.cancel();
-            0
+            return;
         }
         Control::WaitRelease => {
+            // Only a release answers: an agent that stops without one (its job
+            // never started, a signal) just closes, and the worker sees it gone.
             tokio::select! {
                 () = shared.released.cancelled() => 0,
-                () = shared.shutdown.cancelled() => 0,
+                () = shared.shutdown.cancelled() => return,
                 () = conn.cancelled() => return,
                 // The client gave up waiting.
                 () = async { while rx.wait().await.is_some() {} } => return,

@@ -77,8 +77,12 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
         "every worker answered: starting the job"
     );
 
-    let mut cmd = Command::new(&plan.argv[0]);
-    cmd.args(&plan.argv[1..]);
+    // Under `multinode supervise`: JOB ends even if this agent is killed.
+    let mut cmd = Command::from(crate::supervise::wrap(
+        &shared.bin,
+        shared.grace,
+        &plan.argv,
+    ));
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
     let mut child = GroupChild::spawn(&mut cmd).map_err(|e| {
         Error::usage(format!(
@@ -204,7 +208,7 @@ async fn worker(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Res
     let mut stops = Stops::new(STOP_SIGNALS)?;
     let head = target(&plan.job, 0);
     tokio::select! {
-        result = follow_head(&head, connector, plan) => result,
+        result = follow_head(shared, &head, connector, plan) => result,
         () = shared.released.cancelled() => {
             info!("released by the head");
             Ok(0)
@@ -217,11 +221,17 @@ async fn worker(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Res
 }
 
 /// Holds a wait-release request open to the head; reconnects while the head
-/// is unreachable for less than the idle timeout.
-async fn follow_head(head: &Target, connector: &Connector, plan: &Plan) -> Result<i32, Error> {
-    // Before the first contact the head may still be starting: wait as long as it waits for us.
-    let mut limit = plan.wait_timeout.max(plan.idle_timeout);
-    let mut unreachable_since = tokio::time::Instant::now();
+/// is unreachable for less than the idle timeout. Until the job first
+/// reaches this node the head may still be starting, so the wait is then as
+/// long as the head's own wait for its workers.
+async fn follow_head(
+    shared: &Shared,
+    head: &Target,
+    connector: &Connector,
+    plan: &Plan,
+) -> Result<i32, Error> {
+    let started = tokio::time::Instant::now();
+    let mut lost_at: Option<tokio::time::Instant> = None;
     loop {
         match connector.connect(head).await {
             Ok(conn) => {
@@ -235,11 +245,15 @@ async fn follow_head(head: &Target, connector: &Connector, plan: &Plan) -> Resul
                     }
                     Err(e) => warn!(head = %head, error = %e, "lost the head; reconnecting"),
                 }
-                limit = plan.idle_timeout;
-                unreachable_since = tokio::time::Instant::now();
+                lost_at = Some(tokio::time::Instant::now());
             }
             Err(e) => {
-                if unreachable_since.elapsed() >= limit {
+                // Unreachable since the last sign of the job, or since we started.
+                let (since, limit) = match lost_at.max(shared.last_contact()) {
+                    Some(at) => (at, plan.idle_timeout),
+                    None => (started, plan.wait_timeout.max(plan.idle_timeout)),
+                };
+                if since.elapsed() >= limit {
                     return Err(Error::Connection(format!(
                         "the head {head} has been unreachable for {:.0} s ({e}); ending this node's commands",
                         limit.as_secs_f64()

@@ -39,6 +39,8 @@ pub use command::CWD_VAR;
 /// What every connection and command of an agent shares.
 pub(crate) struct Shared {
     pub keys: JobKeys,
+    /// This program, for `multinode supervise`.
+    pub bin: std::path::PathBuf,
     /// Between SIGTERM and SIGKILL when a command's group is ended.
     pub grace: Duration,
     /// Variables every command gets on top of the agent's own environment.
@@ -51,6 +53,25 @@ pub(crate) struct Shared {
     pub tracker: TaskTracker,
     pub host: String,
     pub rank: Option<usize>,
+    /// When a client of this job last authenticated (the head pinging a
+    /// worker counts): a worker's wait for its head starts from there.
+    pub last_contact: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Shared {
+    pub(crate) fn touch(&self) {
+        *self
+            .last_contact
+            .lock()
+            .expect("not poisoned: no panics while held") = Some(tokio::time::Instant::now());
+    }
+
+    pub(crate) fn last_contact(&self) -> Option<tokio::time::Instant> {
+        *self
+            .last_contact
+            .lock()
+            .expect("not poisoned: no panics while held")
+    }
 }
 
 /// The agent port from `MULTINODE_AGENT_PORT`, else [`DEFAULT_PORT`].
@@ -93,6 +114,8 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         Some(crate::env::resolve_job(&args.topology, &env)?)
     };
 
+    let bin = std::env::current_exe()
+        .map_err(|e| Error::Failed(format!("cannot find this program's path: {e}")))?;
     // In a container the agent is often PID 1: keep a small init in front of it.
     init::become_init_if_pid1()?;
 
@@ -110,6 +133,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         info!(%listen, "agent listening");
         let shared = Arc::new(Shared {
             keys: JobKeys::derive(&secret),
+            bin: bin.clone(),
             grace,
             base_env: job.as_ref().map(crate::env::contract).unwrap_or_default(),
             shutdown: CancellationToken::new(),
@@ -119,6 +143,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             rank: job.as_ref().map(|j| j.rank),
+            last_contact: std::sync::Mutex::new(None),
         });
         let config = Arc::new(server::ssh_config(&shared));
         let server = tokio::spawn(server::serve(listener, shared.clone(), config));

@@ -86,7 +86,12 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     set_tcp_liveness(&stream);
-    let watch_fd = nix::unistd::dup(&stream).ok();
+    // CLOEXEC: a plain dup() would leak this connection into every command
+    // started later, keeping it open after this agent is gone.
+    let watch_fd = nix::fcntl::fcntl(&stream, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(0))
+        .ok()
+        // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
+        .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
     let conn = shared.shutdown.child_token();
     let authed = Arc::new(AtomicBool::new(false));
     let handler = ConnHandler {
@@ -222,6 +227,7 @@ impl russh::server::Handler for ConnHandler {
         if self.is_job_client(key.public_key) {
             debug!(peer = %self.peer, user, "authenticated");
             self.authed.store(true, Ordering::Release);
+            self.shared.touch();
             Ok(Auth::Accept)
         } else {
             warn!(peer = %self.peer, user, "rejected a key that is not this job's (wrong secret?)");

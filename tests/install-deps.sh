@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests use as real peers and tools:
+# OpenSSH (client and server), the parallel shells multinode is compared
+# with, both MPI stacks, the shells the helper is checked with, debootstrap
+# for the cluster tests' base image. Does nothing when all are present.
+# Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+    openssh-server openssh-client pdsh clustershell pssh
+    openmpi-bin libopenmpi-dev mpich libmpich-dev
+    shellcheck dash debootstrap hyperfine musl-tools
+    iproute2 procps psmisc python3 gcc
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]} == 0)); then
+    echo "test dependencies: all present"
+    exit 0
+fi
+echo "test dependencies: installing ${missing[*]}"
+sudo=()
+if ((EUID != 0)); then sudo=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+# Package scripts must not start services (sshd): the tests start their own.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod 755 "$policy"
+    made_policy=1
+fi
+rc=0
+{ "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; } || rc=$?
+if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; fi
+exit "$rc"

@@ -1,0 +1,195 @@
+//! `multinode agent -- JOB` on every node: the head waits for the workers,
+//! runs JOB and releases them; workers follow the head.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// `multinode agent --listen HOST:PORT [extra] -- JOB...` for rank `rank` of `hosts`.
+fn node(hosts: &[String], rank: usize, port: u16, extra: &[&str], job: &[&str]) -> Command {
+    let hostlist = hosts
+        .iter()
+        .map(|h| format!("{h}:1"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut c = cmd(&multinode());
+    c.env("MULTINODE_HOSTLIST", hostlist)
+        .env("MULTINODE_NODE_RANK", rank.to_string())
+        .env("MULTINODE_AGENT_PORT", port.to_string())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                multinode().parent().unwrap().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .args(["agent", "--listen", &format!("{}:{port}", hosts[rank])])
+        .args(extra)
+        .arg("--")
+        .args(job)
+        .stdin(Stdio::null());
+    c
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status.code().unwrap_or(-1));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_head_runs_the_job_across_the_workers_and_releases_them() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29970;
+    let job = [
+        "sh",
+        "-c",
+        "mn-exec-all --label -c 'echo rank $RANK of $MULTINODE_NNODES head $MULTINODE_NODE_IP'; exit 3",
+    ];
+    let mut workers: Vec<Child> = (1..3)
+        .map(|r| {
+            node(&hosts, r, port, &[], &job)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let head = node(&hosts, 0, port, &[], &job).output().unwrap();
+    assert_eq!(
+        head.status.code(),
+        Some(3),
+        "JOB's status: {}",
+        stderr(&head)
+    );
+    let out = stdout(&head);
+    for rank in 0..3 {
+        let line = format!(
+            "{rank} {}: rank {rank} of 3 head {}\n",
+            hosts[rank], hosts[0]
+        );
+        assert!(out.contains(&line), "{line:?} not in {out}");
+    }
+    for worker in &mut workers {
+        assert_eq!(
+            wait_exit(worker, Duration::from_secs(10)),
+            Some(0),
+            "released workers exit 0"
+        );
+    }
+}
+
+#[test]
+fn a_late_worker_is_waited_for_and_a_missing_one_is_named() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29971;
+    let job = [
+        "sh",
+        "-c",
+        "mn-exec-all -c 'echo $RANK' | sort | tr '\\n' ' '",
+    ];
+    let mut head = node(&hosts, 0, port, &[], &job)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut early = node(&hosts, 1, port, &[], &job).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut late = node(&hosts, 2, port, &[], &job).spawn().unwrap();
+    assert_eq!(wait_exit(&mut head, Duration::from_secs(20)), Some(0));
+    let mut out = String::new();
+    use std::io::Read;
+    head.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(out, "0 1 2 ");
+    assert_eq!(wait_exit(&mut early, Duration::from_secs(10)), Some(0));
+    assert_eq!(wait_exit(&mut late, Duration::from_secs(10)), Some(0));
+
+    // Rank 2 never comes: the head gives up at its deadline and names it.
+    let hosts = fresh_loopbacks(3);
+    let mut worker = node(
+        &hosts,
+        1,
+        port,
+        &["--wait-timeout", "2", "--idle-timeout", "2"],
+        &["true"],
+    )
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    let head = node(
+        &hosts,
+        0,
+        port,
+        &["--wait-timeout", "2"],
+        &["touch", "/nonexistent/should-not-run"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(head.status.code(), Some(255));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+    let err = stderr(&head);
+    assert!(err.contains("rank 2") && err.contains(&hosts[2]), "{err}");
+    assert!(!err.contains("rank 1 "), "rank 1 answered: {err}");
+    // Without a release, the worker ends once the head is gone for its idle timeout.
+    assert_eq!(wait_exit(&mut worker, Duration::from_secs(15)), Some(255));
+}
+
+#[test]
+fn workers_end_their_commands_and_exit_when_the_head_dies() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29972;
+    let tag = sleep_tag();
+    let job_text = format!("mn-exec-all -c 'exec sleep {tag}'");
+    let job = ["sh", "-c", job_text.as_str()];
+    let extra = ["--idle-timeout", "3"];
+    let mut workers: Vec<Child> = (1..3)
+        .map(|r| node(&hosts, r, port, &extra, &job).spawn().unwrap())
+        .collect();
+    let mut head = node(&hosts, 0, port, &extra, &job).spawn().unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).len() == 3),
+        "{:?}",
+        sleepers(&tag)
+    );
+    // The head vanishes: kill -9 of its agent (its JOB's exec_all dies with the group? no: only the agent).
+    head.kill().unwrap();
+    head.wait().unwrap();
+    let start = Instant::now();
+    for worker in &mut workers {
+        let code = wait_exit(worker, Duration::from_secs(20));
+        assert_eq!(
+            code,
+            Some(255),
+            "a worker whose head is gone exits with an error"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    // The workers' commands are gone; the head's own local command lost its
+    // agent to SIGKILL, but its exec_all is supervised and ends it.
+    assert!(
+        eventually(Duration::from_secs(10), || sleepers(&tag).is_empty()),
+        "left: {:?}",
+        sleepers(&tag)
+    );
+}
