@@ -157,9 +157,17 @@ pub(crate) async fn run(
             let _ = tx.close().await;
         }
         None => {
-            debug!(channel = %id, "channel or connection closed: ending the command's group");
-            let _ = child.terminate(shared.grace).await;
+            debug!(channel = %id, "channel closed, connection lost or agent stopping: ending the command's group");
+            let outcome = child.terminate(shared.grace).await;
             child.disarm();
+            // The client may still be there (the agent is stopping): tell it how the command ended.
+            if !peer_closed.is_cancelled()
+                && !conn.is_cancelled()
+                && let Ok(outcome) = outcome
+            {
+                send_outcome(&tx, &handle, outcome).await;
+                let _ = tx.eof().await;
+            }
             let _ = tx.close().await;
         }
     }

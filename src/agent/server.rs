@@ -11,6 +11,7 @@ use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, Verif
 use russh::{Channel, ChannelId, ChannelMsg, MethodKind, MethodSet};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::command::{self, Request};
@@ -92,11 +93,15 @@ async fn connection(
         .ok()
         // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
         .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
-    let conn = shared.shutdown.child_token();
+    // Cancelled when this connection ends (not when the agent stops: then
+    // commands end first and report how, and the connection closes after).
+    let conn = CancellationToken::new();
+    let channels = TaskTracker::new();
     let authed = Arc::new(AtomicBool::new(false));
     let handler = ConnHandler {
         shared: shared.clone(),
         conn: conn.clone(),
+        channels: channels.clone(),
         authed: authed.clone(),
         peer,
     };
@@ -129,7 +134,10 @@ async fn connection(
                 debug!(%peer, error = %e, "connection ended with an error");
             }
         }
-        () = conn.cancelled() => {
+        () = shared.shutdown.cancelled() => {
+            // Each command ends its group and sends its status; then the connection goes.
+            channels.close();
+            let _ = tokio::time::timeout(shared.grace + Duration::from_secs(5), channels.wait()).await;
             let _ = handle
                 .disconnect(russh::Disconnect::ByApplication, "agent shutting down".into(), "en".into())
                 .await;
@@ -194,6 +202,8 @@ fn tcp_state(fd: &OwnedFd) -> Option<u8> {
 struct ConnHandler {
     shared: Arc<Shared>,
     conn: CancellationToken,
+    /// This connection's channel tasks.
+    channels: TaskTracker,
     authed: Arc<AtomicBool>,
     peer: SocketAddr,
 }
@@ -245,8 +255,7 @@ impl russh::server::Handler for ConnHandler {
         let shared = self.shared.clone();
         let conn = self.conn.clone();
         let handle = session.handle();
-        self.shared
-            .tracker
+        self.channels
             .spawn(async move { serve_channel(channel, handle, shared, conn).await });
         Ok(())
     }
@@ -310,6 +319,7 @@ async fn serve_channel(
         let msg = tokio::select! {
             msg = rx.wait() => msg,
             () = conn.cancelled() => return,
+            () = shared.shutdown.cancelled() => return,
         };
         match msg {
             Some(ChannelMsg::SetEnv {

@@ -495,3 +495,35 @@ fn ping_and_release_control_requests() {
     });
     assert!(exited, "the agent did not exit after release");
 }
+
+#[test]
+fn a_stopping_agent_still_reports_how_commands_ended() {
+    let mut agent = Agent::start(&fresh_loopback());
+    let mut child = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("echo ready; exec sleep 1000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 6];
+    use std::io::Read;
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut line)
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(eventually(Duration::from_secs(10), || matches!(
+        agent.child.try_wait(),
+        Ok(Some(_))
+    )));
+}
