@@ -172,7 +172,9 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyErr
     this_machine(env, machine)
 }
 
-/// One node, this machine, with as many slots as it has GPUs (else 1).
+/// One node, this machine, with as many slots as it has GPUs (else 1):
+/// `CUDA_VISIBLE_DEVICES` first, since it is what the job's processes will
+/// see, else the GPUs `nvidia-smi -L` lists.
 fn this_machine(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyError> {
     let host = machine
         .hostname()
@@ -180,9 +182,8 @@ fn this_machine(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, Topolog
     validate_host(&host).map_err(|e| TopologyError::LocalHostname {
         reason: e.to_string(),
     })?;
-    let slots = machine
-        .nvidia_gpus()
-        .or_else(|| cuda_visible_devices(env))
+    let slots = cuda_visible_devices(env)
+        .or_else(|| machine.nvidia_gpus())
         .unwrap_or(1);
     Ok(Topology {
         nodes: vec![Node { host, slots }],
@@ -378,10 +379,12 @@ mod tests {
                 .ok()
         };
         m.gpus = Some(8);
+        // CUDA_VISIBLE_DEVICES wins: the job's processes see only those.
         assert_eq!(
             topo(&m, &[("CUDA_VISIBLE_DEVICES", "0,1")]).as_deref(),
-            Some("gpu01:8")
+            Some("gpu01:2")
         );
+        assert_eq!(topo(&m, &[]).as_deref(), Some("gpu01:8"));
         m.gpus = None;
         assert_eq!(
             topo(&m, &[("CUDA_VISIBLE_DEVICES", "0,1,3")]).as_deref(),

@@ -121,9 +121,11 @@ fn one_machine_default_counts_gpus() {
     let dir = tempfile::tempdir().expect("tempdir");
     let three = "GPU 0: H200 (UUID: a)\nGPU 1: H200 (UUID: b)\n  MIG 1g.18gb Device 0: (UUID: c)\nGPU 2: H200 (UUID: d)\n";
     let path = fake_nvidia_smi(&dir, three, 0);
+    assert_eq!(hosts(&[], &[("PATH", &path)]), pairs(&[(&me, 3)]));
+    // CUDA_VISIBLE_DEVICES is what the job's processes see: it wins.
     assert_eq!(
         hosts(&[], &[("PATH", &path), ("CUDA_VISIBLE_DEVICES", "0")]),
-        pairs(&[(&me, 3)])
+        pairs(&[(&me, 1)])
     );
     let broken = tempfile::tempdir().expect("tempdir");
     let path = fake_nvidia_smi(&broken, "NVIDIA-SMI has failed", 9);
