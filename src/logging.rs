@@ -1,6 +1,8 @@
 //! Logs go to stderr through `tracing`; `-v` raises the level, `RUST_LOG` overrides.
 //! russh logs through `log`, bridged by tracing-subscriber's `tracing-log` feature.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 pub(crate) fn init(verbose: u8) {
@@ -15,6 +17,7 @@ pub(crate) fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(true)
         .try_init();
 }
