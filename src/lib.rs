@@ -7,12 +7,14 @@
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
+//! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
 //! - [`exit_code`]: the exit codes `multinode` chooses, named.
 //!
 //! `main` only turns the outcome of [`run_from_args`] into an exit code.
 
 pub mod agent;
+pub mod check;
 pub mod cli;
 pub mod env;
 pub mod error;

@@ -84,9 +84,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::Agent(args) => crate::agent::main(args),
         Command::Keygen(args) => crate::keys::cmd_keygen(&args),
         Command::Demo(args) => crate::exec_all::demo::main(args),
-        Command::Check(_) => Err(Error::usage(
-            "`multinode check` is not built yet; run the checks by hand (docs/check.md)",
-        )),
+        Command::Check(args) => crate::check::main(args),
     }
 }
 
