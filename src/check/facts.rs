@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 
 /// The version of this report's layout; a new field does not change it, a
 /// field whose meaning changes does.
-pub const SCHEMA: u32 = 1;
+pub(crate) const SCHEMA: u32 = 1;
 
 /// Everything one node knows about itself that the checks need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// [`SCHEMA`].
     pub schema: u32,
     /// The `multinode` version that wrote the report.
@@ -44,7 +44,7 @@ pub struct NodeFacts {
 /// `/proc/sys/kernel/random/boot_id` and the network namespace (`net:[4026531840]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct MachineIdentity {
+pub(crate) struct MachineIdentity {
     pub boot_id: Option<String>,
     pub netns: Option<String>,
 }
@@ -52,7 +52,7 @@ pub struct MachineIdentity {
 /// The contract this node resolved, or why it could not.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct JobFacts {
+pub(crate) struct JobFacts {
     /// This node's rank.
     pub rank: Option<usize>,
     /// `MULTINODE_NODE_IP` as this node resolves it.
@@ -64,7 +64,7 @@ pub struct JobFacts {
 /// The attempt to connect to `MULTINODE_NODE_IP:PORT`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Rendezvous {
+pub(crate) struct Rendezvous {
     /// `10.0.0.1:29500`, `[fd00::1]:29500`.
     pub addr: String,
     pub connected: bool,
@@ -79,7 +79,7 @@ pub struct Rendezvous {
 /// One exchange with the head's listener: this node's clock before
 /// connecting and after the answer, and the head's clock in between.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClockSample {
+pub(crate) struct ClockSample {
     pub sent_ms: u64,
     pub head_ms: u64,
     pub received_ms: u64,
@@ -88,7 +88,7 @@ pub struct ClockSample {
 /// What one host name resolves to on this node (getaddrinfo, in its order).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     pub addrs: Vec<IpAddr>,
     pub error: Option<String>,
 }
@@ -96,7 +96,7 @@ pub struct Resolution {
 /// A resource limit: a number of bytes, or unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Limit {
+pub(crate) enum Limit {
     Bytes(u64),
     Unlimited,
 }
@@ -104,7 +104,7 @@ pub enum Limit {
 /// `RLIMIT_MEMLOCK`, soft and hard.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Memlock {
+pub(crate) struct Memlock {
     pub soft: Option<Limit>,
     pub hard: Option<Limit>,
     pub error: Option<String>,
@@ -113,7 +113,7 @@ pub struct Memlock {
 /// InfiniBand/RoCE devices, network interfaces and the variables that steer NCCL and Gloo.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Fabric {
+pub(crate) struct Fabric {
     /// The entries of `/dev/infiniband` (`uverbs0`, `rdma_cm`), `None` when it does not exist.
     pub dev_infiniband: Option<Vec<String>>,
     /// `/sys/class/infiniband`.
@@ -126,7 +126,7 @@ pub struct Fabric {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct IbDevice {
+pub(crate) struct IbDevice {
     /// `mlx5_0`.
     pub name: String,
     pub ports: Vec<IbPort>,
@@ -134,7 +134,7 @@ pub struct IbDevice {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct IbPort {
+pub(crate) struct IbPort {
     pub port: u32,
     /// `ACTIVE`, `DOWN`, ... (the word of `ports/N/state`).
     pub state: String,
@@ -143,7 +143,7 @@ pub struct IbPort {
 }
 
 impl IbPort {
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.state.eq_ignore_ascii_case("ACTIVE")
     }
 }
@@ -151,7 +151,7 @@ impl IbPort {
 /// One network interface with its addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct NetInterface {
+pub(crate) struct NetInterface {
     pub name: String,
     pub up: bool,
     pub addrs: Vec<IpAddr>,
@@ -160,7 +160,7 @@ pub struct NetInterface {
 /// What `nvidia-smi` said.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SmiStatus {
+pub(crate) enum SmiStatus {
     /// It ran and listed the GPUs (possibly none).
     Ok,
     /// Not on `PATH`: no GPUs as far as the job can tell.
@@ -175,7 +175,7 @@ pub enum SmiStatus {
 /// The GPUs of this node, from `nvidia-smi`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Gpus {
+pub(crate) struct Gpus {
     pub smi: SmiStatus,
     /// The first line of what a failing `nvidia-smi` printed.
     pub error: Option<String>,
@@ -188,7 +188,7 @@ pub struct Gpus {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Gpu {
+pub(crate) struct Gpu {
     pub index: u32,
     pub name: String,
     pub driver_version: String,
@@ -199,7 +199,7 @@ pub struct Gpu {
 /// A CUDA toolkit the job's code may be built with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Toolkit {
+pub(crate) struct Toolkit {
     /// `version.json`, `nvcc`, `CUDA_VERSION` or `torch`.
     pub source: String,
     /// The file or program it was read from.

@@ -29,9 +29,6 @@ mod probe;
 mod rendezvous;
 mod report;
 
-pub use checks::{CheckResult, Status};
-pub use facts::NodeFacts;
-
 use crate::cli::CheckArgs;
 use crate::error::Error;
 

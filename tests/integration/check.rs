@@ -403,7 +403,7 @@ fn one_gpu_node_with_a_low_memlock_fails_by_name() {
         assert_eq!(r["fix"], Value::Null, "{r}");
         assert_eq!(r["nodes"], serde_json::json!([ip]), "{r}");
     }
-    assert_eq!(row(&rows, "gpu-count")["detail"], "1 GPUs on every node");
+    assert_eq!(row(&rows, "gpu-count")["detail"], "1 GPU on every node");
     assert_eq!(
         row(&rows, "gpu-driver")["detail"],
         "driver 580.159.04 with CUDA 13.0 on every node with GPUs"

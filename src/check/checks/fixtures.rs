@@ -44,7 +44,7 @@ pub(crate) fn host(rank: usize) -> String {
 }
 
 pub(crate) fn node_ip(rank: usize) -> IpAddr {
-    ip(&format!("10.0.0.{}", rank + 1))
+    ip(&format!("10.0.{}.{}", rank / 250, rank % 250 + 1))
 }
 
 /// Node `rank` of `n`: 8 H200s (driver 580.159.04, CUDA 13.0), two active
@@ -120,7 +120,7 @@ pub(crate) fn healthy_facts(rank: usize, n: usize) -> NodeFacts {
                 NetInterface {
                     name: "ib0".into(),
                     up: true,
-                    addrs: vec![ip(&format!("192.168.0.{}", rank + 1))],
+                    addrs: vec![ip(&format!("192.168.{}.{}", rank / 250, rank % 250 + 1))],
                 },
                 NetInterface {
                     name: "docker0".into(),

@@ -97,16 +97,25 @@ pub(crate) fn gpu_count(inputs: &Inputs) -> CheckResult {
             None => t.ok(n.rank),
         }
     }
+    let gpus = |n: usize| {
+        if n == 1 {
+            "1 GPU".to_string()
+        } else {
+            format!("{n} GPUs")
+        }
+    };
     let ok = if !any_gpu {
         "no GPU on any node (a CPU job)".to_string()
     } else if counts.len() == 1 {
-        let gpus = counts.keys().next().copied().unwrap_or(0);
-        format!("{gpus} GPUs on every node")
+        format!(
+            "{} on every node",
+            gpus(counts.keys().next().copied().unwrap_or(0))
+        )
     } else {
         counts
             .iter()
             .rev()
-            .map(|(gpus, hosts)| format!("{gpus} GPUs on {}", super::fold(hosts)))
+            .map(|(n, hosts)| format!("{} on {}", gpus(*n), super::fold(hosts)))
             .collect::<Vec<_>>()
             .join("; ")
     };

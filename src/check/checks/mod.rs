@@ -30,14 +30,14 @@ use super::nodeset::fold;
 /// How a check came out; the order is the severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
             Status::Warn => "warn",
@@ -48,7 +48,7 @@ impl Status {
 
 /// One row of the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CheckResult {
+pub(crate) struct CheckResult {
     /// The check's name: `memlock`, `rendezvous-connect`, ...
     pub check: &'static str,
     pub status: Status,
@@ -343,7 +343,7 @@ pub(crate) mod fixtures;
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::*;
+    use super::fixtures::{self, cluster, facts as facts_of};
     use super::*;
 
     #[test]
@@ -455,6 +455,36 @@ mod tests {
         assert!(inputs.one_machine());
         inputs.nodes.truncate(1);
         assert!(inputs.one_machine());
+    }
+
+    #[test]
+    fn two_hundred_fifty_six_nodes_evaluate_at_once() {
+        let mut inputs = cluster(256);
+        facts_of(&mut inputs, 200).names.insert(
+            "gpu07".into(),
+            crate::check::facts::Resolution {
+                addrs: vec![fixtures::ip("127.0.1.1")],
+                error: None,
+            },
+        );
+        let start = std::time::Instant::now();
+        let results = evaluate(&inputs);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        let bad: Vec<&CheckResult> = results.iter().filter(|r| r.status != Status::Ok).collect();
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(bad[0].check, "host-names");
+        assert_eq!(bad[0].nodes, ["gpu201"]);
+        assert_eq!(bad[0].detail, "gpu07 → 127.0.1.1 on gpu201");
+        let nodes = results.iter().find(|r| r.check == "nodes").expect("nodes");
+        assert_eq!(nodes.nodes.len(), 256);
+        assert_eq!(
+            crate::check::nodeset::fold(&nodes.nodes),
+            "gpu[01-99],gpu[100-256]"
+        );
     }
 
     #[test]
