@@ -115,9 +115,8 @@ pub(crate) fn fold<S: AsRef<str>>(hosts: &[S]) -> String {
 fn render(f: &Family<'_>) -> String {
     let w = f.width;
     let num = |n: u64| format!("{n:0w$}");
-    if f.numbers.len() == 1 {
-        let n = *f.numbers.iter().next().expect("one number");
-        return format!("{}{}{}", f.prefix, num(n), f.suffix);
+    if let (1, Some(n)) = (f.numbers.len(), f.numbers.first()) {
+        return format!("{}{}{}", f.prefix, num(*n), f.suffix);
     }
     let mut ranges: Vec<String> = Vec::new();
     let mut iter = f.numbers.iter().copied().peekable();

@@ -317,7 +317,7 @@ pub(crate) fn clock(inputs: &Inputs) -> CheckResult {
 /// the measurement's uncertainty; `None` when the node sent no time.
 pub(crate) fn offset_ms(inputs: &Inputs, f: &crate::check::facts::NodeFacts) -> Option<i64> {
     let shrink = |offset: i64, uncertainty: i64| {
-        if offset.abs() <= uncertainty {
+        if offset.unsigned_abs() <= uncertainty.unsigned_abs() {
             0
         } else {
             offset - offset.signum() * uncertainty
@@ -647,6 +647,26 @@ mod tests {
             "45.0 s behind the head on gpu03; also warn: 1.5 s ahead of the head on gpu02"
         );
         assert!(r.fix.expect("fix").contains("chrony"));
+    }
+
+    #[test]
+    fn absurd_clock_samples_do_not_panic() {
+        let mut inputs = cluster(2);
+        for (sent, head, received) in [(u64::MAX, 0, u64::MAX), (0, u64::MAX, 0), (5, 0, 1)] {
+            facts(&mut inputs, 1)
+                .rendezvous
+                .as_mut()
+                .expect("rdzv")
+                .clock = Some(ClockSample {
+                sent_ms: sent,
+                head_ms: head,
+                received_ms: received,
+            });
+            let _ = row(&inputs, "clock");
+        }
+        facts(&mut inputs, 1).rendezvous = None;
+        facts(&mut inputs, 1).time_ms = u64::MAX;
+        assert_eq!(row(&inputs, "clock").status, Status::Fail);
     }
 
     #[test]
