@@ -7,6 +7,7 @@
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
+//! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
 //! - [`stops`]: the signals a command handles, as one stream.
 //! - [`supervise`]: the small parent of every local command, ending it when `multinode` dies.
@@ -15,6 +16,7 @@
 //! `main` only turns the outcome of [`run_from_args`] into an exit code.
 
 pub mod agent;
+pub mod check;
 pub mod cli;
 pub mod env;
 pub mod error;

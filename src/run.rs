@@ -85,9 +85,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::Keygen(args) => crate::keys::cmd_keygen(&args),
         Command::Demo(args) => crate::exec_all::demo::main(args),
         Command::Supervise(args) => crate::supervise::main(args),
-        Command::Check(_) => Err(Error::usage(
-            "`multinode check` is not built yet; run the checks by hand (docs/check.md)",
-        )),
+        Command::Check(args) => crate::check::main(args),
     }
 }
 

@@ -1,0 +1,663 @@
+//! `multinode check --local`: this node's facts, gathered through a
+//! [`Probe`]. The slow parts (`nvidia-smi`, `nvcc`, name lookups, the
+//! rendezvous connection) run at once, each with its own time limit, so a
+//! report takes as long as the slowest of them: well under a second on a
+//! healthy node, [`SMI_TIMEOUT`] at worst.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tracing::debug;
+
+use super::cuda::{CudaVersion, parse_nvcc, parse_torch_version_py, parse_version_json};
+use super::facts::*;
+use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query};
+use super::probe::{Probe, RunOutput};
+use crate::cli::{CheckArgs, TopologyArgs};
+use crate::env::{Job, resolve_job};
+use crate::error::Error;
+use crate::topology::EnvMap;
+
+/// `nvidia-smi` may take this long (it takes seconds on a node without
+/// persistence mode; a hung GPU makes it hang).
+pub(crate) const SMI_TIMEOUT: Duration = Duration::from_secs(super::checks::SMI_TIMEOUT_S);
+/// `nvcc --version`.
+const NVCC_TIMEOUT: Duration = Duration::from_secs(5);
+/// Every host name of the hostlist, resolved in parallel.
+const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
+/// The TCP connection to the head's rendezvous port.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The variables that steer NCCL's and Gloo's choice of network, reported as set.
+pub(crate) const FABRIC_VARS: [&str; 5] = [
+    "NCCL_IB_HCA",
+    "NCCL_IB_DISABLE",
+    "NCCL_NET",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+];
+
+/// What to gather besides the machine itself: the contract as resolved here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub job: JobFacts,
+    /// Host names to resolve (IP literals left out).
+    pub hosts: Vec<String>,
+    pub rendezvous: Option<SocketAddr>,
+}
+
+impl Plan {
+    /// The plan for a resolved job.
+    pub(crate) fn from_job(job: &Job, port: u16) -> Self {
+        Plan {
+            job: JobFacts {
+                rank: Some(job.rank),
+                head_ip: Some(job.head_ip),
+                error: None,
+            },
+            hosts: names(job.topology.nodes.iter().map(|n| n.host.as_str())),
+            rendezvous: Some(SocketAddr::new(job.head_ip, port)),
+        }
+    }
+
+    /// The plan when the contract does not resolve on this node: what the
+    /// variables say, with the error kept for the report.
+    pub(crate) fn from_env(env: &EnvMap, port: u16, error: &Error) -> Self {
+        let head_ip = env
+            .get("MULTINODE_NODE_IP")
+            .and_then(|v| v.parse::<IpAddr>().ok());
+        let list = env
+            .get("MULTINODE_HOSTLIST_NOSLOTS")
+            .or_else(|| env.get("MULTINODE_HOSTLIST"))
+            .unwrap_or_default();
+        let hosts = list.split(',').map(|entry| {
+            if let Some(v6) = entry.strip_prefix('[') {
+                // `[fd00::4]:8`: an IP literal, left out below.
+                return v6.split(']').next().unwrap_or_default();
+            }
+            match entry.rsplit_once(':') {
+                Some((host, slots)) if slots.parse::<u32>().is_ok() => host,
+                _ => entry,
+            }
+        });
+        Plan {
+            job: JobFacts {
+                rank: env
+                    .get("MULTINODE_NODE_RANK")
+                    .or_else(|| env.get("RANK"))
+                    .and_then(|r| r.parse().ok()),
+                head_ip,
+                error: Some(error.to_string()),
+            },
+            hosts: names(hosts),
+            rendezvous: head_ip.map(|ip| SocketAddr::new(ip, port)),
+        }
+    }
+}
+
+/// The host names among `hosts`, without IP literals, bracketed or not, and duplicates.
+fn names<'a>(hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for h in hosts {
+        let h = h.trim();
+        let bare = h.trim_start_matches('[').trim_end_matches(']');
+        if h.is_empty() || bare.parse::<IpAddr>().is_ok() || out.iter().any(|o| o == h) {
+            continue;
+        }
+        out.push(h.to_string());
+    }
+    out
+}
+
+/// The plan for `multinode check --local`: the contract of this node, or,
+/// when it does not resolve, what the environment says. Errors only for bad
+/// command-line flags (the user's own input).
+pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<Plan, Error> {
+    match resolve_job(&args.topology, env) {
+        Ok(job) => Ok(Plan::from_job(&job, args.port)),
+        Err(e) if flags_given(&args.topology) => Err(e),
+        Err(e) => {
+            debug!(error = %e, "the contract does not resolve here");
+            Ok(Plan::from_env(env, args.port, &e))
+        }
+    }
+}
+
+fn flags_given(t: &TopologyArgs) -> bool {
+    t.hosts.is_some() || t.hostfile.is_some() || t.node_rank.is_some() || t.iface.is_some()
+}
+
+/// Gathers this node's facts.
+pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &Plan) -> NodeFacts {
+    let (gpus, toolkits, names, rendezvous) = std::thread::scope(|s| {
+        let gpus = s.spawn(|| gpus(probe));
+        let toolkits = s.spawn(|| toolkits(probe, env));
+        let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
+        let rendezvous = plan
+            .rendezvous
+            .map(|addr| s.spawn(move || probe.connect(addr, CONNECT_TIMEOUT)));
+        (
+            gpus.join().unwrap_or_default(),
+            toolkits.join().unwrap_or_default(),
+            names.join().unwrap_or_default(),
+            rendezvous.and_then(|h| h.join().ok()),
+        )
+    });
+    let facts = NodeFacts {
+        schema: SCHEMA,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        hostname: probe.hostname(),
+        time_ms: 0,
+        machine: MachineIdentity {
+            boot_id: probe
+                .read_file(Path::new("/proc/sys/kernel/random/boot_id"))
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
+            netns: probe.read_link(Path::new("/proc/self/ns/net")),
+        },
+        job: plan.job.clone(),
+        rendezvous,
+        names,
+        memlock: probe.memlock(),
+        fabric: fabric(probe, env),
+        gpus,
+        cuda_toolkits: toolkits,
+    };
+    NodeFacts {
+        time_ms: probe.now_ms(),
+        ..facts
+    }
+}
+
+fn fabric(probe: &dyn Probe, env: &EnvMap) -> Fabric {
+    let sys = Path::new("/sys/class/infiniband");
+    let ib_devices = probe
+        .list_dir(sys)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| {
+            let ports_dir = sys.join(&name).join("ports");
+            let ports = probe
+                .list_dir(&ports_dir)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|p| {
+                    let port = p.parse::<u32>().ok()?;
+                    let read = |file: &str| {
+                        probe
+                            .read_file(&ports_dir.join(&p).join(file))
+                            .unwrap_or_default()
+                    };
+                    // `4: ACTIVE`
+                    let state = read("state");
+                    let state = state
+                        .rsplit(':')
+                        .next()
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string();
+                    Some(IbPort {
+                        port,
+                        state,
+                        link_layer: read("link_layer").trim().to_string(),
+                    })
+                })
+                .collect();
+            IbDevice { name, ports }
+        })
+        .collect();
+    Fabric {
+        dev_infiniband: probe.list_dir(Path::new("/dev/infiniband")),
+        ib_devices,
+        interfaces: probe.interfaces(),
+        env: FABRIC_VARS
+            .iter()
+            .filter_map(|k| Some((k.to_string(), env.get(k)?.to_string())))
+            .collect(),
+    }
+}
+
+/// `nvidia-smi --query-gpu` (retried without `compute_cap` for old drivers)
+/// and plain `nvidia-smi` for the versions, at once.
+fn gpus(probe: &dyn Probe) -> Gpus {
+    let query_args = |fields: &'static str| -> [String; 2] {
+        [
+            format!("--query-gpu={fields}"),
+            "--format=csv,noheader".to_string(),
+        ]
+    };
+    let run_query = |fields: &'static str| {
+        let args = query_args(fields);
+        probe.run(
+            "nvidia-smi",
+            &[args[0].as_str(), args[1].as_str()],
+            SMI_TIMEOUT,
+        )
+    };
+    let (query, header) = std::thread::scope(|s| {
+        let header = s.spawn(|| probe.run("nvidia-smi", &[], SMI_TIMEOUT));
+        let mut query = run_query(QUERY);
+        if let RunOutput::Exited {
+            code: Some(c),
+            stdout,
+            stderr,
+        } = &query
+            && *c != 0
+            && (stdout.contains("compute_cap") || stderr.contains("compute_cap"))
+        {
+            query = run_query(QUERY_OLD);
+        }
+        (query, header.join().unwrap_or(RunOutput::TimedOut))
+    });
+    let mut gpus = match query {
+        RunOutput::NotFound => return Gpus::default(),
+        RunOutput::TimedOut => Gpus {
+            smi: SmiStatus::Timeout,
+            ..Gpus::default()
+        },
+        RunOutput::SpawnError(e) => Gpus {
+            smi: SmiStatus::Failed,
+            error: Some(format!("cannot run nvidia-smi: {e}")),
+            ..Gpus::default()
+        },
+        RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } => match parse_query(&stdout) {
+            Ok(devices) => Gpus {
+                smi: SmiStatus::Ok,
+                devices,
+                ..Gpus::default()
+            },
+            Err(e) => Gpus {
+                smi: SmiStatus::Failed,
+                error: Some(format!("unreadable nvidia-smi output: {e}")),
+                ..Gpus::default()
+            },
+        },
+        RunOutput::Exited {
+            code,
+            stdout,
+            stderr,
+        } => {
+            let how =
+                code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"));
+            Gpus {
+                smi: SmiStatus::Failed,
+                error: Some(format!("{} ({how})", first_line(&stdout, &stderr))),
+                ..Gpus::default()
+            }
+        }
+    };
+    if let RunOutput::Exited {
+        code: Some(0),
+        stdout,
+        ..
+    } = header
+    {
+        let (driver, cuda) = parse_header(&stdout);
+        gpus.cuda_version = cuda;
+        gpus.driver_version = driver;
+    }
+    if gpus.driver_version.is_none() {
+        gpus.driver_version = gpus.devices.first().map(|g| g.driver_version.clone());
+    }
+    gpus
+}
+
+/// The directories of `PATH`, in order.
+fn path_dirs(env: &EnvMap) -> Vec<PathBuf> {
+    env.get("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// The CUDA toolkit of the image (`version.json`, else `nvcc --version`,
+/// else `$CUDA_VERSION`), then PyTorch's CUDA (`torch/version.py` of the
+/// first `python3` on `PATH`). File reads and at most one `nvcc`: no Python.
+fn toolkits(probe: &dyn Probe, env: &EnvMap) -> Vec<Toolkit> {
+    let mut out = Vec::new();
+    let cuda_home = env
+        .get("CUDA_HOME")
+        .or_else(|| env.get("CUDA_PATH"))
+        .unwrap_or("/usr/local/cuda");
+    let cuda_home = Path::new(cuda_home);
+    let toolkit = |source: &str, path: &Path, v: CudaVersion| Toolkit {
+        source: source.to_string(),
+        path: path.display().to_string(),
+        version: v.to_string(),
+    };
+    let version_json = cuda_home.join("version.json");
+    if let Some(v) = probe
+        .read_file(&version_json)
+        .as_deref()
+        .and_then(parse_version_json)
+    {
+        out.push(toolkit("version.json", &version_json, v));
+    } else if let Some(nvcc) = path_dirs(env)
+        .into_iter()
+        .map(|d| d.join("nvcc"))
+        .chain([cuda_home.join("bin/nvcc")])
+        .find(|p| probe.exists(p))
+    {
+        if let RunOutput::Exited { stdout, .. } =
+            probe.run(&nvcc.to_string_lossy(), &["--version"], NVCC_TIMEOUT)
+            && let Some(v) = parse_nvcc(&stdout)
+        {
+            out.push(toolkit("nvcc", &nvcc, v));
+        }
+    } else if let Some(v) = env.get("CUDA_VERSION").and_then(CudaVersion::parse) {
+        out.push(toolkit("CUDA_VERSION", Path::new("$CUDA_VERSION"), v));
+    }
+    if let Some((path, v)) = torch_cuda(probe, env) {
+        out.push(toolkit("torch", &path, v));
+    }
+    out
+}
+
+/// `ROOT/lib/python3*/{site,dist}-packages/torch/version.py` for the first
+/// `python3` on `PATH` (`ROOT/bin/python3`), then `$VIRTUAL_ENV` and `$CONDA_PREFIX`.
+fn torch_cuda(probe: &dyn Probe, env: &EnvMap) -> Option<(PathBuf, CudaVersion)> {
+    let mut roots: Vec<PathBuf> = path_dirs(env)
+        .into_iter()
+        .filter(|d| probe.exists(&d.join("python3")))
+        .filter_map(|d| d.parent().map(Path::to_path_buf))
+        .take(1)
+        .collect();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(root) = env.get(var) {
+            roots.push(PathBuf::from(root));
+        }
+    }
+    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
+    for root in roots {
+        if !seen.insert(root.clone()) {
+            continue;
+        }
+        let lib = root.join("lib");
+        for py in probe
+            .list_dir(&lib)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| n.starts_with("python3"))
+        {
+            for packages in ["site-packages", "dist-packages"] {
+                let file = lib.join(&py).join(packages).join("torch/version.py");
+                if let Some(text) = probe.read_file(&file) {
+                    return parse_torch_version_py(&text).map(|v| (file, v));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `multinode check --local`: this node's facts as JSON on stdout.
+pub(crate) fn run_local(args: &CheckArgs) -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let plan = local_plan(args, &env)?;
+    debug!(?plan, "gathering this node's facts");
+    let facts = gather(&super::probe::SystemProbe, &env, &plan);
+    let mut text = serde_json::to_string_pretty(&facts)
+        .map_err(|e| Error::Failed(format!("cannot write the report: {e}")))?;
+    text.push('\n');
+    crate::env::print_stdout(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::probe::fake::{FakeProbe, printed};
+    use super::*;
+    use crate::topology::machine::fake::env;
+    use std::collections::BTreeMap;
+
+    const QUERY_CSV: &str = include_str!("../../tests/fixtures/nvidia-smi/h200-8gpu/query.csv");
+    const SMI: &str = include_str!("../../tests/fixtures/nvidia-smi/h200-8gpu/nvidia-smi.txt");
+    const Q: &str =
+        "nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader";
+    const Q_OLD: &str = "nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader";
+
+    fn plan() -> Plan {
+        Plan {
+            job: JobFacts {
+                rank: Some(1),
+                head_ip: Some("10.0.0.1".parse().expect("ip")),
+                error: None,
+            },
+            hosts: vec!["gpu01".into(), "gpu02".into()],
+            rendezvous: Some("10.0.0.1:29500".parse().expect("addr")),
+        }
+    }
+
+    /// An HGX H200 node with two ConnectX ports (one down), CUDA 12.8 in
+    /// version.json, PyTorch for CUDA 12.6 in a virtual environment.
+    fn h200_node() -> FakeProbe {
+        FakeProbe {
+            now_ms: 1_764_513_000_000,
+            hostname: "gpu02".into(),
+            ..FakeProbe::default()
+        }
+        .program(Q, printed(QUERY_CSV))
+        .program("nvidia-smi", printed(SMI))
+        .file(
+            "/proc/sys/kernel/random/boot_id",
+            "24fb9b5a-2364-4075-8613-d52fe912a434\n",
+        )
+        .dir("/dev/infiniband", &["rdma_cm", "uverbs0", "uverbs1"])
+        .dir("/sys/class/infiniband", &["mlx5_0", "mlx5_1"])
+        .dir("/sys/class/infiniband/mlx5_0/ports", &["1"])
+        .file("/sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n")
+        .file(
+            "/sys/class/infiniband/mlx5_0/ports/1/link_layer",
+            "InfiniBand\n",
+        )
+        .dir("/sys/class/infiniband/mlx5_1/ports", &["1"])
+        .file("/sys/class/infiniband/mlx5_1/ports/1/state", "1: DOWN\n")
+        .file(
+            "/sys/class/infiniband/mlx5_1/ports/1/link_layer",
+            "Ethernet\n",
+        )
+        .file(
+            "/usr/local/cuda/version.json",
+            r#"{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}}"#,
+        )
+        .program("/venv/bin/python3", printed(""))
+        .dir("/venv/lib", &["python3.12"])
+        .file(
+            "/venv/lib/python3.12/site-packages/torch/version.py",
+            "__version__ = '2.7.1+cu126'\ncuda: Optional[str] = '12.6'\n",
+        )
+    }
+
+    #[test]
+    fn an_h200_node() {
+        let probe = h200_node();
+        let e = env(&[
+            ("PATH", "/venv/bin:/usr/bin"),
+            ("NCCL_IB_HCA", "=mlx5_0"),
+            ("NCCL_DEBUG", "INFO"),
+        ]);
+        let f = gather(&probe, &e, &plan());
+        assert_eq!(f.schema, SCHEMA);
+        assert_eq!(f.version, env!("CARGO_PKG_VERSION"));
+        assert_eq!(f.hostname, "gpu02");
+        assert_eq!(f.time_ms, 1_764_513_000_000);
+        assert_eq!(
+            f.machine.boot_id.as_deref(),
+            Some("24fb9b5a-2364-4075-8613-d52fe912a434")
+        );
+        assert_eq!(f.job, plan().job);
+        assert_eq!(f.gpus.smi, SmiStatus::Ok);
+        assert_eq!(f.gpus.devices.len(), 8);
+        assert_eq!(f.gpus.driver_version.as_deref(), Some("580.159.04"));
+        assert_eq!(f.gpus.cuda_version.as_deref(), Some("13.0"));
+        assert_eq!(
+            f.fabric.ib_devices[1],
+            IbDevice {
+                name: "mlx5_1".into(),
+                ports: vec![IbPort {
+                    port: 1,
+                    state: "DOWN".into(),
+                    link_layer: "Ethernet".into()
+                }]
+            }
+        );
+        assert!(f.fabric.ib_devices[0].ports[0].active());
+        assert_eq!(
+            f.fabric.dev_infiniband.as_deref(),
+            Some(&["rdma_cm".to_string(), "uverbs0".into(), "uverbs1".into()][..])
+        );
+        assert_eq!(
+            f.fabric.env,
+            BTreeMap::from([("NCCL_IB_HCA".to_string(), "=mlx5_0".to_string())])
+        );
+        assert_eq!(
+            f.cuda_toolkits,
+            vec![
+                Toolkit {
+                    source: "version.json".into(),
+                    path: "/usr/local/cuda/version.json".into(),
+                    version: "12.8".into()
+                },
+                Toolkit {
+                    source: "torch".into(),
+                    path: "/venv/lib/python3.12/site-packages/torch/version.py".into(),
+                    version: "12.6".into()
+                },
+            ]
+        );
+        // The fake refuses the connection and resolves nothing.
+        let r = f.rendezvous.expect("tried");
+        assert_eq!((r.addr.as_str(), r.connected), ("10.0.0.1:29500", false));
+        assert!(f.names.is_empty());
+    }
+
+    #[test]
+    fn a_cpu_node_without_nvidia_smi_or_toolkits() {
+        let probe = FakeProbe::default();
+        let f = gather(&probe, &EnvMap::default(), &plan());
+        assert_eq!(f.gpus, Gpus::default());
+        assert_eq!(f.gpus.smi, SmiStatus::Absent);
+        assert!(f.cuda_toolkits.is_empty());
+        assert_eq!(f.fabric.dev_infiniband, None);
+        assert!(f.fabric.ib_devices.is_empty());
+    }
+
+    #[test]
+    fn nvidia_smi_failures() {
+        let no_driver = include_str!("../../tests/fixtures/nvidia-smi/no-driver.txt");
+        let probe = FakeProbe::default().program(
+            Q,
+            RunOutput::Exited {
+                code: Some(9),
+                stdout: no_driver.into(),
+                stderr: String::new(),
+            },
+        );
+        let f = gather(&probe, &EnvMap::default(), &plan());
+        assert_eq!(f.gpus.smi, SmiStatus::Failed);
+        assert_eq!(
+            f.gpus.error.as_deref(),
+            Some(
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running. (exit 9)"
+            )
+        );
+        let probe = FakeProbe::default().program(Q, RunOutput::TimedOut);
+        assert_eq!(
+            gather(&probe, &EnvMap::default(), &plan()).gpus.smi,
+            SmiStatus::Timeout
+        );
+    }
+
+    #[test]
+    fn old_drivers_are_asked_again_without_compute_cap() {
+        let probe = FakeProbe::default()
+            .program(
+                Q,
+                RunOutput::Exited {
+                    code: Some(2),
+                    stdout: "Field \"compute_cap\" is not a valid field to query.\n\n".into(),
+                    stderr: String::new(),
+                },
+            )
+            .program(Q_OLD, printed("0, Tesla V100-SXM2-32GB, 470.82.01\n"));
+        let f = gather(&probe, &EnvMap::default(), &plan());
+        assert_eq!(f.gpus.smi, SmiStatus::Ok);
+        assert_eq!(f.gpus.devices[0].compute_cap, None);
+        assert_eq!(f.gpus.driver_version.as_deref(), Some("470.82.01"));
+    }
+
+    #[test]
+    fn toolkit_sources_in_order() {
+        let nvcc_out = "Cuda compilation tools, release 12.4, V12.4.131\n";
+        let probe = FakeProbe::default().program("/opt/cuda/bin/nvcc --version", printed(nvcc_out));
+        let e = env(&[("PATH", "/opt/cuda/bin"), ("CUDA_VERSION", "12.9.1")]);
+        assert_eq!(
+            toolkits(&probe, &e),
+            vec![Toolkit {
+                source: "nvcc".into(),
+                path: "/opt/cuda/bin/nvcc".into(),
+                version: "12.4".into()
+            }]
+        );
+        let probe = FakeProbe::default();
+        assert_eq!(
+            toolkits(&probe, &e),
+            vec![Toolkit {
+                source: "CUDA_VERSION".into(),
+                path: "$CUDA_VERSION".into(),
+                version: "12.9".into()
+            }]
+        );
+        // CUDA_HOME moves version.json.
+        let probe = FakeProbe::default().file(
+            "/opt/cuda-13/version.json",
+            r#"{"cuda":{"version":"13.0.2"}}"#,
+        );
+        let e = env(&[("CUDA_HOME", "/opt/cuda-13")]);
+        assert_eq!(toolkits(&probe, &e)[0].version, "13.0");
+    }
+
+    #[test]
+    fn plans_from_a_broken_contract() {
+        let e = env(&[
+            (
+                "MULTINODE_HOSTLIST",
+                "gpu01:8,gpu02:8,10.0.0.3:8,[fd00::4]:8",
+            ),
+            ("MULTINODE_NODE_IP", "10.0.0.1"),
+            ("RANK", "1"),
+        ]);
+        let p = Plan::from_env(
+            &e,
+            29500,
+            &Error::usage("no interface matches NCCL_SOCKET_IFNAME='eth9'"),
+        );
+        assert_eq!(p.hosts, ["gpu01", "gpu02"]);
+        assert_eq!(p.rendezvous, Some("10.0.0.1:29500".parse().expect("addr")));
+        assert_eq!(p.job.rank, Some(1));
+        assert_eq!(
+            p.job.error.as_deref(),
+            Some("no interface matches NCCL_SOCKET_IFNAME='eth9'")
+        );
+        let p = Plan::from_env(&EnvMap::default(), 29500, &Error::usage("x"));
+        assert_eq!(
+            (p.hosts.len(), p.rendezvous, p.job.head_ip),
+            (0, None, None)
+        );
+    }
+
+    #[test]
+    fn no_rendezvous_address_no_connection() {
+        let mut p = plan();
+        p.rendezvous = None;
+        let f = gather(&FakeProbe::default(), &EnvMap::default(), &p);
+        assert_eq!(f.rendezvous, None);
+    }
+}

@@ -1,0 +1,196 @@
+//! Host names folded into Slurm's bracket syntax for the table:
+//! `node01,node02,node03,node07` → `node[01-03,07]`. Pure.
+//!
+//! The last run of digits of each name is its number; names that differ only
+//! there fold together, zero padding kept (`gpu01`..`gpu10` fold with width
+//! 2; `n1` and `n01` do not fold). IPv6 literals stay as they are.
+
+use std::collections::BTreeSet;
+
+/// A name split around its last run of digits.
+struct Split<'a> {
+    prefix: &'a str,
+    digits: &'a str,
+    suffix: &'a str,
+}
+
+fn split(host: &str) -> Option<Split<'_>> {
+    if host.contains(':') {
+        return None;
+    }
+    let end = host.rfind(|c: char| c.is_ascii_digit())? + 1;
+    let start = host[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    let digits = &host[start..end];
+    // Numbers too long for u64 stay unfolded.
+    if digits.len() > 18 {
+        return None;
+    }
+    Some(Split {
+        prefix: &host[..start],
+        digits,
+        suffix: &host[end..],
+    })
+}
+
+/// The zero-padded width of `digits`, or 0 when it is not padded.
+fn pad_width(digits: &str) -> usize {
+    if digits.len() > 1 && digits.starts_with('0') {
+        digits.len()
+    } else {
+        0
+    }
+}
+
+/// One foldable family: a prefix, a suffix, a padding, and its numbers.
+struct Family<'a> {
+    prefix: &'a str,
+    suffix: &'a str,
+    width: usize,
+    numbers: BTreeSet<u64>,
+}
+
+enum Entry<'a> {
+    Family(Family<'a>),
+    Plain(&'a str),
+}
+
+/// Folds `hosts` (in the order given; duplicates dropped) into one string.
+pub(crate) fn fold<S: AsRef<str>>(hosts: &[S]) -> String {
+    let mut entries: Vec<Entry<'_>> = Vec::new();
+    let mut seen_plain: BTreeSet<&str> = BTreeSet::new();
+    for host in hosts {
+        let host = host.as_ref();
+        let Some(s) = split(host) else {
+            if seen_plain.insert(host) {
+                entries.push(Entry::Plain(host));
+            }
+            continue;
+        };
+        let Ok(number) = s.digits.parse::<u64>() else {
+            entries.push(Entry::Plain(host));
+            continue;
+        };
+        let padded = pad_width(s.digits);
+        // An unpadded number as long as a padded family's width belongs to it
+        // (gpu10 with gpu01..gpu09); a padded one only to its own width.
+        let family = entries.iter_mut().find_map(|e| match e {
+            Entry::Family(f)
+                if f.prefix == s.prefix
+                    && f.suffix == s.suffix
+                    && (f.width == padded
+                        || (padded == 0 && f.width == s.digits.len())
+                        || (f.width == 0
+                            && padded == s.digits.len()
+                            && f.numbers.iter().all(|n| n.to_string().len() == padded))) =>
+            {
+                Some(f)
+            }
+            _ => None,
+        });
+        match family {
+            Some(f) => {
+                f.width = f.width.max(padded);
+                f.numbers.insert(number);
+            }
+            None => entries.push(Entry::Family(Family {
+                prefix: s.prefix,
+                suffix: s.suffix,
+                width: padded,
+                numbers: BTreeSet::from([number]),
+            })),
+        }
+    }
+    entries
+        .iter()
+        .map(|e| match e {
+            Entry::Plain(h) => h.to_string(),
+            Entry::Family(f) => render(f),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn render(f: &Family<'_>) -> String {
+    let w = f.width;
+    let num = |n: u64| format!("{n:0w$}");
+    if let (1, Some(n)) = (f.numbers.len(), f.numbers.first()) {
+        return format!("{}{}{}", f.prefix, num(*n), f.suffix);
+    }
+    let mut ranges: Vec<String> = Vec::new();
+    let mut iter = f.numbers.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end += 1;
+            iter.next();
+        }
+        ranges.push(if start == end {
+            num(start)
+        } else {
+            format!("{}-{}", num(start), num(end))
+        });
+    }
+    format!("{}[{}]{}", f.prefix, ranges.join(","), f.suffix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_and_singles() {
+        assert_eq!(
+            fold(&["node01", "node02", "node03", "node04"]),
+            "node[01-04]"
+        );
+        assert_eq!(
+            fold(&["node01", "node02", "node03", "node07"]),
+            "node[01-03,07]"
+        );
+        assert_eq!(fold(&["gpu07"]), "gpu07");
+        assert_eq!(fold::<&str>(&[]), "");
+    }
+
+    #[test]
+    fn padding_is_kept() {
+        assert_eq!(fold(&["gpu08", "gpu09", "gpu10", "gpu11"]), "gpu[08-11]");
+        assert_eq!(fold(&["n1", "n2", "n10"]), "n[1-2,10]");
+        assert_eq!(fold(&["n1", "n01"]), "n1,n01");
+        assert_eq!(fold(&["n001", "n002", "n100"]), "n[001-002,100]");
+    }
+
+    #[test]
+    fn prefixes_suffixes_and_plain_names() {
+        assert_eq!(
+            fold(&["a1-ib", "a2-ib", "b1", "head", "a3-ib"]),
+            "a[1-3]-ib,b1,head"
+        );
+        assert_eq!(fold(&["rack1-n01", "rack1-n02"]), "rack1-n[01-02]");
+        assert_eq!(
+            fold(&["10.0.0.1", "10.0.0.2", "10.0.0.9"]),
+            "10.0.0.[1-2,9]"
+        );
+        assert_eq!(fold(&["fd00::1", "fd00::2"]), "fd00::1,fd00::2");
+        assert_eq!(fold(&["x", "x"]), "x");
+        assert_eq!(fold(&["n1", "n1"]), "n1");
+    }
+
+    #[test]
+    fn order_of_first_appearance() {
+        assert_eq!(fold(&["b2", "a1", "b1"]), "b[1-2],a1");
+    }
+
+    #[test]
+    fn many_nodes_fold_to_one_range() {
+        let hosts: Vec<String> = (1..=256).map(|i| format!("node{i:03}")).collect();
+        assert_eq!(fold(&hosts), "node[001-256]");
+    }
+
+    #[test]
+    fn huge_numbers_do_not_overflow() {
+        let big = "n99999999999999999999999";
+        assert_eq!(fold(&[big, "n1"]), format!("{big},n1"));
+    }
+}

@@ -1,0 +1,499 @@
+//! Everything `multinode check --local` asks of its machine, behind one small
+//! trait so that the gathering is tested with fixtures. [`SystemProbe`] is
+//! the real machine; every call is bounded in time.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::facts::{Limit, Memlock, NetInterface, Rendezvous, Resolution};
+use crate::topology::machine::{Machine, System};
+
+/// How a program run by a probe ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RunOutput {
+    /// Not found (not on `PATH`, or the path does not exist).
+    NotFound,
+    /// It could not be started for another reason.
+    SpawnError(String),
+    /// It did not exit within the time given; it was killed.
+    TimedOut,
+    /// It exited (`code` is `None` when a signal ended it).
+    Exited {
+        code: Option<i32>,
+        stdout: String,
+        stderr: String,
+    },
+}
+
+/// The facts of this machine that the checks need; each is I/O.
+pub(crate) trait Probe: Sync {
+    /// UNIX time in milliseconds.
+    fn now_ms(&self) -> u64;
+    fn hostname(&self) -> String;
+    fn read_file(&self, path: &Path) -> Option<String>;
+    fn read_link(&self, path: &Path) -> Option<String>;
+    /// The names in a folder, sorted; `None` when it does not exist.
+    fn list_dir(&self, path: &Path) -> Option<Vec<String>>;
+    fn exists(&self, path: &Path) -> bool;
+    fn memlock(&self) -> Memlock;
+    fn interfaces(&self) -> Vec<NetInterface>;
+    /// Runs `program args` with no stdin, for at most `timeout`.
+    fn run(&self, program: &str, args: &[&str], timeout: Duration) -> RunOutput;
+    /// Resolves every host; those not done within `deadline` are left out.
+    fn resolve_all(&self, hosts: &[String], deadline: Duration) -> BTreeMap<String, Resolution>;
+    /// Connects to the rendezvous address (and reads the head's clock line).
+    fn connect(&self, addr: SocketAddr, timeout: Duration) -> Rendezvous;
+}
+
+/// This machine.
+pub(crate) struct SystemProbe;
+
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Probe for SystemProbe {
+    fn now_ms(&self) -> u64 {
+        unix_ms()
+    }
+
+    fn hostname(&self) -> String {
+        System.hostname().unwrap_or_default()
+    }
+
+    fn read_file(&self, path: &Path) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+
+    fn read_link(&self, path: &Path) -> Option<String> {
+        std::fs::read_link(path)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
+    fn list_dir(&self, path: &Path) -> Option<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(path)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Some(names)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn memlock(&self) -> Memlock {
+        use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+        let limit = |v: u64| {
+            if v == RLIM_INFINITY {
+                Limit::Unlimited
+            } else {
+                Limit::Bytes(v)
+            }
+        };
+        match getrlimit(Resource::RLIMIT_MEMLOCK) {
+            Ok((soft, hard)) => Memlock {
+                soft: Some(limit(soft)),
+                hard: Some(limit(hard)),
+                error: None,
+            },
+            Err(e) => Memlock {
+                soft: None,
+                hard: None,
+                error: Some(format!("getrlimit: {e}")),
+            },
+        }
+    }
+
+    fn interfaces(&self) -> Vec<NetInterface> {
+        group_interfaces(System.interfaces())
+    }
+
+    fn run(&self, program: &str, args: &[&str], timeout: Duration) -> RunOutput {
+        run_bounded(program, args, timeout)
+    }
+
+    fn resolve_all(&self, hosts: &[String], deadline: Duration) -> BTreeMap<String, Resolution> {
+        resolve_parallel(hosts, Arc::new(|h: &str| System.lookup(h)), 16, deadline)
+    }
+
+    fn connect(&self, addr: SocketAddr, timeout: Duration) -> Rendezvous {
+        super::rendezvous::connect(addr, timeout, &unix_ms)
+    }
+}
+
+/// One entry per interface (in the kernel's order), its addresses together.
+fn group_interfaces(addrs: Vec<crate::topology::machine::Interface>) -> Vec<NetInterface> {
+    let mut out: Vec<NetInterface> = Vec::new();
+    for a in addrs {
+        match out.iter_mut().find(|i| i.name == a.name) {
+            Some(i) => {
+                i.up |= a.up;
+                i.addrs.push(a.addr);
+            }
+            None => out.push(NetInterface {
+                name: a.name,
+                up: a.up,
+                addrs: vec![a.addr],
+            }),
+        }
+    }
+    out
+}
+
+/// Runs a program with a time limit, reading its output as it comes (a
+/// grandchild that keeps a pipe open delays the answer by at most the
+/// limit). On timeout the program is killed and not waited for: a process
+/// stuck in the kernel (a GPU that fell off the bus) would not die anyway.
+pub(crate) fn run_bounded(program: &str, args: &[&str], timeout: Duration) -> RunOutput {
+    let deadline = Instant::now() + timeout;
+    let mut child = match Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return RunOutput::NotFound,
+        Err(e) => return RunOutput::SpawnError(e.to_string()),
+    };
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = mpsc::channel();
+        if let Some(mut pipe) = pipe {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = pipe.read_to_end(&mut buf);
+                let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
+            });
+        }
+        rx
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                return RunOutput::TimedOut;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return RunOutput::SpawnError(e.to_string()),
+        }
+    };
+    let left = |rx: &mpsc::Receiver<String>| {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        rx.recv_timeout(wait).unwrap_or_default()
+    };
+    RunOutput::Exited {
+        code: status.code(),
+        stdout: left(&out),
+        stderr: left(&err),
+    }
+}
+
+type Lookup = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>, String> + Send + Sync>;
+
+/// Resolves `hosts` on up to `workers` threads; what is not resolved within
+/// `deadline` is left out (its threads finish in the background: getaddrinfo
+/// cannot be cancelled).
+pub(crate) fn resolve_parallel(
+    hosts: &[String],
+    lookup: Lookup,
+    workers: usize,
+    deadline: Duration,
+) -> BTreeMap<String, Resolution> {
+    let end = Instant::now() + deadline;
+    let queue: Arc<Mutex<VecDeque<String>>> = Arc::new(Mutex::new(hosts.iter().cloned().collect()));
+    let (tx, rx) = mpsc::channel::<(String, Resolution)>();
+    for _ in 0..workers.clamp(1, hosts.len().max(1)) {
+        let queue = Arc::clone(&queue);
+        let lookup = Arc::clone(&lookup);
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            loop {
+                let next = match queue.lock() {
+                    Ok(mut q) => q.pop_front(),
+                    Err(_) => None,
+                };
+                let Some(host) = next else { break };
+                let res = match lookup(&host) {
+                    Ok(addrs) => Resolution { addrs, error: None },
+                    Err(e) => Resolution {
+                        addrs: Vec::new(),
+                        error: Some(e),
+                    },
+                };
+                if tx.send((host, res)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut out = BTreeMap::new();
+    while out.len() < hosts.len() {
+        let wait = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok((host, res)) => {
+                out.insert(host, res);
+            }
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A machine made of fixtures.
+
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::{Probe, RunOutput};
+    use crate::check::facts::{Memlock, NetInterface, Rendezvous, Resolution};
+
+    #[derive(Debug, Default)]
+    pub(crate) struct FakeProbe {
+        pub now_ms: u64,
+        pub hostname: String,
+        pub files: BTreeMap<String, String>,
+        pub links: BTreeMap<String, String>,
+        /// Folders and their entries.
+        pub dirs: BTreeMap<String, Vec<String>>,
+        pub memlock: Memlock,
+        pub interfaces: Vec<NetInterface>,
+        /// `program args...` joined by spaces → what it does.
+        pub programs: BTreeMap<String, RunOutput>,
+        pub dns: BTreeMap<String, Resolution>,
+        pub rendezvous: Option<Rendezvous>,
+    }
+
+    impl FakeProbe {
+        pub(crate) fn file(mut self, path: &str, text: &str) -> Self {
+            self.files.insert(path.into(), text.into());
+            self
+        }
+
+        pub(crate) fn dir(mut self, path: &str, entries: &[&str]) -> Self {
+            self.dirs
+                .insert(path.into(), entries.iter().map(|e| e.to_string()).collect());
+            self
+        }
+
+        pub(crate) fn program(mut self, command: &str, output: RunOutput) -> Self {
+            self.programs.insert(command.into(), output);
+            self
+        }
+    }
+
+    /// A program that printed `stdout` and exited 0.
+    pub(crate) fn printed(stdout: &str) -> RunOutput {
+        RunOutput::Exited {
+            code: Some(0),
+            stdout: stdout.into(),
+            stderr: String::new(),
+        }
+    }
+
+    impl Probe for FakeProbe {
+        fn now_ms(&self) -> u64 {
+            self.now_ms
+        }
+        fn hostname(&self) -> String {
+            self.hostname.clone()
+        }
+        fn read_file(&self, path: &Path) -> Option<String> {
+            self.files.get(path.to_str()?).cloned()
+        }
+        fn read_link(&self, path: &Path) -> Option<String> {
+            self.links.get(path.to_str()?).cloned()
+        }
+        fn list_dir(&self, path: &Path) -> Option<Vec<String>> {
+            self.dirs.get(path.to_str()?).cloned()
+        }
+        fn exists(&self, path: &Path) -> bool {
+            let Some(p) = path.to_str() else { return false };
+            self.files.contains_key(p)
+                || self.dirs.contains_key(p)
+                || self.programs.keys().any(|c| c.split(' ').next() == Some(p))
+        }
+        fn memlock(&self) -> Memlock {
+            self.memlock.clone()
+        }
+        fn interfaces(&self) -> Vec<NetInterface> {
+            self.interfaces.clone()
+        }
+        fn run(&self, program: &str, args: &[&str], _timeout: Duration) -> RunOutput {
+            let mut key = program.to_string();
+            for a in args {
+                key.push(' ');
+                key.push_str(a);
+            }
+            self.programs
+                .get(&key)
+                .cloned()
+                .unwrap_or(RunOutput::NotFound)
+        }
+        fn resolve_all(
+            &self,
+            hosts: &[String],
+            _deadline: Duration,
+        ) -> BTreeMap<String, Resolution> {
+            hosts
+                .iter()
+                .filter_map(|h| Some((h.clone(), self.dns.get(h)?.clone())))
+                .collect()
+        }
+        fn connect(&self, addr: SocketAddr, _timeout: Duration) -> Rendezvous {
+            self.rendezvous.clone().unwrap_or(Rendezvous {
+                addr: addr.to_string(),
+                connected: false,
+                error: Some("connection refused".into()),
+                elapsed_ms: 0,
+                clock: None,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_run_with_a_time_limit() {
+        let got = run_bounded(
+            "sh",
+            &["-c", "echo out; echo err >&2; exit 3"],
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            got,
+            RunOutput::Exited {
+                code: Some(3),
+                stdout: "out\n".into(),
+                stderr: "err\n".into()
+            }
+        );
+        let start = Instant::now();
+        assert_eq!(
+            run_bounded("sleep", &["5"], Duration::from_millis(200)),
+            RunOutput::TimedOut
+        );
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(
+            run_bounded("/nonexistent/nvidia-smi", &[], Duration::from_secs(1)),
+            RunOutput::NotFound
+        );
+    }
+
+    #[test]
+    fn a_grandchild_holding_the_pipe_does_not_hang_the_probe() {
+        let start = Instant::now();
+        let got = run_bounded(
+            "sh",
+            &["-c", "sleep 5 & echo started"],
+            Duration::from_millis(500),
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            matches!(got, RunOutput::Exited { code: Some(0), .. }),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn slow_lookups_are_left_out_at_the_deadline() {
+        let hosts: Vec<String> = ["fast1", "slow", "fast2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let lookup: Lookup = Arc::new(|h: &str| {
+            if h == "slow" {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            if h == "fast2" {
+                return Err("Name or service not known".into());
+            }
+            Ok(vec!["10.0.0.1".parse().expect("ip")])
+        });
+        let start = Instant::now();
+        let got = resolve_parallel(&hosts, lookup, 4, Duration::from_millis(300));
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["fast1", "fast2"]);
+        assert_eq!(
+            got["fast2"].error.as_deref(),
+            Some("Name or service not known")
+        );
+        assert_eq!(
+            got["fast1"].addrs,
+            vec!["10.0.0.1".parse::<IpAddr>().expect("ip")]
+        );
+    }
+
+    #[test]
+    fn many_lookups_share_few_threads() {
+        let hosts: Vec<String> = (0..300).map(|i| format!("n{i}")).collect();
+        let got = resolve_parallel(&hosts, Arc::new(|_| Ok(vec![])), 16, Duration::from_secs(5));
+        assert_eq!(got.len(), 300);
+        assert!(
+            resolve_parallel(&[], Arc::new(|_| Ok(vec![])), 16, Duration::from_secs(1)).is_empty()
+        );
+    }
+
+    #[test]
+    fn the_real_machine_answers() {
+        let p = SystemProbe;
+        assert!(p.now_ms() > 1_600_000_000_000);
+        assert!(!p.hostname().is_empty());
+        let m = p.memlock();
+        assert!(
+            m.soft.is_some() && m.hard.is_some() && m.error.is_none(),
+            "{m:?}"
+        );
+        let lo = p
+            .interfaces()
+            .into_iter()
+            .find(|i| i.name == "lo")
+            .expect("lo");
+        assert!(lo.addrs.iter().any(IpAddr::is_loopback));
+        assert!(
+            p.list_dir(Path::new("/proc/self"))
+                .is_some_and(|e| e.contains(&"status".to_string()))
+        );
+        assert_eq!(p.list_dir(Path::new("/nonexistent")), None);
+        assert!(
+            p.read_link(Path::new("/proc/self/ns/net"))
+                .is_some_and(|l| l.starts_with("net:["))
+        );
+    }
+}
