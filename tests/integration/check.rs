@@ -506,3 +506,67 @@ fn a_rendezvous_port_in_use_fails() {
     assert_eq!(c["status"], "ok", "{c}");
     drop(taken);
 }
+
+/// The whole fan-out: `multinode check` on the head gathers every node's
+/// report through its agent, and names the node that did not answer.
+#[test]
+fn check_fans_out_to_every_node_and_names_the_missing_one() {
+    use crate::util::{Agent, cmd, fresh_loopbacks, multinode};
+    let hosts = fresh_loopbacks(4);
+    let port = 29980;
+    // Ranks 1 and 2 have agents; rank 3 has none.
+    let _agents: Vec<Agent> = hosts[1..3]
+        .iter()
+        .map(|h| Agent::start_with(h, port, &[], &[]))
+        .collect();
+    let hostlist = hosts
+        .iter()
+        .map(|h| format!("{h}:1"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let check = |extra: &[&str]| {
+        cmd(&multinode())
+            .env("MULTINODE_HOSTLIST", &hostlist)
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", port.to_string())
+            .args([
+                "check",
+                "--format",
+                "json",
+                "--port",
+                &free_port(&hosts[0]).to_string(),
+            ])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = check(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = row(&rows, "nodes");
+    assert_eq!(nodes["status"], "fail");
+    assert_eq!(nodes["nodes"], serde_json::json!([hosts[3]]));
+    // The nodes that answered were all connected to the head's rendezvous port.
+    let connect = row(&rows, "rendezvous-connect");
+    assert_eq!(connect["status"], "ok", "{connect}");
+    let answered: Vec<&str> = connect["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(answered, [&hosts[0], &hosts[1], &hosts[2]]);
+    // Two processes per node asked of machines without any GPU: a CPU job
+    // (gloo) is fine, so every answering node is named in a warning.
+    let out = check(&["--nproc-per-node", "2"]);
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpus = row(&rows, "gpu-count");
+    assert_eq!(gpus["status"], "warn", "{gpus}");
+    assert_eq!(gpus["nodes"].as_array().unwrap().len(), 3, "{gpus}");
+}
