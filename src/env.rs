@@ -56,6 +56,29 @@ pub fn resolve_job(args: &TopologyArgs, env: &EnvMap) -> Result<Job, Error> {
     job_from(placement, env, &invocation)
 }
 
+/// [`resolve_job`] for an agent that starts with its job: while the head's
+/// host name does not resolve yet (its container may not exist yet, so the
+/// cluster's DNS does not know it), retry for up to `wait`. Every other error
+/// is returned at once.
+pub fn resolve_job_waiting(
+    args: &TopologyArgs,
+    env: &EnvMap,
+    wait: std::time::Duration,
+) -> Result<Job, Error> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match resolve_placement(args, env, &System) {
+            Err(crate::topology::TopologyError::Unresolvable { host, reason })
+                if std::time::Instant::now() < deadline =>
+            {
+                tracing::debug!(%host, %reason, "the head's name does not resolve yet; retrying");
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+            result => return job_from(result?, env, &wrapper::Invocation::current()),
+        }
+    }
+}
+
 fn job_from(
     placement: Placement,
     env: &EnvMap,

@@ -111,7 +111,12 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     let job = if args.job.is_empty() {
         None
     } else {
-        Some(crate::env::resolve_job(&args.topology, &env)?)
+        // The head may be starting too: wait for its name as long as it waits for us.
+        Some(crate::env::resolve_job_waiting(
+            &args.topology,
+            &env,
+            args.wait_timeout,
+        )?)
     };
 
     let bin = std::env::current_exe()
