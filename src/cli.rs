@@ -147,6 +147,18 @@ pub struct ExecAllArgs {
     /// At most this many connections being set up at once.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_connecting: usize,
+    /// Talk to at most N nodes directly; past that, groups of nodes are reached
+    /// through one of theirs, which runs exec_all for its group (a tree).
+    #[arg(
+        long,
+        value_name = "N",
+        env = "MULTINODE_FANOUT",
+        default_value_t = 256
+    )]
+    pub fanout: usize,
+    /// Internal: this exec_all runs a group for a head; end stderr with the report.
+    #[arg(long, hide = true)]
+    pub relay_report: bool,
     /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub script_and_args: Vec<OsString>,

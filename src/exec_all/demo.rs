@@ -85,8 +85,9 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
         exclude: Default::default(),
         export: Export::All,
         max_connecting: 256,
-        relay: true,
+        forward_output: true,
         forward_stdin: false,
+        fanout: super::DEFAULT_FANOUT,
     };
     // The secret reaches the agents through their environment; mn-ssh in this
     // process's children finds it the same way.

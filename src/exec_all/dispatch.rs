@@ -13,7 +13,9 @@ use crate::exit_code;
 use crate::stops::{STOP_SIGNALS, Stops};
 
 /// Why the run is ending early. Ordered: the most serious reason wins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum CancelReason {
     /// A node failed and fail-fast is on.
@@ -90,10 +92,17 @@ enum Phase {
     Abandoned,
 }
 
+/// The dispatcher's handle on one node task: a node, or a relay that runs
+/// exec_all for a group of nodes. Events carry the task's rank.
+pub struct TaskHandle {
+    pub rank: usize,
+    pub control: mpsc::UnboundedSender<Control>,
+}
+
 pub async fn run(
     spec: &Dispatch,
     mut nodes: Vec<NodeRecord>,
-    controls: Vec<mpsc::UnboundedSender<Control>>,
+    tasks: Vec<TaskHandle>,
     mut events: mpsc::UnboundedReceiver<(usize, Event)>,
     mut output_closed: mpsc::UnboundedReceiver<()>,
     writer: Writer,
@@ -101,7 +110,8 @@ pub async fn run(
     let started = SystemTime::now();
     let index: std::collections::HashMap<usize, usize> =
         nodes.iter().enumerate().map(|(i, n)| (n.rank, i)).collect();
-    let mut remaining = nodes.len();
+    let mut remaining = tasks.len();
+    let mut done: std::collections::HashSet<usize> = std::collections::HashSet::new();
     let mut running = 0usize;
     let mut first_failure: Option<usize> = None;
     let mut cancelled: Option<CancelReason> = None;
@@ -109,14 +119,14 @@ pub async fn run(
     let mut stops = Stops::new(STOP_SIGNALS).ok();
     let timeout_at = spec.timeout.map(|t| Instant::now() + t);
     let mut progress = tokio::time::interval(Duration::from_millis(100));
-    let mut progress_on = spec.progress && nodes.len() > 1;
+    let mut progress_on = spec.progress && tasks.len() > 1;
     let kill_grace = spec.grace.max(Duration::from_millis(100));
 
-    // Sends `control` to every node that has not ended.
-    let broadcast = |nodes: &[NodeRecord], control: Control| {
-        for (i, node) in nodes.iter().enumerate() {
-            if node.outcome.is_none() {
-                let _ = controls[i].send(control);
+    // Sends `control` to every task that has not ended.
+    let broadcast = |done: &std::collections::HashSet<usize>, control: Control| {
+        for task in &tasks {
+            if !done.contains(&task.rank) {
+                let _ = task.control.send(control);
             }
         }
     };
@@ -154,7 +164,7 @@ pub async fn run(
                         node.address = address;
                         running += 1;
                     }
-                    Event::Ended(End { outcome, stats, ended }) => {
+                    Event::Ended(End { outcome, stats, ended, subtree }) => {
                         debug!(rank, host = %node.host, ?outcome, "node ended");
                         if node.started.is_none() {
                             node.started = Some(ended);
@@ -164,8 +174,27 @@ pub async fn run(
                         let failed = !outcome.success();
                         node.outcome = Some(outcome);
                         remaining -= 1;
+                        done.insert(rank);
+                        // A relay's group: what its exec_all reported of each node.
+                        let mut failing_rank = rank;
+                        if let Some(subtree) = subtree {
+                            for mut record in subtree.records {
+                                if let Some(&i) = index.get(&record.rank) {
+                                    if record.host.is_empty() {
+                                        record.host = nodes[i].host.clone();
+                                    }
+                                    let keep_stats = record.rank == rank;
+                                    let stats = std::mem::take(&mut nodes[i].stats);
+                                    nodes[i] = record;
+                                    if keep_stats && nodes[i].stats.tail.is_empty() {
+                                        nodes[i].stats = stats;
+                                    }
+                                }
+                            }
+                            failing_rank = subtree.first_failure.unwrap_or(rank);
+                        }
                         if failed && first_failure.is_none() && cancelled.is_none() {
-                            first_failure = Some(rank);
+                            first_failure = Some(failing_rank);
                             if spec.fail_fast {
                                 reason = Some(CancelReason::NodeFailed);
                             }
@@ -186,25 +215,25 @@ pub async fn run(
                 phase = match phase {
                     Phase::Terminating(_) => {
                         info!("grace period over: SIGKILL to every node still running");
-                        broadcast(&nodes, Control::Signal(libc::SIGKILL));
+                        broadcast(&done, Control::Signal(libc::SIGKILL));
                         Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)))
                     }
                     _ => {
                         info!("nodes still there after SIGKILL: abandoning them");
-                        broadcast(&nodes, Control::Abandon);
+                        broadcast(&done, Control::Abandon);
                         Phase::Abandoned
                     }
                 };
             }
             _ = progress.tick(), if progress_on => {
-                let connecting = nodes.len() - running;
+                let connecting = tasks.len() - running;
                 if connecting == 0 {
                     progress_on = false;
                     writer.progress(String::new()).await;
                 } else {
                     writer.progress(format!(
                         "mn-exec-all: {running}/{} nodes started, {connecting} connecting",
-                        nodes.len()
+                        tasks.len()
                     )).await;
                 }
             }
@@ -217,19 +246,19 @@ pub async fn run(
             match reason {
                 CancelReason::SecondSignal => {
                     info!("second signal: SIGKILL to every node");
-                    broadcast(&nodes, Control::Signal(libc::SIGKILL));
+                    broadcast(&done, Control::Signal(libc::SIGKILL));
                     phase = Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)));
                 }
                 CancelReason::Signal(signo) => {
                     info!(signo, "passing the signal on to every node");
-                    broadcast(&nodes, Control::Signal(signo));
+                    broadcast(&done, Control::Signal(signo));
                     if first {
                         phase = Phase::Terminating(Instant::now() + spec.grace);
                     }
                 }
                 _ if first => {
                     info!(?reason, "ending the run: SIGTERM to every node");
-                    broadcast(&nodes, Control::Signal(libc::SIGTERM));
+                    broadcast(&done, Control::Signal(libc::SIGTERM));
                     phase = Phase::Terminating(Instant::now() + spec.grace);
                 }
                 _ => {}

@@ -37,6 +37,9 @@ use crate::process::Outcome;
 use crate::topology::EnvMap;
 use crate::transport::client::{Auth, Connector};
 
+/// Up to this many other nodes, exec_all talks to every node itself (`--fanout`).
+pub const DEFAULT_FANOUT: usize = 256;
+
 /// What every node task shares.
 pub(crate) struct RunCtx {
     pub script: Script,
@@ -76,8 +79,11 @@ pub(crate) struct RunOptions {
     pub exclude: BTreeSet<usize>,
     pub export: Export,
     pub max_connecting: usize,
-    /// Relay output (false: gather it, for `collect`).
-    pub relay: bool,
+    /// Relay output to this process's streams (false: gather it, for `collect`).
+    pub forward_output: bool,
+    /// The most nodes this process talks to itself; more are reached through
+    /// relays (nodes that run exec_all for a group of nodes).
+    pub fanout: usize,
     /// Give exec_all's stdin to the nodes (file and `-c` scripts).
     pub forward_stdin: bool,
 }
@@ -109,10 +115,18 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
             .unwrap_or_default(),
         export: Export::parse(&args.export)?,
         max_connecting: args.max_connecting.max(1),
-        relay: true,
+        forward_output: true,
+        fanout: args.fanout.max(1),
     };
     let report_path = args.report.clone();
     let result = run_blocking(&job, &env, options)?;
+    if args.relay_report {
+        // This exec_all runs a group for a head: its report goes back on stderr.
+        let report = report::build(&result);
+        let json = serde_json::to_string(&report).expect("the report serialises");
+        eprintln!("{}{json}", output::RELAY_REPORT_MARKER);
+        return Ok(result.exit_code);
+    }
     if let Some(path) = report_path {
         let report = report::build(&result);
         let text = serde_json::to_string_pretty(&report).expect("the report serialises");
@@ -268,8 +282,8 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     }
     let ctx = Arc::new(RunCtx {
         command: options.script.shell_command(&options.args),
-        script: options.script,
-        args: options.args,
+        script: options.script.clone(),
+        args: options.args.clone(),
         transport,
         port,
         user,
@@ -287,11 +301,17 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
     let (writer, writer_thread) = output::start(closed_tx);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let mut controls = Vec::new();
-    let mut records = Vec::new();
+    let mut handles = Vec::new();
+    let mut records: Vec<NodeRecord> = selected
+        .iter()
+        .map(|&r| NodeRecord::new(r, job.topology.nodes[r].host.clone()))
+        .collect();
+    records.sort_by_key(|r| r.rank);
     let mut stdin_txs = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
-    for &rank in &selected {
+    let shared = forward_all && selected.len() > 1;
+    for group in plan_groups(&selected, job.rank, options.fanout) {
+        let rank = group[0];
         let host = job.topology.nodes[rank].host.clone();
         let local = rank == job.rank;
         let mut node_env = if local { Vec::new() } else { exported.clone() };
@@ -303,11 +323,25 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
             rx
         });
         let label = options.label.then(|| format!("{rank} {host}: "));
-        let forward = options.relay && (forward_all || rank == 0);
-        let shared = forward_all && selected.len() > 1;
-        let sink = output::NodeSink::new(writer.clone(), label, forward, !options.relay, shared);
-        controls.push(control_tx);
-        records.push(NodeRecord::new(rank, host.clone()));
+        let forward = options.forward_output && (forward_all || rank == 0);
+        let sink = output::NodeSink::new(
+            writer.clone(),
+            label,
+            forward,
+            !options.forward_output,
+            shared,
+        );
+        // A relay's lines come labelled by its own exec_all, and its stderr ends with its report.
+        let (sink, relay) = if group.len() > 1 {
+            let command = relay_command(&group, &options, &ctx, &exported);
+            (sink.relay(), Some((group.clone(), command)))
+        } else {
+            (sink, None)
+        };
+        handles.push(dispatch::TaskHandle {
+            rank,
+            control: control_tx,
+        });
         let task = NodeTask {
             rank,
             host,
@@ -317,6 +351,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
             stdin,
             sink,
             local,
+            relay,
         };
         tasks.spawn(node::run(ctx.clone(), task));
     }
@@ -326,9 +361,9 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         fail_fast: options.fail_fast,
         grace: options.grace,
         timeout: options.timeout,
-        progress: options.relay && std::io::stderr().is_terminal(),
+        progress: options.forward_output && std::io::stderr().is_terminal(),
     };
-    let result = dispatch::run(&spec, records, controls, events_rx, closed_rx, writer).await;
+    let result = dispatch::run(&spec, records, handles, events_rx, closed_rx, writer).await;
     while tasks.join_next().await.is_some() {}
     if let Some(reader) = stdin_reader {
         reader.abort();
@@ -336,6 +371,107 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     // Every sink is gone with its task: the writer thread drains and ends.
     let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
     Ok(result)
+}
+
+/// Splits the selected ranks into what this process runs: one group per
+/// task, the task's own rank first. This node and, while there are at most
+/// `fanout` other nodes, every node is a group of one. Beyond that the other
+/// nodes are cut into `fanout` runs of consecutive ranks, and the first node
+/// of each run relays to the rest (its exec_all runs the run's nodes).
+fn plan_groups(selected: &[usize], local: usize, fanout: usize) -> Vec<Vec<usize>> {
+    let fanout = fanout.max(1);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    if selected.contains(&local) {
+        groups.push(vec![local]);
+    }
+    let remote: Vec<usize> = selected.iter().copied().filter(|&r| r != local).collect();
+    if remote.len() <= fanout {
+        groups.extend(remote.into_iter().map(|r| vec![r]));
+        return groups;
+    }
+    let (size, extra) = (remote.len() / fanout, remote.len() % fanout);
+    let mut start = 0;
+    for i in 0..fanout {
+        let len = size + usize::from(i < extra);
+        groups.push(remote[start..start + len].to_vec());
+        start += len;
+    }
+    groups
+}
+
+/// `0-3,7`: ranks as ranges, for `--nodes`.
+fn ranks_spec(ranks: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            ranks[i].to_string()
+        } else {
+            format!("{}-{}", ranks[i], ranks[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// What a relay runs: this binary's exec_all for its group, with this run's
+/// options; it ends its stderr with its report (`--relay-report`). It passes
+/// on exactly the variables this process exports (by name: the relay has their
+/// values from us), not those of its own agent.
+fn relay_command(
+    group: &[usize],
+    options: &RunOptions,
+    ctx: &RunCtx,
+    exported: &[(String, String)],
+) -> Vec<u8> {
+    use script::sh_quote;
+    let mut sorted = group.to_vec();
+    sorted.sort_unstable();
+    let mut cmd = format!(
+        "exec \"${{MULTINODE_BIN:-multinode}}\" exec-all --relay-report --nodes {} --grace {:.3} \
+         --connect-timeout {:.3} --fanout {} --max-connecting {} --export ",
+        ranks_spec(&sorted),
+        options.grace.as_secs_f64(),
+        options.connect_timeout.as_secs_f64(),
+        options.fanout,
+        options.max_connecting,
+    )
+    .into_bytes();
+    let names: Vec<&str> = exported
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| script::is_name(k))
+        .collect();
+    let export = if names.is_empty() {
+        "NONE".to_string()
+    } else {
+        names.join(",")
+    };
+    cmd.extend_from_slice(&sh_quote(export.as_bytes()));
+    if options.label {
+        cmd.extend_from_slice(b" --label");
+    }
+    if !options.fail_fast {
+        cmd.extend_from_slice(b" --no-fail-fast");
+    }
+    match &ctx.script {
+        Script::Stdin(_) => cmd.extend_from_slice(b" -"),
+        Script::Inline(text) => {
+            cmd.extend_from_slice(b" -c ");
+            cmd.extend_from_slice(&sh_quote(text));
+        }
+    }
+    for arg in &ctx.args {
+        cmd.push(b' ');
+        cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
+            arg.as_os_str(),
+        )));
+    }
+    cmd
 }
 
 /// Reads exec_all's stdin and gives every chunk to every node, at the pace of
@@ -388,8 +524,9 @@ pub async fn collect(
         exclude: BTreeSet::new(),
         export: Export::All,
         max_connecting: 256,
-        relay: false,
+        forward_output: false,
         forward_stdin: false,
+        fanout: DEFAULT_FANOUT,
     };
     let result = run(job, &env, options).await?;
     Ok(result

@@ -40,6 +40,15 @@ pub struct End {
     pub outcome: NodeOutcome,
     pub stats: OutputStats,
     pub ended: SystemTime,
+    /// For a relay: what its exec_all reported of each node of its group.
+    pub subtree: Option<Subtree>,
+}
+
+/// A relay's report of its group.
+#[derive(Debug)]
+pub struct Subtree {
+    pub records: Vec<super::dispatch::NodeRecord>,
+    pub first_failure: Option<usize>,
 }
 
 /// How a node's part of the run ended.
@@ -89,6 +98,9 @@ pub struct NodeTask {
     pub stdin: Option<mpsc::Receiver<Bytes>>,
     pub sink: NodeSink,
     pub local: bool,
+    /// For a relay: the ranks of its group (itself first) and the command
+    /// that runs exec_all for them there.
+    pub relay: Option<(Vec<usize>, Vec<u8>)>,
 }
 
 impl NodeTask {
@@ -98,10 +110,14 @@ impl NodeTask {
     }
 
     fn end(self, outcome: NodeOutcome) {
+        let subtree = self.relay.as_ref().map(|(group, _)| {
+            super::report::subtree(group, &self.host, &outcome, &self.sink.stats)
+        });
         let end = End {
             outcome,
             stats: self.sink.stats.clone(),
             ended: SystemTime::now(),
+            subtree,
         };
         let _ = self.events.send((self.rank, Event::Ended(end)));
     }
@@ -172,7 +188,11 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     };
     let mut env = task.env.clone();
     env.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
-    let channel = match conn.exec(&ctx.command, &env).await {
+    let command = match &task.relay {
+        Some((_, command)) => command.as_slice(),
+        None => ctx.command.as_slice(),
+    };
+    let channel = match conn.exec(command, &env).await {
         Ok(channel) => channel,
         Err(e) => return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}"))),
     };

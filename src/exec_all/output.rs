@@ -142,7 +142,13 @@ pub struct OutputStats {
     /// Everything, when the sink captures instead of relaying (up to [`CAPTURE_MAX`]).
     pub captured_out: Vec<u8>,
     pub captured_err: Vec<u8>,
+    /// A relay's report line (see [`RELAY_REPORT_MARKER`]), taken out of its stderr.
+    pub relay_report: Option<String>,
 }
+
+/// The line a relay's exec_all ends its stderr with: this marker, then its
+/// report as JSON. The head takes it out of the output.
+pub const RELAY_REPORT_MARKER: &str = "\u{1e}multinode-relay-report ";
 
 /// A capturing sink keeps at most this much of each stream.
 pub const CAPTURE_MAX: usize = 4 * 1024 * 1024;
@@ -155,6 +161,8 @@ pub struct NodeSink {
     capture: bool,
     /// End a partial last line with a newline (several nodes share the streams).
     end_partial: bool,
+    /// This node is a relay: look for its report in stderr.
+    relay: bool,
     out: Vec<u8>,
     err: Vec<u8>,
     pub stats: OutputStats,
@@ -174,6 +182,7 @@ impl NodeSink {
         shared: bool,
     ) -> Self {
         NodeSink {
+            relay: false,
             end_partial: shared || label.is_some(),
             writer,
             label: label.map(String::into_bytes),
@@ -238,7 +247,21 @@ impl NodeSink {
         }
     }
 
-    async fn emit(&mut self, stream: Stream, block: Vec<u8>) {
+    /// Marks this sink as a relay's: its lines are labelled by the relay
+    /// already, and its report is taken out of its stderr.
+    pub fn relay(mut self) -> Self {
+        self.relay = true;
+        self.label = None;
+        self
+    }
+
+    async fn emit(&mut self, stream: Stream, mut block: Vec<u8>) {
+        if self.relay && stream == Stream::Err {
+            block = self.take_relay_report(block);
+            if block.is_empty() {
+                return;
+            }
+        }
         remember_tail(&mut self.stats.tail, &block);
         if !self.forward || (stream == Stream::Out && self.writer.stdout_closed()) {
             return;
@@ -248,6 +271,27 @@ impl NodeSink {
             None => block,
         };
         let _ = self.writer.tx.send(Message::Block(stream, block)).await;
+    }
+}
+
+impl NodeSink {
+    /// Removes the report line from a relay's stderr block and keeps it.
+    fn take_relay_report(&mut self, block: Vec<u8>) -> Vec<u8> {
+        let marker = RELAY_REPORT_MARKER.as_bytes();
+        if memchr::memmem::find(&block, marker).is_none() {
+            return block;
+        }
+        let mut rest = Vec::with_capacity(block.len());
+        for line in block.split_inclusive(|b| *b == b'\n') {
+            match line.strip_prefix(marker) {
+                Some(json) => {
+                    let json = json.strip_suffix(b"\n").unwrap_or(json);
+                    self.stats.relay_report = Some(String::from_utf8_lossy(json).into_owned());
+                }
+                None => rest.extend_from_slice(line),
+            }
+        }
+        rest
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::dispatch::{CancelReason, NodeRecord, RunResult};
 use super::node::NodeOutcome;
@@ -14,13 +14,13 @@ use crate::process::{Outcome, signal_name};
 const FULL_TABLE_MAX: usize = 32;
 
 /// One node in `--report FILE`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct NodeReport {
     pub rank: usize,
     pub host: String,
     pub address: Option<String>,
     /// `ok`, `failed`, `killed`, `unreachable`, `lost`, `not-started`.
-    pub status: &'static str,
+    pub status: String,
     /// Exit code, when the script exited.
     pub exit: Option<i32>,
     /// Signal name, when the script was killed by one (`SIGTERM`).
@@ -37,7 +37,7 @@ pub struct NodeReport {
 }
 
 /// `--report FILE`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub exit_code: i32,
     /// Why the run ended early, if it did.
@@ -92,7 +92,7 @@ pub fn build(result: &RunResult) -> Report {
                 rank: n.rank,
                 host: n.host.clone(),
                 address: n.address.clone(),
-                status: status(n.outcome.as_ref()),
+                status: status(n.outcome.as_ref()).to_string(),
                 exit,
                 signal,
                 error,
@@ -111,6 +111,80 @@ pub fn build(result: &RunResult) -> Report {
         first_failure: result.first_failure,
         started: epoch(result.started),
         nodes,
+    }
+}
+
+fn from_epoch(secs: f64) -> SystemTime {
+    UNIX_EPOCH + std::time::Duration::try_from_secs_f64(secs).unwrap_or_default()
+}
+
+/// A node of a relay's report, back as the dispatcher's record.
+fn record(n: NodeReport) -> NodeRecord {
+    let error = n.error.unwrap_or_default();
+    let outcome = match n.status.as_str() {
+        "ok" | "failed" => NodeOutcome::Finished(Outcome::Exited(n.exit.unwrap_or(1))),
+        "killed" => NodeOutcome::Finished(Outcome::Signaled {
+            signal: n
+                .signal
+                .as_deref()
+                .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
+                .map_or(0, |s| s as i32),
+            core_dumped: false,
+        }),
+        "unreachable" => NodeOutcome::Unreachable(error),
+        "lost" => NodeOutcome::Lost(error),
+        _ => NodeOutcome::NotStarted,
+    };
+    let mut record = NodeRecord::new(n.rank, n.host);
+    record.address = n.address;
+    record.started = n.started.map(from_epoch);
+    record.ended = n.ended.map(from_epoch);
+    record.outcome = Some(outcome);
+    record.stats.bytes_out = n.bytes_out;
+    record.stats.bytes_err = n.bytes_err;
+    record.stats.tail = n.last_lines.into();
+    record
+}
+
+/// What a relay's task knows of its group when it ends: the relay's own
+/// report, or, when there is none (the relay was lost), every node of the
+/// group lost with it.
+pub fn subtree(
+    group: &[usize],
+    host: &str,
+    outcome: &NodeOutcome,
+    stats: &super::output::OutputStats,
+) -> super::node::Subtree {
+    let report = stats
+        .relay_report
+        .as_deref()
+        .and_then(|json| serde_json::from_str::<Report>(json).ok());
+    match report {
+        Some(report) => super::node::Subtree {
+            first_failure: report.first_failure,
+            records: report
+                .nodes
+                .into_iter()
+                .filter(|n| group.contains(&n.rank))
+                .map(record)
+                .collect(),
+        },
+        None => super::node::Subtree {
+            first_failure: None,
+            records: group
+                .iter()
+                .skip(1)
+                .map(|&rank| {
+                    let mut r = NodeRecord::new(rank, String::new());
+                    r.outcome = Some(NodeOutcome::Lost(format!(
+                        "its relay, rank {} ({host}), ended without a report ({})",
+                        group[0],
+                        describe(Some(outcome))
+                    )));
+                    r
+                })
+                .collect(),
+        },
     }
 }
 

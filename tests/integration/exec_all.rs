@@ -696,3 +696,100 @@ fn demo_runs_a_real_multi_node_job_and_cleans_up() {
         "demo agents left running"
     );
 }
+
+#[test]
+fn a_tree_of_relays_reaches_every_node_with_a_small_fanout() {
+    let cluster = Cluster::start(10);
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    // 9 remote nodes, at most 2 direct children: two relays of 5 and 4 nodes.
+    let out = cluster.exec_all(&[
+        "--fanout",
+        "2",
+        "--label",
+        "--report",
+        report.to_str().unwrap(),
+        "-c",
+        "echo \"$RANK ${AGENT_ID:-head} $1\"; printf partial",
+        "arg one",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for rank in 0..10 {
+        let host = &cluster.hosts[rank];
+        let place = if rank == 0 { "head" } else { host.as_str() };
+        let line = format!("{rank} {host}: {rank} {place} arg one\n");
+        assert!(text.contains(&line), "{line:?} not in {text}");
+        assert!(
+            text.contains(&format!("{rank} {host}: partial\n")),
+            "{text}"
+        );
+    }
+    assert_eq!(text.lines().count(), 20, "{text}");
+    assert_eq!(
+        stderr(&out),
+        "",
+        "the relays' reports stay out of the output"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let nodes = json["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 10);
+    for (rank, node) in nodes.iter().enumerate() {
+        assert_eq!(node["rank"], rank);
+        assert_eq!(node["status"], "ok", "{node}");
+        let place = if rank == 0 {
+            "head"
+        } else {
+            cluster.hosts[rank].as_str()
+        };
+        let printed = format!("{rank} {place} arg one\npartial");
+        assert_eq!(node["bytes_out"], printed.len(), "{node}");
+    }
+}
+
+#[test]
+fn a_failure_inside_a_relays_group_fails_the_run_and_names_the_node() {
+    let cluster = Cluster::start(8);
+    let tag = sleep_tag();
+    let script = format!("[ $RANK = 6 ] && {{ echo broken >&2; exit 6; }}; exec sleep {tag}");
+    let start = Instant::now();
+    let out = cluster.exec_all(&["--fanout", "2", "-c", &script]);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("rank 6 (") && err.contains("exit 6 first"),
+        "{err}"
+    );
+    assert!(err.contains("broken"), "{err}");
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
+        "left: {:?}",
+        sleepers(&tag)
+    );
+}
+
+#[test]
+fn kill_9_of_exec_all_over_a_tree_leaves_nothing() {
+    let cluster = Cluster::start(7);
+    let tag = sleep_tag();
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--fanout", "2", "-c"])
+        .arg(format!("exec sleep {tag}"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 7));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = eventually(Duration::from_secs(10), || sleepers(&tag).is_empty());
+    let left = sleepers(&tag);
+    kill_all(left.clone());
+    assert!(gone, "left after kill -9 of exec_all: {left:?}");
+}
