@@ -106,7 +106,8 @@ fn job_from(
 }
 
 /// `MULTINODE_AGENT_PORT`, validated, else the default.
-fn agent_port(env: &EnvMap) -> Result<u16, Error> {
+/// The agents' port: `MULTINODE_AGENT_PORT`, else [`DEFAULT_AGENT_PORT`].
+pub fn agent_port(env: &EnvMap) -> Result<u16, Error> {
     let Some(value) = env.get("MULTINODE_AGENT_PORT") else {
         return Ok(DEFAULT_AGENT_PORT);
     };

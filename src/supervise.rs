@@ -23,7 +23,7 @@ use nix::unistd::{Pid, getpgrp, getppid};
 use crate::cli::SuperviseArgs;
 use crate::error::Error;
 
-/// The signals a caller forwards to the group; the supervisor itself ignores them.
+/// The signals a caller forwards to the group; the supervisor keeps them blocked.
 const FORWARDED: [Signal; 7] = [
     Signal::SIGINT,
     Signal::SIGTERM,
@@ -61,22 +61,23 @@ pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
         // The parent died before the prctl took effect.
         return Ok(crate::exit_code::CONNECTION_FAILED);
     }
-    // SAFETY: a zeroed sigset_t is initialised by sigemptyset before use; the
-    // calls only touch that set and this thread's mask.
+    // SAFETY: zeroed sigset_t values are initialised by sigemptyset before use;
+    // the calls only touch those sets and this thread's mask.
     let waited = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
         libc::sigaddset(&mut set, pdeath);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        // The signals meant for the command are blocked, not ignored: one that
+        // reaches the child between fork and exec stays pending there, and is
+        // delivered once the child restores the mask (ignored, it would be lost).
+        let mut blocked = set;
+        for sig in FORWARDED {
+            libc::sigaddset(&mut blocked, sig as libc::c_int);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
         set
     };
-    for sig in FORWARDED {
-        // SAFETY: ignoring a signal installs no handler code.
-        unsafe {
-            let _ = signal::signal(sig, SigHandler::SigIgn);
-        }
-    }
 
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut cmd = Command::new(program);

@@ -160,6 +160,13 @@ pub(crate) async fn run(
             debug!(channel = %id, "channel closed, connection lost or agent stopping: ending the command's group");
             let outcome = child.terminate(shared.grace).await;
             child.disarm();
+            debug!(
+                channel = %id,
+                ?outcome,
+                peer_closed = peer_closed.is_cancelled(),
+                conn_lost = conn.is_cancelled(),
+                "command ended"
+            );
             // The client may still be there (the agent is stopping): tell it how the command ended.
             if !peer_closed.is_cancelled()
                 && !conn.is_cancelled()

@@ -154,7 +154,8 @@ async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> 
                     Err(e) => last = e.to_string(),
                 }
                 if tokio::time::Instant::now() + RETRY >= deadline {
-                    return (rank, target, Err(last));
+                    let why = format!("no answer within {:.0} s; last: {last}", limit.as_secs_f64());
+                    return (rank, target, Err(why));
                 }
                 tokio::time::sleep(RETRY).await;
             }
@@ -177,10 +178,9 @@ async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> 
         .collect::<Vec<_>>()
         .join("; ");
     Err(Error::Connection(format!(
-        "{} of {} workers did not answer within {:.0} s: {list}",
+        "{} of {} workers are not ready, so the job does not start: {list}",
         missing.len(),
         job.topology.nodes.len() - 1,
-        limit.as_secs_f64()
     )))
 }
 

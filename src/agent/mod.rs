@@ -33,7 +33,7 @@ use crate::keys::{JobKeys, Secret};
 use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
-pub const DEFAULT_PORT: u16 = 29922;
+pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;
 pub use command::CWD_VAR;
 
 /// What every connection and command of an agent shares.
@@ -74,21 +74,12 @@ impl Shared {
     }
 }
 
-/// The agent port from `MULTINODE_AGENT_PORT`, else [`DEFAULT_PORT`].
-pub fn agent_port(env: &EnvMap) -> Result<u16, Error> {
-    match env.get("MULTINODE_AGENT_PORT") {
-        None => Ok(DEFAULT_PORT),
-        Some(value) => value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-            Error::usage(format!(
-                "MULTINODE_AGENT_PORT={value:?} is not a port number; set it to 1..65535 or unset it"
-            ))
-        }),
-    }
-}
-
 fn listen_addr(args: &AgentArgs, env: &EnvMap) -> Result<SocketAddr, Error> {
     let Some(listen) = args.listen.as_deref() else {
-        return Ok(SocketAddr::from(([0, 0, 0, 0], agent_port(env)?)));
+        return Ok(SocketAddr::from((
+            [0, 0, 0, 0],
+            crate::env::agent_port(env)?,
+        )));
     };
     if let Ok(port) = listen.parse::<u16>() {
         return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
@@ -106,6 +97,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode agent")?;
     let listen = listen_addr(&args, &env)?;
+    let secret_file = args
+        .secret_file
+        .as_deref()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+        .map(|p| p.to_string_lossy().into_owned());
     let (grace, idle_timeout, wait_timeout) = (args.grace, args.idle_timeout, args.wait_timeout);
     // The job's topology is only needed for the lifecycle; a plain agent serves alone.
     let job = if args.job.is_empty() {
@@ -140,7 +136,14 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
             grace,
-            base_env: job.as_ref().map(crate::env::contract).unwrap_or_default(),
+            base_env: {
+                let mut vars = job.as_ref().map(crate::env::contract).unwrap_or_default();
+                // Commands (mn-ssh, exec_all in the job) find the secret the way the agent did.
+                if let Some(path) = &secret_file {
+                    vars.push(("MULTINODE_SECRET_FILE".into(), path.clone()));
+                }
+                vars
+            },
             shutdown: CancellationToken::new(),
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),

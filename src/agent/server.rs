@@ -17,6 +17,9 @@ use tracing::{debug, info, warn};
 use super::command::{self, Request};
 use super::{Shared, control};
 
+/// When the agent stops, how long a client may take to close its connection
+/// after its commands ended, before the agent disconnects it.
+const CLIENT_CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// A connection must finish its handshake and authenticate within this time.
 const AUTH_DEADLINE: Duration = Duration::from_secs(30);
 /// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
@@ -128,19 +131,25 @@ async fn connection(
             std::future::pending::<()>().await;
         }
     };
+    tokio::pin!(session);
     tokio::select! {
-        result = session => {
+        result = &mut session => {
             if let Err(e) = result {
                 debug!(%peer, error = %e, "connection ended with an error");
             }
         }
         () = shared.shutdown.cancelled() => {
-            // Each command ends its group and sends its status; then the connection goes.
+            // Each command ends its group and sends its status; the client,
+            // having read them, closes the connection. Only one that does not
+            // is disconnected: a disconnect sent at once could overtake the
+            // statuses still on their way out.
             channels.close();
             let _ = tokio::time::timeout(shared.grace + Duration::from_secs(5), channels.wait()).await;
-            let _ = handle
-                .disconnect(russh::Disconnect::ByApplication, "agent shutting down".into(), "en".into())
-                .await;
+            if tokio::time::timeout(CLIENT_CLOSE_WAIT, &mut session).await.is_err() {
+                let _ = handle
+                    .disconnect(russh::Disconnect::ByApplication, "agent shutting down".into(), "en".into())
+                    .await;
+            }
         }
         () = watchdog(watch_fd) => {
             info!(%peer, "peer gone (TCP closed or unresponsive): ending its commands");

@@ -241,7 +241,14 @@ fn transport(
     let (connector, target) = crate::transport::ssh::prepare(&probe, env)?;
     let port = match connector.auth() {
         Auth::Agent(_) => job.agent_port,
-        Auth::OpenSsh(_) => target.port,
+        Auth::OpenSsh(_) => match env.get("MULTINODE_SSH_PORT") {
+            None => target.port,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                Error::usage(format!(
+                    "MULTINODE_SSH_PORT={p:?} is not a port number; set it to 1..65535 or unset it for 22"
+                ))
+            })?,
+        },
     };
     Ok((
         Transport::Native(connector.with_timeout(connect_timeout)),

@@ -186,13 +186,24 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         Ok(conn) => conn,
         Err(e) => return task.end(NodeOutcome::Unreachable(e.to_string())),
     };
-    let mut env = task.env.clone();
-    env.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
     let command = match &task.relay {
         Some((_, command)) => command.as_slice(),
         None => ctx.command.as_slice(),
     };
-    let channel = match conn.exec(command, &env).await {
+    // An agent takes the variables and the directory as `env` requests; a stock
+    // sshd drops those (AcceptEnv), so they go in the command line instead.
+    let (command, env) = match connector.auth() {
+        crate::transport::client::Auth::Agent(_) => {
+            let mut env = task.env.clone();
+            env.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
+            (command.to_vec(), env)
+        }
+        crate::transport::client::Auth::OpenSsh(_) => (
+            super::script::wrapped_command(command, ctx.cwd.as_bytes(), &task.env),
+            Vec::new(),
+        ),
+    };
+    let channel = match conn.exec(&command, &env).await {
         Ok(channel) => channel,
         Err(e) => return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}"))),
     };

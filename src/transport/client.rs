@@ -86,6 +86,10 @@ pub enum ConnectError {
     WrongHostKey { target: String },
     #[error("{target} presented a host key that differs from known_hosts ({detail}); refusing")]
     HostKeyChanged { target: String, detail: String },
+    #[error(
+        "{target} is not in known_hosts and StrictHostKeyChecking=yes; add its key (ssh-keyscan) or relax the option"
+    )]
+    UnknownHost { target: String },
     #[error("{target} refused this job's key (the agent there has a different MULTINODE_SECRET)")]
     AgentAuth { target: String },
     #[error(
@@ -179,9 +183,8 @@ fn check_known_hosts(
         }
     }
     match auth.policy {
-        HostKeyPolicy::Strict => Err(ConnectError::HostKeyChanged {
+        HostKeyPolicy::Strict => Err(ConnectError::UnknownHost {
             target: target.to_string(),
-            detail: "host not in known_hosts and StrictHostKeyChecking=yes".into(),
         }),
         _ => {
             debug!(target = %target, "host not in known_hosts: accepted (not recorded)");

@@ -37,7 +37,28 @@ pub enum TransportKind {
     OpenSsh,
 }
 
+const USAGE: &str = "usage: mn-ssh [ssh options] [user@]HOST [COMMAND [ARGS...]]
+
+Runs COMMAND on HOST with ssh semantics: through the job's `multinode agent`
+when MULTINODE_SECRET (or MULTINODE_SECRET_FILE) is set, else through the
+host's OpenSSH server with your keys. Accepted options: -p PORT, -l USER,
+-i KEY, -o Key=Value (Port, User, IdentityFile, ConnectTimeout,
+StrictHostKeyChecking, UserKnownHostsFile), -n, -q, -v, and the flags
+mpirun and MPICH pass (-x, -T, -F FILE, ...). See docs/mn-ssh.md.
+";
+
 pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
+    match args.first().and_then(|a| a.to_str()) {
+        Some("--help" | "-h") if args.len() == 1 => {
+            print!("{USAGE}");
+            return Ok(0);
+        }
+        Some("--version" | "-V") if args.len() == 1 => {
+            println!("mn-ssh (multinode) {}", env!("CARGO_PKG_VERSION"));
+            return Ok(0);
+        }
+        _ => {}
+    }
     let inv = ssh_args::parse(&args).map_err(|e| Error::Usage(e.to_string()))?;
     crate::logging::init(inv.verbose);
     let env = EnvMap::from_process();
@@ -84,7 +105,7 @@ pub fn prepare(inv: &SshInvocation, env: &EnvMap) -> Result<(Connector, Target),
             })?;
             let port = match inv.port {
                 Some(p) => p,
-                None => crate::agent::agent_port(env)?,
+                None => crate::env::agent_port(env)?,
             };
             let target = Target {
                 host: inv.host.clone(),
@@ -257,9 +278,12 @@ pub async fn run(
         tokio::select! {
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => {
-                    if !broken_pipe && stdout.write_all(&data).await.is_err() {
+                    if stdout.write_all(&data).await.is_err() {
+                        // Our reader is gone (`| head`): closing the channel ends
+                        // the remote command; nothing more is worth waiting for.
                         broken_pipe = true;
                         let _ = tx.close().await;
+                        break;
                     }
                 }
                 Some(ChannelMsg::ExtendedData { data, .. }) => {

@@ -527,3 +527,59 @@ fn a_stopping_agent_still_reports_how_commands_ended() {
         Ok(Some(_))
     )));
 }
+
+#[test]
+fn a_closed_stdout_ends_mn_ssh_and_the_remote_command() {
+    let agent = Agent::start(&fresh_loopback());
+    let start = Instant::now();
+    let out = sh(
+        &format!(
+            "'{}' {} 'seq 1 100000000' | head -n 1; echo \"status ${{PIPESTATUS:-?}}\"",
+            mn_ssh().display(),
+            agent.host
+        ),
+        &[],
+    );
+    assert!(stdout(&out).starts_with("1\n"), "{}", stdout(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || pids_matching("seq 1 100000000")
+            .is_empty()),
+        "the remote seq survived"
+    );
+}
+
+#[test]
+fn secret_file_reaches_the_agents_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    let agent = Agent::start_with(
+        &fresh_loopback(),
+        29922,
+        &["--secret-file", file.to_str().unwrap()],
+        &[],
+    );
+    let out = ssh(&agent, &["echo \"${MULTINODE_SECRET_FILE:-none}\""]);
+    assert_eq!(stdout(&out).trim(), file.to_str().unwrap());
+}
+
+#[test]
+fn mn_ssh_help_and_version() {
+    let help = cmd(&mn_ssh()).arg("--help").output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    assert!(
+        stdout(&help).starts_with("usage: mn-ssh"),
+        "{}",
+        stdout(&help)
+    );
+    let version = cmd(&mn_ssh()).arg("-V").output().unwrap();
+    assert_eq!(
+        stdout(&version),
+        format!("mn-ssh (multinode) {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}

@@ -316,3 +316,38 @@ fn mn_ssh_without_a_usable_key_says_so() {
         stderr(&out)
     );
 }
+
+#[test]
+fn exec_all_over_a_stock_sshd_keeps_rank_environment_and_directory() {
+    let sshd = Sshd::start();
+    // The user's own key, where OpenSSH keeps it: no job secret, so exec_all talks to sshd.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".ssh")).unwrap();
+    std::fs::copy(sshd.path("client_key"), home.path().join(".ssh/id_ed25519")).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let head = fresh_loopback();
+    let out = cmd(&mn_exec_all())
+        .env_remove("MULTINODE_SECRET")
+        .env("HOME", home.path())
+        .env("MULTINODE_HOSTLIST", format!("{head}:1,127.0.0.1:1"))
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_SSH_PORT", sshd.port.to_string())
+        .env("NCCL_DEBUG", "WARN")
+        .current_dir(work.path())
+        .args([
+            "--label",
+            "-c",
+            "echo \"$RANK $NCCL_DEBUG $(pwd) $1\"",
+            "an arg",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let cwd = work.path().canonicalize().unwrap();
+    let text = stdout(&out);
+    for (rank, host) in [(0, head.as_str()), (1, "127.0.0.1")] {
+        let line = format!("{rank} {host}: {rank} WARN {} an arg\n", cwd.display());
+        assert!(text.contains(&line), "{line:?} not in {text:?}");
+    }
+}
