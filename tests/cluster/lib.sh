@@ -232,3 +232,31 @@ mn_show_logs() {
         docker logs --tail 25 "$id" 2>&1 | sed 's/^/  | /' || true
     done
 }
+
+# mn_compile_mpi MPICC: compiles tests/fixtures/mpi_allreduce.c with MPICC in
+# a throwaway container, to /results/allreduce on every node.
+mn_compile_mpi() {
+    mn_docker --rm --network none -v "$MN_ROOT/tests/fixtures:/src:ro" \
+        -v "$MN_RESULTS:/results" "$MN_IMAGE" \
+        "$1" -O2 -o /results/allreduce /src/mpi_allreduce.c
+}
+
+# mn_check_allreduce FILE: checks the output of mpi_allreduce.c run with
+# MN_SLOTS ranks on every node of MN_NODES: one line per rank, every rank
+# once, the right size and allreduce sum, and MN_SLOTS ranks on each node.
+mn_check_allreduce() {
+    local file=$1 np=$((${#MN_NODES[@]} * MN_SLOTS)) lines ranks host hosts
+    lines=$(grep -c '^rank=' "$file" || true)
+    check_eq "rank lines" "$np" "$lines"
+    ranks=$(sed -n 's/^rank=\([0-9]*\) .*/\1/p' "$file" | sort -n | tr '\n' ' ')
+    check_eq "ranks" "$(seq -s ' ' 0 $((np - 1))) " "$ranks"
+    check_eq "size and allreduce sum on every rank" \
+        "$np size=$np sum=$((np * (np - 1) / 2))" \
+        "$(grep -o 'size=[0-9]* sum=[0-9]*' "$file" | sort | uniq -c | awk '{ print $1, $2, $3 }')"
+    for host in "${MN_NODES[@]}"; do
+        hosts=$(grep -c " host=$host " "$file" || true)
+        check_eq "ranks on $host" "$MN_SLOTS" "$hosts"
+    done
+    check_ok "placement: $(sed -n 's/^rank=\([0-9]*\) .* host=\([^ ]*\) .*/\1:\2/p' "$file" |
+        sort -n | tr '\n' ' ')"
+}
