@@ -93,10 +93,20 @@ MN_RESULTS=$MN_TMP/results
 MN_FIXTURES=${MN_ROOT:?}/tests/cluster/fixtures
 mkdir -p "$MN_RESULTS"
 MN_NET=''
+MN_CLUSTER=''
 declare -A MN_IP=()
 
 # The container name of a node.
-mn_ctr() { mn_name "$1"; }
+mn_ctr() { mn_name "${MN_CLUSTER:+$MN_CLUSTER-}$1"; }
+
+# mn_cluster_phase NAME: the nodes started from now on are a new cluster NAME
+# on the same network (the addresses are reused: the previous cluster's
+# containers must have exited), with a /results of its own.
+mn_cluster_phase() {
+    MN_CLUSTER=$1
+    MN_RESULTS=$MN_TMP/results-$1
+    mkdir -p "$MN_RESULTS"
+}
 
 # Creates the scenario's network on a free /24 and gives every node of
 # MN_NODES its address (.10, .11, ...). Docker only lets a container choose
@@ -259,4 +269,13 @@ mn_check_allreduce() {
     done
     check_ok "placement: $(sed -n 's/^rank=\([0-9]*\) .* host=\([^ ]*\) .*/\1:\2/p' "$file" |
         sort -n | tr '\n' ' ')"
+}
+
+# mn_all_have PATTERN HOST...: whether every HOST has a process matching PATTERN.
+mn_all_have() {
+    local pattern=$1 host
+    shift
+    for host in "$@"; do
+        mn_has_proc "$host" "$pattern" || return 1
+    done
 }
