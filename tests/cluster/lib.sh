@@ -173,6 +173,9 @@ mn_now() { date +%s.%N; }
 # mn_since T0 [T1]: T1 (default now) - T0 in seconds, one decimal.
 mn_since() { awk -v a="$1" -v b="${2:-$(mn_now)}" 'BEGIN { printf "%.1f", b - a }'; }
 
+# mn_before T0 LIMIT: whether less than LIMIT seconds have passed since T0.
+mn_before() { awk -v a="$1" -v b="$(mn_now)" -v l="$2" 'BEGIN { exit !(b - a < l) }'; }
+
 # check_within WHAT LIMIT SECONDS: SECONDS <= LIMIT.
 check_within() {
     if awk -v v="$3" -v l="$2" 'BEGIN { exit !(v <= l) }'; then
@@ -189,7 +192,7 @@ mn_poll() {
     shift
     t0=$(mn_now)
     until "$@"; do
-        awk -v a="$t0" -v b="$(mn_now)" -v l="$limit" 'BEGIN { exit !(b - a < l) }' || return 1
+        mn_before "$t0" "$limit" || return 1
         sleep 0.2
     done
 }
