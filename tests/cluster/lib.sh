@@ -21,10 +21,17 @@ mn_reasons=()
 
 # The verdict goes to the scenario's stdout (fd 3) even when the failing
 # command's own output was redirected to a file. A command whose failure is
-# expected runs as `cmd || rc=$?`, which does not trip this trap.
+# expected runs as `cmd || rc=$?`, which does not trip this trap. In a
+# subshell (`x=$(cmd)`, which inherits the trap) it only ends the subshell:
+# the command that ran the subshell then fails, and is the one reported.
 exec 3>&1
-trap 'printf "FAIL %s: line %s: command failed (status %s): %s\n" \
-    "$MN_SCENARIO" "$LINENO" "$?" "$BASH_COMMAND" >&3; { mn_show_logs || true; } >&3 2>&1; exit 1' ERR
+mn_main_pid=$BASHPID mn_status=0
+trap 'mn_status=$?
+[[ $BASHPID == "$mn_main_pid" ]] || exit 1
+printf "FAIL %s: line %s: command failed (status %s): %s\n" \
+    "$MN_SCENARIO" "$LINENO" "$mn_status" "$BASH_COMMAND" >&3
+{ mn_show_logs || true; } >&3 2>&1
+exit 1' ERR
 
 check_ok() { printf '  ok    %s\n' "$*"; }
 check_fail() {
