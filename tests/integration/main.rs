@@ -6,6 +6,7 @@ mod util;
 mod agent;
 mod env;
 mod exec_all;
+mod lifecycle;
 mod mpi;
 mod nodeset;
 mod openssh;
