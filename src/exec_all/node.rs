@@ -171,6 +171,13 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         Err(e) => return task.end(NodeOutcome::Unreachable(e.to_string())),
     };
     let mut env = task.env.clone();
+    // The contract leaves a host name's address empty; the address this node
+    // was reached at is its own, as the job sees it.
+    for (name, value) in &mut env {
+        if name == "MULTINODE_LOCAL_IP" && value.is_empty() {
+            *value = conn.peer().ip().to_string();
+        }
+    }
     env.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
     let channel = match conn.exec(&ctx.command, &env).await {
         Ok(channel) => channel,

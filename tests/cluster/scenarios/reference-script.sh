@@ -7,7 +7,8 @@
 # RANK and where it ran. The topology comes as Slurm gives it:
 # SLURM_JOB_NODELIST=node[0-3], SLURM_TASKS_PER_NODE=2(x4).
 # Checks: the head exits 0; every node ran torchrun once, in its own
-# container (eth0's address), with RANK = its node rank and
+# container (eth0's address), with RANK = its node rank,
+# MULTINODE_LOCAL_IP = its own address, and
 # --nnodes=4 --node-rank=R --nproc-per-node=2 --master-addr=<head's address>
 # --master-port=29500 /workspace/train.py.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
@@ -37,11 +38,12 @@ for n in "${!MN_NODES[@]}"; do
         continue
     fi
     want=$(printf '%s ' "host=$host" "rank=$n" "ip=${MN_IP[$host]}" \
+        "MULTINODE_LOCAL_IP=${MN_IP[$host]}" \
         "arg=--nnodes=4" "arg=--node-rank=$n" "arg=--nproc-per-node=2" \
         "arg=--master-addr=${MN_IP[node0]}" "arg=--master-port=29500" \
         "arg=/workspace/train.py")
     got=$(tr '\n' ' ' <"$record")
-    check_eq "torchrun on $host (host, RANK, eth0 address, arguments)" "$want" "$got"
+    check_eq "torchrun on $host (host, RANK, eth0, MULTINODE_LOCAL_IP, arguments)" "$want" "$got"
 done
 mn_save_logs node0
 runs=$(grep -c '^torchrun stand-in on ' "$MN_TMP/node0.out" || true)
