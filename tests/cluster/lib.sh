@@ -217,6 +217,14 @@ mn_wait_exit() {
     docker inspect -f '{{.State.ExitCode}}' "$(mn_ctr "$1")"
 }
 
+# mn_ran_for HOST: how long HOST's container ran, from Docker's start and
+# finish times (seconds, one decimal).
+mn_ran_for() {
+    local times
+    times=$(docker inspect -f '{{.State.StartedAt}} {{.State.FinishedAt}}' "$(mn_ctr "$1")")
+    mn_since "$(date -d "${times% *}" +%s.%N)" "$(date -d "${times#* }" +%s.%N)"
+}
+
 # mn_procs HOST: the processes of HOST's container other than its agent (the
 # init and the agent both run `multinode agent ...`), one `PID ARGS` a line.
 # Status 2 when the container is not running.
