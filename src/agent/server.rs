@@ -2,7 +2,7 @@
 //! the job keys, and handing each channel to its own task.
 
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -86,7 +86,9 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     set_tcp_liveness(&stream);
-    let watch_fd = nix::unistd::dup(&stream).ok();
+    // Close-on-exec (F_DUPFD_CLOEXEC): a plain dup() would hand this socket to
+    // every command spawned while the connection lasts.
+    let watch_fd = stream.as_fd().try_clone_to_owned().ok();
     let conn = shared.shutdown.child_token();
     let authed = Arc::new(AtomicBool::new(false));
     let handler = ConnHandler {
