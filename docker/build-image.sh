@@ -75,11 +75,17 @@ if ! docker buildx version >/dev/null 2>&1; then
     export DOCKER_BUILDKIT=0
 fi
 version=$("$bin" --version 2>/dev/null | awk '{ print $2 }') || version=unknown
+old_id=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 log "docker build -t $IMAGE -f Dockerfile <staging: multinode, generic-helper>"
 docker build --force-rm -t "$IMAGE" -f Dockerfile \
     --label "org.multinode.version=$version" \
     --label "org.multinode.binary=$kind" \
     "$stage"
 id=$(docker image inspect -f '{{.Id}}' "$IMAGE")
+if [[ -n $old_id && $old_id != "$id" ]]; then
+    # The image this tag named before (kept with MN_KEEP_IMAGE=1), now
+    # untagged; kept if a container still uses it.
+    docker rmi "$old_id" >/dev/null 2>&1 || true
+fi
 size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 log "built $IMAGE (${id:7:12}, $((size / 1000000)) MB, multinode $version, $kind binary) in $((SECONDS - start))s"

@@ -143,7 +143,8 @@ fn reset_child_signals() {
 
 fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
+        // `as _`: time_t is a deprecated alias on musl (it becomes 64-bit there).
+        tv_sec: timeout.as_secs() as _,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: set and ts are valid for the call; info may be null.

@@ -1,11 +1,14 @@
 //! `multinode agent -- JOB`, the same command on every node.
 //!
 //! A worker serves, and holds a `#multinode:wait-release` open to the head's
-//! agent: it ends when the head releases it, or when the head has been
-//! unreachable for the idle timeout. The head waits until every worker
-//! answers a ping (up to a deadline; the error names the missing nodes), runs
-//! JOB with the environment contract, releases the workers and exits with
-//! JOB's status.
+//! agent: it ends when the head releases it, when the head has been
+//! unreachable for the idle timeout, or as soon as a head found to be of
+//! another job (another secret) is gone. The head waits until every worker
+//! answers a ping (up to a deadline; the error names the missing nodes; a
+//! worker of another job ends the wait at once), runs JOB with the
+//! environment contract, releases the workers and exits with JOB's status. A
+//! head that ends without running JOB (a missing worker, a signal) releases
+//! the workers too: they have nothing left to wait for.
 
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -20,12 +23,14 @@ use crate::env::Job;
 use crate::error::Error;
 use crate::process::GroupChild;
 use crate::stops::{STOP_SIGNALS, Stops};
-use crate::transport::client::{Auth, Connector, Target};
+use crate::transport::client::{Auth, ConnectError, Connector, Target};
 
 /// Between two attempts to reach a node that is not up yet.
 const RETRY: Duration = Duration::from_millis(250);
 /// One attempt's limit.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// One release's limit when the head gives up before the job.
+const RELEASE_ON_GIVE_UP: Duration = Duration::from_secs(2);
 
 pub(crate) struct Plan {
     pub job: Job,
@@ -64,14 +69,21 @@ fn target(job: &Job, rank: usize) -> Target {
 async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Result<i32, Error> {
     let mut stops = Stops::new(STOP_SIGNALS)?;
     let waiting = wait_for_workers(&plan.job, connector, plan.wait_timeout);
-    let ready = tokio::select! {
-        ready = waiting => ready,
+    // Some(how the head ends) when JOB will not run.
+    let gave_up = tokio::select! {
+        ready = waiting => ready.err().map(Err),
         sig = stops.next() => {
             info!(?sig, "stopped while waiting for the workers");
-            return Ok(crate::exit_code::from_signal(sig));
+            Some(Ok(crate::exit_code::from_signal(sig)))
         }
     };
-    ready?;
+    if let Some(end) = gave_up {
+        // The workers that are up have nothing left to wait for, and must not
+        // wait out their idle timeout. Those that are not up cost a short try.
+        let connector = connector.clone().with_timeout(RELEASE_ON_GIVE_UP);
+        release(shared, &plan.job, &connector).await;
+        return end;
+    }
     info!(
         nodes = plan.job.topology.nodes.len(),
         "every worker answered: starting the job"
@@ -111,12 +123,21 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
     child.disarm();
     let outcome = outcome.map_err(|e| Error::Failed(format!("cannot wait for the job: {e}")))?;
     info!(%outcome, "job ended: releasing the workers");
-    shared.released.cancel();
-    release_workers(&plan.job, connector).await;
+    release(shared, &plan.job, connector).await;
     Ok(outcome.shell_code())
 }
 
-/// Pings every worker until it answers as the rank it should be.
+/// Why a worker is not ready for the job.
+enum NotReady {
+    /// No answer before the deadline: the last error seen.
+    NoAnswer(String),
+    /// It answered, but cannot take part (another job's agent, another
+    /// rank): waiting longer will not change that.
+    Rejected(String),
+}
+
+/// Pings every worker until it answers as the rank it should be. A worker
+/// that rejects this job ends the wait at once.
 async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> Result<(), Error> {
     let deadline = tokio::time::Instant::now() + limit;
     let mut tasks = tokio::task::JoinSet::new();
@@ -124,47 +145,22 @@ async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> 
         let target = target(job, rank);
         let connector = connector.clone();
         tasks.spawn(async move {
-            let mut last;
-            loop {
-                match connector.connect(&target).await {
-                    Ok(conn) => {
-                        let reply = conn.ping().await;
-                        conn.close().await;
-                        match reply {
-                            Ok(reply) if reply.rank.is_none_or(|r| r == rank) => {
-                                debug!(rank, host = %target.host, "worker answered");
-                                return (rank, target, Ok(()));
-                            }
-                            Ok(reply) => {
-                                let msg = format!(
-                                    "answers as rank {} ({}): is the hostlist the same on every node?",
-                                    reply.rank.unwrap_or_default(),
-                                    reply.host
-                                );
-                                return (rank, target, Err(msg));
-                            }
-                            Err(e) => last = e,
-                        }
-                    }
-                    // A wrong secret will not fix itself: say so at once.
-                    Err(e @ (crate::transport::client::ConnectError::WrongHostKey { .. }
-                    | crate::transport::client::ConnectError::AgentAuth { .. })) => {
-                        return (rank, target, Err(e.to_string()));
-                    }
-                    Err(e) => last = e.to_string(),
-                }
-                if tokio::time::Instant::now() + RETRY >= deadline {
-                    let why = format!("no answer within {:.0} s; last: {last}", limit.as_secs_f64());
-                    return (rank, target, Err(why));
-                }
-                tokio::time::sleep(RETRY).await;
-            }
+            let result = probe(&connector, &target, rank, deadline).await;
+            (rank, target, result)
         });
     }
     let mut missing = Vec::new();
     while let Some(done) = tasks.join_next().await {
-        let (rank, target, result) = done.expect("worker probes do not panic");
+        let (rank, target, result) = match done {
+            Ok(done) => done,
+            Err(e) if e.is_cancelled() => continue,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
         if let Err(why) = result {
+            if matches!(why, NotReady::Rejected(_)) {
+                // The job cannot start: the others need not be waited for.
+                tasks.abort_all();
+            }
             missing.push((rank, target, why));
         }
     }
@@ -172,19 +168,82 @@ async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> 
         return Ok(());
     }
     missing.sort_by_key(|(rank, _, _)| *rank);
+    let rejected = missing
+        .iter()
+        .any(|(_, _, why)| matches!(why, NotReady::Rejected(_)));
     let list = missing
         .iter()
-        .map(|(rank, target, why)| format!("rank {rank} {target} ({why})"))
+        .map(|(rank, target, why)| match why {
+            NotReady::NoAnswer(e) if rejected => {
+                format!("rank {rank} {target} (no answer: {e})")
+            }
+            NotReady::NoAnswer(e) | NotReady::Rejected(e) => format!("rank {rank} {target} ({e})"),
+        })
         .collect::<Vec<_>>()
         .join("; ");
-    Err(Error::Connection(format!(
-        "{} of {} workers are not ready, so the job does not start: {list}",
-        missing.len(),
-        job.topology.nodes.len() - 1,
-    )))
+    let workers = job.topology.nodes.len() - 1;
+    Err(Error::Connection(if rejected {
+        format!(
+            "{} of {workers} workers cannot join this job: {list}",
+            missing.len()
+        )
+    } else {
+        format!(
+            "{} of {workers} workers did not answer within {:.0} s: {list}",
+            missing.len(),
+            limit.as_secs_f64()
+        )
+    }))
 }
 
-async fn release_workers(job: &Job, connector: &Connector) {
+/// Tries one worker until it answers as `rank`, it rejects this job, or the deadline.
+async fn probe(
+    connector: &Connector,
+    target: &Target,
+    rank: usize,
+    deadline: tokio::time::Instant,
+) -> Result<(), NotReady> {
+    let mut last = None;
+    loop {
+        let attempt = async {
+            let conn = connector.connect(target).await?;
+            let reply = conn.ping().await;
+            conn.close().await;
+            Ok::<_, ConnectError>(reply)
+        };
+        // No attempt outlives the deadline: the wait is what --wait-timeout says.
+        match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(Ok(reply))) if reply.rank.is_none_or(|r| r == rank) => {
+                debug!(rank, host = %target.host, "worker answered");
+                return Ok(());
+            }
+            Ok(Ok(Ok(reply))) => {
+                return Err(NotReady::Rejected(format!(
+                    "answers as rank {} ({}): is the hostlist the same on every node?",
+                    reply.rank.unwrap_or_default(),
+                    reply.host
+                )));
+            }
+            Ok(Ok(Err(e))) => last = Some(e),
+            // Another job's agent: a secret does not fix itself, say so at once.
+            Ok(Err(e)) if e.is_wrong_job() => return Err(NotReady::Rejected(e.to_string())),
+            Ok(Err(e)) => last = Some(e.to_string()),
+            Err(_) => {}
+        }
+        if tokio::time::Instant::now() + RETRY >= deadline {
+            return Err(NotReady::NoAnswer(
+                last.unwrap_or_else(|| "no answer before the deadline".into()),
+            ));
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Releases the workers: those holding a wait-release on this agent at once,
+/// and every worker through its own agent too (one between two connections
+/// to the head, or not connected yet, would miss the first).
+async fn release(shared: &Shared, job: &Job, connector: &Connector) {
+    shared.released.cancel();
     let mut tasks = tokio::task::JoinSet::new();
     for rank in 1..job.topology.nodes.len() {
         let target = target(job, rank);
@@ -221,9 +280,18 @@ async fn worker(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Res
 }
 
 /// Holds a wait-release request open to the head; reconnects while the head
-/// is unreachable for less than the idle timeout. Until the job first
-/// reaches this node the head may still be starting, so the wait is then as
-/// long as the head's own wait for its workers.
+/// is unreachable for less than the idle timeout.
+///
+/// A head of another job (another secret) is not this node's head: once
+/// seen, this node stops as soon as that head is gone (it gave up: it found
+/// this node to be of another job too, so its error says so), or after the
+/// usual limit. Stopping at once instead would often leave the head to wait
+/// out its --wait-timeout for a node that is no longer there.
+///
+/// Until the job first reaches this node (its head connecting to ping it, or
+/// this node reaching the head) the head may still be starting, so the wait
+/// is then as long as the head's own wait for its workers; after that, the
+/// idle timeout counts from the last sign of the job.
 async fn follow_head(
     shared: &Shared,
     head: &Target,
@@ -232,9 +300,17 @@ async fn follow_head(
 ) -> Result<i32, Error> {
     let started = tokio::time::Instant::now();
     let mut lost_at: Option<tokio::time::Instant> = None;
+    // Unreachable since when, and for how long that may last.
+    let since_and_limit =
+        |lost_at: Option<tokio::time::Instant>| match lost_at.max(shared.last_contact()) {
+            Some(at) => (at, plan.idle_timeout),
+            None => (started, plan.wait_timeout.max(plan.idle_timeout)),
+        };
+    let mut wrong_job: Option<ConnectError> = None;
     loop {
         match connector.connect(head).await {
             Ok(conn) => {
+                wrong_job = None;
                 debug!(head = %head, "following the head");
                 let result = conn.wait_release().await;
                 conn.close().await;
@@ -247,12 +323,23 @@ async fn follow_head(
                 }
                 lost_at = Some(tokio::time::Instant::now());
             }
+            Err(e) if e.is_wrong_job() => {
+                if wrong_job.is_none() {
+                    warn!(head = %head, error = %e, "the head is of another job");
+                }
+                let (since, limit) = since_and_limit(lost_at);
+                if since.elapsed() >= limit {
+                    return Err(wrong_head(&e));
+                }
+                wrong_job = Some(e);
+                tokio::time::sleep(RETRY).await;
+            }
             Err(e) => {
-                // Unreachable since the last sign of the job, or since we started.
-                let (since, limit) = match lost_at.max(shared.last_contact()) {
-                    Some(at) => (at, plan.idle_timeout),
-                    None => (started, plan.wait_timeout.max(plan.idle_timeout)),
-                };
+                debug!(head = %head, error = %e, "head not reachable");
+                if let Some(wrong) = &wrong_job {
+                    return Err(wrong_head(wrong));
+                }
+                let (since, limit) = since_and_limit(lost_at);
                 if since.elapsed() >= limit {
                     return Err(Error::Connection(format!(
                         "the head {head} has been unreachable for {:.0} s ({e}); ending this node's commands",
@@ -263,4 +350,8 @@ async fn follow_head(
             }
         }
     }
+}
+
+fn wrong_head(e: &ConnectError) -> Error {
+    Error::Connection(format!("cannot follow the head: {e}"))
 }

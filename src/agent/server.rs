@@ -2,7 +2,7 @@
 //! the job keys, and handing each channel to its own task.
 
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -90,12 +90,9 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     set_tcp_liveness(&stream);
-    // CLOEXEC: a plain dup() would leak this connection into every command
-    // started later, keeping it open after this agent is gone.
-    let watch_fd = nix::fcntl::fcntl(&stream, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(0))
-        .ok()
-        // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
-        .map(|fd| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+    // Close-on-exec (F_DUPFD_CLOEXEC): a plain dup() would hand this socket to
+    // every command spawned while the connection lasts.
+    let watch_fd = stream.as_fd().try_clone_to_owned().ok();
     // Cancelled when this connection ends (not when the agent stops: then
     // commands end first and report how, and the connection closes after).
     let conn = CancellationToken::new();

@@ -190,16 +190,23 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         Some((_, command)) => command.as_slice(),
         None => ctx.command.as_slice(),
     };
+    let mut vars = task.env.clone();
+    // The contract leaves a host name's address empty; the address this node
+    // was reached at is its own, as the job sees it.
+    for (name, value) in &mut vars {
+        if name == "MULTINODE_LOCAL_IP" && value.is_empty() {
+            *value = conn.peer().ip().to_string();
+        }
+    }
     // An agent takes the variables and the directory as `env` requests; a stock
     // sshd drops those (AcceptEnv), so they go in the command line instead.
     let (command, env) = match connector.auth() {
         crate::transport::client::Auth::Agent(_) => {
-            let mut env = task.env.clone();
-            env.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
-            (command.to_vec(), env)
+            vars.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
+            (command.to_vec(), vars)
         }
         crate::transport::client::Auth::OpenSsh(_) => (
-            super::script::wrapped_command(command, ctx.cwd.as_bytes(), &task.env),
+            super::script::wrapped_command(command, ctx.cwd.as_bytes(), &vars),
             Vec::new(),
         ),
     };

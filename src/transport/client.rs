@@ -100,6 +100,17 @@ pub enum ConnectError {
     Ssh { target: String, detail: String },
 }
 
+impl ConnectError {
+    /// The peer is an agent of another job (another secret): retrying will
+    /// not change that.
+    pub fn is_wrong_job(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::WrongHostKey { .. } | ConnectError::AgentAuth { .. }
+        )
+    }
+}
+
 /// The client's russh handler: it only checks the server's key.
 pub struct ClientHandler {
     auth: Auth,

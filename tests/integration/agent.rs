@@ -467,6 +467,22 @@ fn working_directory_and_environment_requests_are_honoured() {
 }
 
 #[test]
+fn commands_inherit_no_socket_of_the_agent() {
+    let agent = Agent::start(&fresh_loopback());
+    // A second connection held open while the command starts.
+    let (mut holder, _) = start_sleepers(&agent, &sleep_tag());
+    let out = ssh(&agent, &["ls -l /proc/$$/fd"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = stdout(&out);
+    assert!(
+        !listing.contains("socket:"),
+        "the command holds the agent's sockets:\n{listing}"
+    );
+}
+
+#[test]
 fn ping_and_release_control_requests() {
     use multinode::keys::{JobKeys, Secret};
     use multinode::transport::client::{Auth, Connector, Target};

@@ -8,6 +8,7 @@ mod check;
 mod env;
 mod exec_all;
 mod lifecycle;
+mod lifecycle_join;
 mod mpi;
 mod nodeset;
 mod openssh;
