@@ -15,6 +15,7 @@
 #    fast; nvidia-smi must show no process of the job on either GPU.
 # 5. overhead: exec_all start to first all-reduce, against the same torchrun
 #    commands started by hand, alternating, 3 runs each.
+# 6. preflight: `multinode check` on one node and across the two agents.
 # Prints a table at the end; everything is logged to $OUT/gpu.log (or a temp dir).
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -36,7 +37,7 @@ HOSTS=127.0.0.2:1,127.0.0.3:1
 PORT=29922
 results=()
 record() { results+=("$1|$2|$3"); printf '>>> %s: %s (%s)\n' "$1" "$2" "$3"; }
-steps=" ${MN_GPU_STEPS:-1 2 3 4 5} "
+steps=" ${MN_GPU_STEPS:-1 2 3 4 5 6} "
 want() { [[ $steps == *" $1 "* ]]; }
 now() { date +%s.%N; }
 agents=()
@@ -197,6 +198,31 @@ else:
 PY
     )
     record "overhead to first all-reduce" "${summary%%|*}" "${summary#*|}"
+fi
+
+if want 6; then
+    echo "=== 6. preflight: multinode check on the GPU nodes"
+    MN_CHECK_PORT=29600
+    timeout 60 multinode check --nproc-per-node 2 --port $MN_CHECK_PORT >"$out/check-single.txt" 2>&1
+    rc1=$?
+    cat "$out/check-single.txt"
+    agent 1 1
+    sleep 1
+    MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK=0 MULTINODE_AGENT_PORT=$PORT CUDA_VISIBLE_DEVICES=0 \
+        timeout 60 multinode check --nproc-per-node 1 --port $MN_CHECK_PORT >"$out/check-two.txt" 2>&1
+    rc2=$?
+    MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK=0 MULTINODE_AGENT_PORT=$PORT CUDA_VISIBLE_DEVICES=0 \
+        timeout 60 multinode check --nproc-per-node 2 --port $MN_CHECK_PORT >"$out/check-two-bad.txt" 2>&1
+    rc3=$?
+    stop_agents
+    cat "$out/check-two.txt"
+    grep -E '^gpu-count' "$out/check-two-bad.txt"
+    gpus_ok=$(grep -cE '^(gpu-count|gpu-driver|cuda-arch) +ok' "$out/check-two.txt")
+    if ((rc1 <= 1 && rc2 <= 1 && gpus_ok == 3)) && grep -qE '^gpu-count +fail' "$out/check-two-bad.txt"; then
+        record "preflight (multinode check)" PASS "GPU checks ok on both nodes; --nproc-per-node 2 on 1-GPU nodes fails gpu-count (exit $rc3)"
+    else
+        record "preflight (multinode check)" FAIL "rc=$rc1/$rc2/$rc3, $gpus_ok GPU checks ok"
+    fi
 fi
 
 echo
