@@ -1,0 +1,53 @@
+//! Algorithm preferences for connections whose both ends are `multinode`
+//! (a client of this job and its agents).
+//!
+//! Key exchange: `curve25519-sha256` first. russh prefers the hybrid
+//! `mlkem768x25519-sha256`, whose ML-KEM half (pure Rust, software Keccak)
+//! costs about as much CPU as everything else in a connection together; with
+//! thousands of connections set up from one head, that is the launch time
+//! (docs/benchmarks.md). curve25519 is what OpenSSH peers in the benchmarks
+//! use too. The hybrid stays in the list, so an OpenSSH client that prefers
+//! it still gets it from an agent.
+
+use std::borrow::Cow;
+
+use russh::{Preferred, kex};
+
+/// Key exchanges offered between a `multinode` client and an agent, most
+/// preferred first. The `ext-info`/`kex-strict` pseudo-algorithms must stay:
+/// russh only sends the ones of its own side.
+const AGENT_KEX: &[kex::Name] = &[
+    kex::CURVE25519,
+    kex::CURVE25519_PRE_RFC_8731,
+    kex::MLKEM768X25519_SHA256,
+    kex::DH_GEX_SHA256,
+    kex::DH_G16_SHA512,
+    kex::DH_G14_SHA256,
+    kex::EXTENSION_SUPPORT_AS_CLIENT,
+    kex::EXTENSION_SUPPORT_AS_SERVER,
+    kex::EXTENSION_OPENSSH_STRICT_KEX_AS_CLIENT,
+    kex::EXTENSION_OPENSSH_STRICT_KEX_AS_SERVER,
+];
+
+/// The preferences of agent connections, both sides.
+pub(crate) fn agent_preferred() -> Preferred {
+    Preferred {
+        kex: Cow::Borrowed(AGENT_KEX),
+        ..Preferred::DEFAULT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_extension_is_kept() {
+        for name in Preferred::DEFAULT.kex.iter() {
+            if name.as_ref().starts_with("ext-info") || name.as_ref().starts_with("kex-strict") {
+                assert!(AGENT_KEX.contains(name), "{} dropped", name.as_ref());
+            }
+        }
+        assert_eq!(agent_preferred().kex[0], kex::CURVE25519);
+    }
+}
