@@ -281,7 +281,19 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     // Like `srun --export=ALL`: the head's variables, minus per-host ones.
     let head_vars: Vec<(String, String)> =
         env.0.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let exported = options.export.select(&head_vars);
+    // The contract is set per node below; the head's own values of those
+    // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
+    // ~12 bytes a node, sent to every node: quadratic in the node count).
+    let contract_names: Vec<String> = crate::env::contract_for_rank(job, job.rank)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let exported: Vec<(String, String)> = options
+        .export
+        .select(&head_vars)
+        .into_iter()
+        .filter(|(k, _)| !contract_names.contains(k))
+        .collect();
     let forward_all = env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
