@@ -254,6 +254,7 @@ pub(crate) fn run_blocking(
 
 /// Runs `options.script` on the selected nodes of `job`.
 pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<RunResult, Error> {
+    crate::process::raise_fd_limit();
     let (transport, port, user) = transport(job, env, options.connect_timeout)?;
     let cwd = std::env::current_dir()
         .map(|d| d.to_string_lossy().into_owned())
