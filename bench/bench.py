@@ -685,9 +685,12 @@ def main():
         raise SystemExit("%s missing: cargo build --release" % MULTINODE)
     os.makedirs(os.path.join(STATE, "bin"), exist_ok=True)
     os.makedirs(os.path.join(STATE, "bin-base"), exist_ok=True)
-    links = [(MN_SSH, MULTINODE), (MN_EXEC_ALL, MULTINODE)]
+    # mn-exec-all wants `multinode` beside it (for `multinode supervise`).
+    links = [(MN_SSH, MULTINODE), (MN_EXEC_ALL, MULTINODE),
+             (os.path.join(STATE, "bin", "multinode"), MULTINODE)]
     if BASE:
-        links += [(BASE_SSH, BASE), (BASE_EXEC_ALL, BASE)]
+        links += [(BASE_SSH, BASE), (BASE_EXEC_ALL, BASE),
+                  (os.path.join(STATE, "bin-base", "multinode"), BASE)]
     for alias, target in links:
         if os.path.lexists(alias):
             os.unlink(alias)
