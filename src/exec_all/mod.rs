@@ -41,7 +41,8 @@ use crate::transport::client::{Auth, Connector};
 pub(crate) struct RunCtx {
     pub script: Script,
     pub args: Vec<OsString>,
-    /// `script.shell_command(args)`: what a remote shell runs.
+    /// What a remote shell runs: `script.agent_command(args)` for agents,
+    /// `script.shell_command(args)` for any other server or wrapper.
     pub command: Vec<u8>,
     pub transport: Transport,
     pub port: u16,
@@ -268,7 +269,12 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         return Err(Error::usage("--nodes/--exclude leave no node to run on"));
     }
     let ctx = Arc::new(RunCtx {
-        command: options.script.shell_command(&options.args),
+        command: match &transport {
+            Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
+                options.script.agent_command(&options.args)
+            }
+            _ => options.script.shell_command(&options.args),
+        },
         script: options.script,
         args: options.args,
         transport,
