@@ -15,7 +15,7 @@ import os
 import statistics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RES = os.path.join(HERE, "results")
+RES = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
 DOC = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
 BUSY = 0.3
 
@@ -101,8 +101,8 @@ def fanout_tables(rows):
             md.append("| %s | %s |" % (t, " | ".join(cells)))
         md.append("")
         md.append("CPU per node launched, milliseconds (median of client CPU / N, server CPU / N); "
-                  "client = the tool and its children (wait4), server = sshd and its children, "
-                  "or the agents (utime+stime+cutime+cstime)\n")
+                  "client = the tool and its children (wait4), server = sshd and every process it "
+                  "forked, or the agents and their commands (cpuacct cgroups)\n")
         md.append("| tool | " + " | ".join("N=%d" % n for n in ns) + " |")
         md.append("|---|" + "---|" * len(ns))
         for t in tools:
@@ -221,7 +221,7 @@ def main():
     machine = [json.loads(line) for line in open(os.path.join(RES, "machine.jsonl"))]
     m = [x for x in machine if x["run_id"] == run_id][-1]
     md = ["### Run `%s`\n" % run_id,
-          "Machine: %s × %s, %s, Linux %s, AES-NI %s. %s; %s; %s; %s. "
+          "Machine: %s × %s, %s, Linux %s, AES-NI %s. %s; %s; %s; parallel-ssh %s. "
           "multinode %s%s (release build). Load average at start %s, at end %s. "
           "bench.py %s\n" % (
               m["nproc"], m["model"], m["mem"], m["kernel"], "yes" if m["aes"] else "no",
