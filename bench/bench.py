@@ -19,7 +19,8 @@ stderr, and an answer from every host.
 One JSON line per run in results/<suite>.jsonl:
   wall         seconds from spawn to exit of the tool
   client_cpu   user+sys of the tool and all its waited-for children (wait4)
-  client_maxrss_kb  largest single process of the tool's tree (wait4)
+  client_maxrss_kb  largest single process of the tool's tree (GNU time %M:
+               wait4 here would count the fork of this Python process)
   server_cpu   CPU seconds of the server side, after minus before: every
                sshd process and remote command, or every agent and its
                commands (cgroup-v1 cpuacct groups made by lib/setup.sh, exact
@@ -405,12 +406,16 @@ def run_once(ctx, tool, n, cmd, discard=False):
     b0 = sys_busy()
     outp = os.path.join(STATE, "out.tmp")
     errp = os.path.join(STATE, "err.tmp")
+    rssp = os.path.join(STATE, "rss.tmp")
     with open(os.devnull if discard else outp, "w") as fo, open(errp, "w") as fe:
         t0 = time.perf_counter()
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, env=env)
+        p = subprocess.Popen((TIME_RSS + [rssp] if TIME_RSS else []) + argv,
+                             stdin=subprocess.DEVNULL,
+                             stdout=fo, stderr=fe, env=env)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = rc = os.waitstatus_to_exitcode(status)
+    maxrss = read_maxrss(rssp, ru.ru_maxrss)
     idle = ctx.sshd.wait_idle(base) if kind == "sshd" else True
     time.sleep(0.1)  # agents: connection teardown after the client exits
     s1 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
@@ -422,10 +427,26 @@ def run_once(ctx, tool, n, cmd, discard=False):
         bad = (bad + " server-not-idle").strip()
     return {"tool": tool, "n": n, "wall": wall,
             "client_cpu": ru.ru_utime + ru.ru_stime, "client_user": ru.ru_utime,
-            "client_sys": ru.ru_stime, "client_maxrss_kb": ru.ru_maxrss,
+            "client_sys": ru.ru_stime, "client_maxrss_kb": maxrss,
             "server_cpu": s1 - s0, "server": kind, "total_cpu": b1 - b0,
             "pre_busy": pre_busy, "waited": waited, "load1": loadavg()[0],
             "rc": rc, "ok": not bad, "bad": bad, "stderr": err[-300:]}
+
+
+# The tool's peak RSS. wait4's ru_maxrss counts the child as forked from this
+# Python process (~18 MB) before its exec: every tool would show at least
+# that. GNU time forks from a ~2 MB process and reports the child's tree.
+TIME_RSS = ["/usr/bin/time", "-f", "%M", "-o"] if os.access("/usr/bin/time", os.X_OK) else []
+
+
+def read_maxrss(path, fallback):
+    if not TIME_RSS:
+        return fallback
+    try:
+        with open(path) as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return fallback
 
 
 def rounds(tools, runs, fn):
