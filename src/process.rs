@@ -8,6 +8,7 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{self, Signal};
@@ -72,16 +73,63 @@ pub fn signal_name(signo: i32) -> String {
         .unwrap_or_else(|_| format!("signal {signo}"))
 }
 
+/// The soft and hard `RLIMIT_NOFILE` this process started with, once
+/// [`raise_fd_limit`] raised the soft one; `u64::MAX` while not raised.
+static STARTING_NOFILE: [AtomicU64; 2] = [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)];
+
+/// Raises the soft limit on open files to the hard limit. One connection is
+/// one descriptor, and the usual soft limit (1024) ends a run on a thousand
+/// nodes with "Too many open files". Commands started through
+/// [`make_group_leader`] get the starting limit back: some programs still
+/// misbehave with descriptors past 1024 (`select`).
+pub fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= hard || STARTING_NOFILE[0].load(Ordering::Relaxed) != u64::MAX {
+        return;
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => {
+            STARTING_NOFILE[1].store(hard, Ordering::Relaxed);
+            STARTING_NOFILE[0].store(soft, Ordering::Relaxed);
+            tracing::debug!(soft, hard, "open-file limit raised");
+        }
+        Err(e) => tracing::debug!(soft, hard, error = %e, "open-file limit not raised"),
+    }
+}
+
+/// In a child between fork and exec: the open-file limit the parent started
+/// with. Async-signal-safe (atomic loads and one system call).
+fn restore_fd_limit() {
+    let soft = STARTING_NOFILE[0].load(Ordering::Relaxed);
+    if soft == u64::MAX {
+        return;
+    }
+    // rlim_t is u64 on every 64-bit Linux target.
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: STARTING_NOFILE[1].load(Ordering::Relaxed),
+    };
+    // SAFETY: setrlimit reads the struct it is given and nothing else.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
 /// Prepares `cmd` so the child starts a new session and has default signal
 /// dispositions and an empty mask, whatever it inherited from us (an agent
-/// started with `&` passes an ignored SIGINT on otherwise).
+/// started with `&` passes an ignored SIGINT on otherwise), and the open-file
+/// limit this process started with.
 pub fn make_group_leader(cmd: &mut Command) {
     // SAFETY: the closure runs in the child between fork and exec and only
-    // makes async-signal-safe calls (setsid, sigaction, sigprocmask).
+    // makes async-signal-safe calls (setsid, sigaction, sigprocmask, setrlimit).
     unsafe {
         cmd.pre_exec(|| {
             nix::unistd::setsid().map_err(io::Error::from)?;
             reset_signals();
+            restore_fd_limit();
             Ok(())
         });
     }
@@ -314,6 +362,29 @@ mod tests {
                 core_dumped: false
             }
         );
+    }
+
+    #[tokio::test]
+    async fn the_fd_limit_is_raised_and_children_get_the_starting_one() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        if hard <= 256 {
+            return; // nothing to raise on this machine
+        }
+        // nextest runs each test in its own process: this changes only ours.
+        setrlimit(Resource::RLIMIT_NOFILE, 256, hard).unwrap();
+        raise_fd_limit();
+        assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (hard, hard));
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("ulimit -n").stdout(Stdio::piped());
+        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut out = String::new();
+        use tokio::io::AsyncReadExt;
+        let mut pipe = child.child_mut().stdout.take().unwrap();
+        pipe.read_to_string(&mut out).await.unwrap();
+        child.wait().await.unwrap();
+        child.disarm();
+        assert_eq!(out.trim(), "256");
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -26,6 +27,10 @@ const PIPE_GRACE: Duration = Duration::from_secs(1);
 /// How long the last buffered output may take to reach the client once every
 /// writer is gone.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// A pump reads at most this much at once (SSH packets carry 32 KiB).
+const PUMP_CHUNK: usize = 64 * 1024;
+/// Below this much room left in its buffer, a pump reserves a new chunk.
+const PUMP_MIN_ROOM: usize = 4 * 1024;
 /// Environment variable a client sets to choose the command's working directory.
 pub const CWD_VAR: &str = "MULTINODE_CWD";
 
@@ -185,19 +190,26 @@ pub(crate) async fn run(
 /// Reads a pipe to EOF, sending each chunk as it comes (stdout as data, stderr
 /// as extended data 1). `data_bytes` waits for the client's window: a slow
 /// client slows the command instead of growing a buffer here.
+///
+/// Reads go into the spare room of one buffer, never zeroed, and each chunk
+/// leaves as a slice of it (no copy): a command that prints little touches a
+/// page, not the 2 x 64 KiB a zeroed buffer per stream cost every command.
 async fn pump(
     pipe: Option<impl AsyncRead + Unpin>,
     tx: Arc<ChannelWriteHalf<Msg>>,
     ext: Option<u32>,
 ) {
     let Some(mut pipe) = pipe else { return };
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = BytesMut::new();
     loop {
-        let n = match pipe.read(&mut buf).await {
+        if buf.capacity() < PUMP_MIN_ROOM {
+            buf.reserve(PUMP_CHUNK);
+        }
+        match pipe.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let chunk = buf[..n].to_vec();
+            Ok(_) => {}
+        }
+        let chunk = buf.split().freeze();
         let sent = match ext {
             None => tx.data_bytes(chunk).await,
             Some(ext) => tx.extended_data_bytes(ext, chunk).await,

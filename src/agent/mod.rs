@@ -119,6 +119,8 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         .map_err(|e| Error::Failed(format!("cannot find this program's path: {e}")))?;
     // In a container the agent is often PID 1: keep a small init in front of it.
     init::become_init_if_pid1()?;
+    // One descriptor per connection and three per running command.
+    crate::process::raise_fd_limit();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -43,6 +43,7 @@ pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
         // OpenSSH's first "none" probe must not pay the rejection delay.
         auth_rejection_time_initial: Some(Duration::ZERO),
         keys: vec![shared.keys.host.clone()],
+        preferred: crate::transport::algorithms::agent_preferred(),
         // Keepalives, not inactivity, end a connection: a quiet command may run for days.
         inactivity_timeout: None,
         keepalive_interval: Some(KEEPALIVE_INTERVAL),

@@ -44,7 +44,8 @@ pub const DEFAULT_FANOUT: usize = 256;
 pub(crate) struct RunCtx {
     pub script: Script,
     pub args: Vec<OsString>,
-    /// `script.shell_command(args)`: what a remote shell runs.
+    /// What a remote shell runs: `script.agent_command(args)` for agents,
+    /// `script.shell_command(args)` for any other server or wrapper.
     pub command: Vec<u8>,
     pub transport: Transport,
     pub port: u16,
@@ -275,6 +276,7 @@ pub(crate) fn run_blocking(
 
 /// Runs `options.script` on the selected nodes of `job`.
 pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<RunResult, Error> {
+    crate::process::raise_fd_limit();
     let (transport, port, user) = transport(job, env, options.connect_timeout)?;
     let cwd = std::env::current_dir()
         .map(|d| d.to_string_lossy().into_owned())
@@ -288,7 +290,12 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         return Err(Error::usage("--nodes/--exclude leave no node to run on"));
     }
     let ctx = Arc::new(RunCtx {
-        command: options.script.shell_command(&options.args),
+        command: match &transport {
+            Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
+                options.script.agent_command(&options.args)
+            }
+            _ => options.script.shell_command(&options.args),
+        },
         script: options.script.clone(),
         args: options.args.clone(),
         transport,
@@ -302,7 +309,19 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     // Like `srun --export=ALL`: the head's variables, minus per-host ones.
     let head_vars: Vec<(String, String)> =
         env.0.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let exported = options.export.select(&head_vars);
+    // The contract is set per node below; the head's own values of those
+    // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
+    // ~12 bytes a node, sent to every node: quadratic in the node count).
+    let contract_names: Vec<String> = crate::env::contract_for_rank(job, job.rank)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let exported: Vec<(String, String)> = options
+        .export
+        .select(&head_vars)
+        .into_iter()
+        .filter(|(k, _)| !contract_names.contains(k))
+        .collect();
     let forward_all = env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();

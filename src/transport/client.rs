@@ -214,7 +214,12 @@ pub struct Connector {
 
 impl Connector {
     pub fn new(auth: Auth, connect_timeout: Duration) -> Self {
+        let preferred = match &auth {
+            Auth::Agent(_) => super::algorithms::agent_preferred(),
+            Auth::OpenSsh(_) => russh::Preferred::default(),
+        };
         let config = client::Config {
+            preferred,
             inactivity_timeout: None,
             keepalive_interval: Some(KEEPALIVE_INTERVAL),
             keepalive_max: KEEPALIVE_MAX,
