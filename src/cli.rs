@@ -49,6 +49,9 @@ pub enum Command {
     /// Internal: run COMMAND and end its process group when the parent dies.
     #[command(hide = true)]
     Supervise(SuperviseArgs),
+    /// Internal: the agent's group keeper (ends its commands if the agent dies).
+    #[command(hide = true)]
+    KeepGroups(KeepGroupsArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -257,4 +260,11 @@ fn seconds(value: &str) -> Result<Duration, String> {
         .ok()
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| format!("{value:?} is not a number of seconds >= 0"))
+}
+
+#[derive(Debug, Args)]
+pub struct KeepGroupsArgs {
+    /// Seconds between SIGTERM and SIGKILL once the agent is gone.
+    #[arg(long, default_value = "3", value_parser = seconds)]
+    pub grace: Duration,
 }

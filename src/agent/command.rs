@@ -51,13 +51,10 @@ pub(crate) async fn run(
     conn: CancellationToken,
 ) {
     let id = tx.id();
-    // Under `multinode supervise`: the group ends even if this agent is killed.
-    let argv = [
-        "/bin/sh".into(),
-        "-c".into(),
-        OsStr::from_bytes(&req.command).to_os_string(),
-    ];
-    let mut cmd = Command::from(crate::supervise::wrap(&shared.bin, shared.grace, &argv));
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c").arg(OsStr::from_bytes(&req.command));
+    // Registered with the keeper: the group ends even if this agent is killed.
+    shared.keeper.register_on_spawn(&mut cmd);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -156,6 +153,7 @@ pub(crate) async fn run(
                 debug!(channel = %id, "output still open after the group ended: dropping it");
             }
             child.disarm();
+            shared.keeper.forget(pgid);
             debug!(channel = %id, %outcome, "command ended");
             send_outcome(&tx, &handle, outcome).await;
             let _ = tx.eof().await;
@@ -165,6 +163,7 @@ pub(crate) async fn run(
             debug!(channel = %id, "channel closed, connection lost or agent stopping: ending the command's group");
             let outcome = child.terminate(shared.grace).await;
             child.disarm();
+            shared.keeper.forget(pgid);
             debug!(
                 channel = %id,
                 ?outcome,

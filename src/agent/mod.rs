@@ -11,6 +11,7 @@
 mod command;
 mod control;
 mod init;
+mod keeper;
 mod lifecycle;
 mod server;
 
@@ -25,6 +26,7 @@ use tracing::info;
 
 pub use control::PingReply;
 pub(crate) use control::{Control, command as control_command};
+pub use keeper::keep_groups;
 pub use server::{KEEPALIVE_INTERVAL, KEEPALIVE_MAX};
 
 use crate::cli::AgentArgs;
@@ -41,6 +43,8 @@ pub(crate) struct Shared {
     pub keys: JobKeys,
     /// This program, for `multinode supervise`.
     pub bin: std::path::PathBuf,
+    /// Ends the commands' groups if this agent dies.
+    pub keeper: keeper::Keeper,
     /// Between SIGTERM and SIGKILL when a command's group is ended.
     pub grace: Duration,
     /// Variables every command gets on top of the agent's own environment.
@@ -137,6 +141,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         let shared = Arc::new(Shared {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
+            keeper: keeper::Keeper::start(&bin, grace)?,
             grace,
             base_env: {
                 let mut vars = job.as_ref().map(crate::env::contract).unwrap_or_default();

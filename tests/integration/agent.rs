@@ -599,3 +599,30 @@ fn mn_ssh_help_and_version() {
         format!("mn-ssh (multinode) {}\n", env!("CARGO_PKG_VERSION"))
     );
 }
+
+#[test]
+fn kill_9_of_the_agent_leaves_no_command_behind() {
+    let mut agent = Agent::start(&fresh_loopback());
+    let tag = sleep_tag();
+    let mut client = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg(format!("sleep {tag} & sh -c 'sleep {tag}; :' & wait"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 2));
+    agent.child.kill().unwrap();
+    agent.child.wait().unwrap();
+    // Its keeper sees the agent gone and ends the command's group (SIGTERM first).
+    let gone = eventually(Duration::from_secs(6), || sleepers(&tag).is_empty());
+    let left = sleepers(&tag);
+    for pid in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = client.kill();
+    let _ = client.wait();
+    assert!(gone, "left after kill -9 of the agent: {left:?}");
+}
