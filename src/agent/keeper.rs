@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -48,7 +48,7 @@ impl Keeper {
             .map_err(|e| Error::Failed(format!("cannot start the group keeper: {e}")))?;
         let fd = write.as_raw_fd();
         Ok(Keeper {
-            pipe: std::sync::Mutex::new(std::fs::File::from(OwnedFd::from(write))),
+            pipe: std::sync::Mutex::new(std::fs::File::from(write)),
             fd,
         })
     }
