@@ -13,7 +13,7 @@ use tracing::debug;
 
 use super::cuda::{CudaVersion, parse_nvcc, parse_torch_version_py, parse_version_json};
 use super::facts::*;
-use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query};
+use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query, visible};
 use super::probe::{Probe, RunOutput};
 use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
@@ -132,7 +132,9 @@ fn flags_given(t: &TopologyArgs) -> bool {
 /// Gathers this node's facts.
 pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &Plan) -> NodeFacts {
     let (gpus, toolkits, names, rendezvous) = std::thread::scope(|s| {
-        let gpus = s.spawn(|| gpus(probe));
+        // Set but empty hides every GPU from CUDA: not "unset" here.
+        let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
+        let gpus = s.spawn(move || gpus(probe, visible));
         let toolkits = s.spawn(|| toolkits(probe, env));
         let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
         let rendezvous = plan
@@ -220,8 +222,9 @@ fn fabric(probe: &dyn Probe, env: &EnvMap) -> Fabric {
 }
 
 /// `nvidia-smi --query-gpu` (retried without `compute_cap` for old drivers)
-/// and plain `nvidia-smi` for the versions, at once.
-fn gpus(probe: &dyn Probe) -> Gpus {
+/// and plain `nvidia-smi` for the versions, at once; the devices narrowed to
+/// those `CUDA_VISIBLE_DEVICES` leaves the job.
+fn gpus(probe: &dyn Probe, cuda_visible_devices: Option<&str>) -> Gpus {
     let query_args = |fields: &'static str| -> [String; 2] {
         [
             format!("--query-gpu={fields}"),
@@ -269,7 +272,7 @@ fn gpus(probe: &dyn Probe) -> Gpus {
         } => match parse_query(&stdout) {
             Ok(devices) => Gpus {
                 smi: SmiStatus::Ok,
-                devices,
+                devices: visible(devices, cuda_visible_devices),
                 ..Gpus::default()
             },
             Err(e) => Gpus {
@@ -536,6 +539,18 @@ mod tests {
         let r = f.rendezvous.expect("tried");
         assert_eq!((r.addr.as_str(), r.connected), ("10.0.0.1:29500", false));
         assert!(f.names.is_empty());
+    }
+
+    #[test]
+    fn only_the_gpus_cuda_visible_devices_leaves() {
+        // nvidia-smi lists all 8; a job given GPUs 2 and 5 sees two.
+        let e = env(&[("CUDA_VISIBLE_DEVICES", "2,5")]);
+        let f = gather(&h200_node(), &e, &plan());
+        let seen: Vec<u32> = f.gpus.devices.iter().map(|g| g.index).collect();
+        assert_eq!(seen, vec![2, 5]);
+        let f = gather(&h200_node(), &env(&[("CUDA_VISIBLE_DEVICES", "")]), &plan());
+        assert!(f.gpus.devices.is_empty());
+        assert_eq!(f.gpus.smi, SmiStatus::Ok);
     }
 
     #[test]

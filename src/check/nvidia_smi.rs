@@ -45,6 +45,39 @@ pub(crate) fn parse_query(csv: &str) -> Result<Vec<Gpu>, String> {
     Ok(gpus)
 }
 
+/// The GPUs the job's processes see: `nvidia-smi` lists every GPU of the
+/// node, CUDA only those `CUDA_VISIBLE_DEVICES` names. As CUDA reads it, the
+/// list ends at the first entry that names no GPU, and an empty value hides
+/// them all. Entries by UUID (`GPU-...`, `MIG-...`) cannot be matched to the
+/// query's indices: then every GPU is kept, as `nvidia-smi` shows them.
+pub(crate) fn visible(devices: Vec<Gpu>, cuda_visible_devices: Option<&str>) -> Vec<Gpu> {
+    let Some(list) = cuda_visible_devices else {
+        return devices;
+    };
+    let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+    if entries
+        .iter()
+        .any(|e| e.starts_with("GPU-") || e.starts_with("MIG-"))
+    {
+        return devices;
+    }
+    let mut seen = Vec::new();
+    for entry in entries {
+        let Some(gpu) = entry
+            .parse::<u32>()
+            .ok()
+            .and_then(|i| devices.iter().find(|d| d.index == i))
+        else {
+            break;
+        };
+        if seen.iter().any(|g: &Gpu| g.index == gpu.index) {
+            break;
+        }
+        seen.push(gpu.clone());
+    }
+    seen
+}
+
 /// `9.0`, or what nvidia-smi prints when it has no value (`[N/A]`).
 fn looks_like_cap(field: &str) -> bool {
     field.starts_with('[') || parse_dotted(field).is_some()
@@ -117,6 +150,25 @@ mod tests {
     const FOUR_HEADER: &str =
         include_str!("../../tests/fixtures/nvidia-smi/h200-4gpu-575/nvidia-smi.txt");
     const VERSION: &str = include_str!("../../tests/fixtures/nvidia-smi/h200-1gpu/version.txt");
+
+    #[test]
+    fn visible_devices_as_cuda_reads_them() {
+        let all = parse_query(FOUR).expect("parses");
+        let idx = |v: Vec<Gpu>| v.iter().map(|g| g.index).collect::<Vec<_>>();
+        assert_eq!(idx(visible(all.clone(), None)), vec![0, 1, 2, 3]);
+        assert_eq!(idx(visible(all.clone(), Some("1"))), vec![1]);
+        assert_eq!(idx(visible(all.clone(), Some("3,0"))), vec![3, 0]);
+        // The list ends at the first entry that names no GPU.
+        assert_eq!(idx(visible(all.clone(), Some("0,7,1"))), vec![0]);
+        assert_eq!(idx(visible(all.clone(), Some("2,-1,1"))), vec![2]);
+        assert_eq!(idx(visible(all.clone(), Some(""))), Vec::<u32>::new());
+        assert_eq!(idx(visible(all.clone(), Some("NoDevFiles"))), Vec::<u32>::new());
+        // UUIDs cannot be matched to indices: every GPU stays.
+        assert_eq!(
+            idx(visible(all, Some("GPU-5a1b2c3d-0000-1111-2222-333344445555"))),
+            vec![0, 1, 2, 3]
+        );
+    }
 
     #[test]
     fn h200_query_and_header() {

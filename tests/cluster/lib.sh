@@ -226,12 +226,18 @@ mn_ran_for() {
 }
 
 # mn_procs HOST: the processes of HOST's container other than its agent (the
-# init and the agent both run `multinode agent ...`), one `PID ARGS` a line.
-# Status 2 when the container is not running.
+# init and the agent both run `multinode agent ...`, and the agent's group
+# keeper runs `multinode keep-groups ...`) and other than the head's JOB when
+# it is the hold.sh fixture (its supervisor, its shell and its `sleep 0.2`),
+# one `PID ARGS` a line. Status 2 when the container is not running.
 mn_procs() {
     local out
     out=$(docker exec "$(mn_ctr "$1")" ps -eo pid=,args= 2>/dev/null) || return 2
     awk '$2 == "multinode" && $3 == "agent" { next }
+         $2 ~ /(^|\/)multinode$/ && $3 == "keep-groups" { next }
+         $2 ~ /(^|\/)multinode$/ && $3 == "supervise" && $7 == "/fixtures/hold.sh" { next }
+         $2 == "/bin/sh" && $3 == "/fixtures/hold.sh" { next }
+         $2 == "sleep" && $3 == "0.2" && NF == 3 { next }
          $2 == "ps" && $3 == "-eo" { next }
          { print }' <<<"$out"
 }

@@ -89,6 +89,9 @@ PY
         if [[ $host != node0 ]]; then
             check_eq "$how: processes on $host besides its agent" "" "$(mn_procs "$host" | tr '\n' ';')"
         fi
+        # mn_procs leaves the agent's group keeper out: one per agent, no more.
+        check_eq "$how: group keepers on $host" 1 \
+            "$(docker exec "$(mn_ctr "$host")" ps -eo args= | grep -Ec '^[^ ]*multinode keep-groups ' || true)"
     done
 
     touch "$MN_RESULTS/release"
