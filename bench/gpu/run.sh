@@ -76,7 +76,10 @@ if want 1; then
     NCCL_DEBUG=INFO timeout 300 mn-exec-all -c 'torchrun --standalone --nproc-per-node=2 /tmp/allreduce.py' >"$out/single.txt" 2>&1
     rc=$?
     grep -E 'sum=|NCCL INFO (Channel|Connected|.*via)' "$out/single.txt" | grep -v 'NVLS' | head -n 12
-    n=$(grep -c 'sum=3.0' "$out/single.txt")
+    # Both workers share torchrun's stdout, and an unbuffered print writes its
+    # text and its newline apart: two ranks' lines can land on one line (the
+    # bytes as the processes wrote them). Count the ranks, not the lines.
+    n=$(grep -oE 'rank [01]/2 sum=3\.0' "$out/single.txt" | sort -u | wc -l)
     transport1=$(grep -oE 'via (P2P/[A-Za-z/]+|SHM[A-Za-z/]*|NET/[A-Za-z]+)' "$out/single.txt" | sort | uniq -c | sort -rn | head -n 1 | sed 's/^ *[0-9]* //')
     if ((rc == 0 && n == 2)); then record "single node, 2 GPUs" PASS "2 ranks print sum=3.0; NCCL ${transport1:-?}"; else record "single node, 2 GPUs" FAIL "rc=$rc, $n ranks with sum=3.0"; fi
 fi

@@ -162,10 +162,16 @@ mod tests {
         assert_eq!(idx(visible(all.clone(), Some("0,7,1"))), vec![0]);
         assert_eq!(idx(visible(all.clone(), Some("2,-1,1"))), vec![2]);
         assert_eq!(idx(visible(all.clone(), Some(""))), Vec::<u32>::new());
-        assert_eq!(idx(visible(all.clone(), Some("NoDevFiles"))), Vec::<u32>::new());
+        assert_eq!(
+            idx(visible(all.clone(), Some("NoDevFiles"))),
+            Vec::<u32>::new()
+        );
         // UUIDs cannot be matched to indices: every GPU stays.
         assert_eq!(
-            idx(visible(all, Some("GPU-5a1b2c3d-0000-1111-2222-333344445555"))),
+            idx(visible(
+                all,
+                Some("GPU-5a1b2c3d-0000-1111-2222-333344445555")
+            )),
             vec![0, 1, 2, 3]
         );
     }
