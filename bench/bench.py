@@ -651,8 +651,53 @@ def suite_memory(ctx, a, run_id):
         log("memory: %s: %s" % (what, extra))
 
 
+def suite_check(ctx, a, run_id):
+    """`multinode check` from the head (127.0.0.1, rank 0) across N agents:
+    wall time and client CPU; a run counts when every node answered (the
+    JSON's `nodes` row) and the exit code is 0 (warnings are expected on
+    loopback: the head's address is 127.0.0.1)."""
+    out = Out("check", run_id)
+    port = AGENT_PORT + 7  # the rendezvous port the check binds on the head
+    for n in a.check_ns:
+        hs = hosts(n)
+        env = dict(BASE_ENV)
+        env.update(mn_env(hs))
+        del env["MULTINODE_TRANSPORT"]
+        env["PATH"] = os.path.dirname(MN_EXEC_ALL) + ":" + env["PATH"]
+        for i in range(a.check_runs):
+            pre_busy, _ = wait_quiet()
+            s0 = ctx.agents.cpu(n)
+            t0 = time.perf_counter()
+            # The link beside mn-ssh: the check reaches the nodes through it.
+            p = subprocess.Popen([os.path.join(STATE, "bin", "multinode"), "check",
+                                  "--port", str(port), "--format", "json"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env, text=True)
+            stdout, stderr = p.communicate()
+            wall = time.perf_counter() - t0
+            time.sleep(0.1)
+            s1 = ctx.agents.cpu(n)
+            bad = ""
+            try:
+                report = json.loads(stdout)
+                rows = {c["check"]: c for c in report}
+                nodes = rows["nodes"]
+                want = "%d of %d nodes answered" % (n + 1, n + 1)
+                if nodes["status"] != "ok" or nodes.get("detail") != want:
+                    bad = "nodes: %s" % nodes.get("detail")
+                elif p.returncode != 0:
+                    bad = "rc=%d %s" % (p.returncode, stderr[-200:].strip())
+            except (ValueError, KeyError, TypeError) as e:
+                bad = "unreadable report (%s): rc=%d %s" % (e, p.returncode, stderr[-200:].strip())
+            out.write({"tool": "multinode check", "n": n, "wall": wall,
+                       "server_cpu": s1 - s0, "pre_busy": pre_busy, "rc": p.returncode,
+                       "ok": not bad, "bad": bad})
+            log("check n=%d run %d wall %.2f  agents %.2f CPU-s%s" % (
+                n, i, wall, s1 - s0, "" if not bad else "  !! " + bad))
+
+
 SUITES = {"fanout": suite_fanout, "latency": suite_latency,
-          "relay": suite_relay, "memory": suite_memory}
+          "relay": suite_relay, "memory": suite_memory, "check": suite_check}
 
 
 def machine(run_id, args):
@@ -677,7 +722,7 @@ def machine(run_id, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--suites", default="latency,memory,fanout,relay")
+    ap.add_argument("--suites", default="latency,memory,fanout,relay,check")
     ap.add_argument("--ns", default="1,8,32,128,256,1024")
     ap.add_argument("--cmds", default="true,hostname")
     ap.add_argument("--runs", type=int, default=5)
@@ -692,12 +737,15 @@ def main():
     ap.add_argument("--relay-runs", type=int, default=5)
     ap.add_argument("--latency-rounds", type=int, default=5)
     ap.add_argument("--latency-runs", type=int, default=10)
+    ap.add_argument("--check-ns", default="1,32,256")
+    ap.add_argument("--check-runs", type=int, default=3)
     ap.add_argument("--run-id", default=time.strftime("%Y%m%d-%H%M%S"))
     a = ap.parse_args()
     a.ns = [int(x) for x in a.ns.split(",")]
     a.cmds = a.cmds.split(",")
     a.fanout_tools = a.fanout_tools.split(",")
     a.relay_tools = a.relay_tools.split(",")
+    a.check_ns = [int(x) for x in a.check_ns.split(",")]
     suites = a.suites.split(",")
     for s in suites:
         if s not in SUITES:
@@ -718,7 +766,8 @@ def main():
         os.symlink(os.path.realpath(target), alias)
     os.makedirs(RESULTS, exist_ok=True)
     m = machine(a.run_id, sys.argv[1:])
-    need = max(a.ns) if "fanout" in suites else 8
+    need = max([max(a.ns) if "fanout" in suites else 8]
+               + (a.check_ns if "check" in suites else []))
     agents = Agents(need)
     ctx = Ctx(Sshd(), agents)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

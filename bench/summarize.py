@@ -65,13 +65,15 @@ class Cases:
         if not rs:
             return "—" + bad
         w = sorted(r["wall"] for r in rs)
-        mark = "*" if any(r["pre_busy"] >= BUSY for r in rs) else ""
+        mark = "*" if any(r.get("pre_busy", 0) >= BUSY for r in rs) else ""
         rng = " [%s–%s]" % (fmt_s(w[0]), fmt_s(w[-1])) if len(w) > 1 else ""
         return "%s%s ×%d%s%s" % (fmt_s(med(w)), rng, len(w), mark, bad)
 
 
 def fanout_tables(rows):
     md = []
+    if not rows:
+        return md, None
     cases = Cases(rows, lambda r: (r["tool"], r["n"], r["cmd"]))
     ns = sorted({r["n"] for r in rows})
     for cmd in ("true", "hostname"):
@@ -184,6 +186,24 @@ def relay_tables(rows):
     return md, mbps
 
 
+def check_tables(rows):
+    md = []
+    cases = Cases(rows, lambda r: r["n"])
+    if not cases.ok and not cases.bad:
+        return md, {}
+    md.append("#### `multinode check` across N agents (and the head): wall seconds\n")
+    md.append("| N | wall s median [min–max] ×runs | agents' CPU s (median) |")
+    md.append("|---|---|---|")
+    walls = {}
+    for n in sorted(set(cases.ok) | set(cases.bad)):
+        rs = cases.ok.get(n, [])
+        walls[n] = cases.wall(n)
+        cpu = "%.2f" % med([r["server_cpu"] for r in rs]) if rs else ""
+        md.append("| %d | %s | %s |" % (n, cases.cell(n), cpu))
+    md.append("")
+    return md, walls
+
+
 def memory_tables(rows):
     md = []
     if not rows:
@@ -232,6 +252,7 @@ def main():
     lat, lmeds = latency_tables(load("latency", run_id))
     rel, mbps = relay_tables(load("relay", run_id))
     mem = memory_tables(load("memory", run_id))
+    chk, cwalls = check_tables(load("check", run_id))
 
     # Targets
     tg = ["#### Targets (ratios from this run)\n", "| target | measured | met |", "|---|---|---|"]
@@ -277,8 +298,11 @@ def main():
             row("N=1024 completes, `mn-exec-all` peak RSS < 256 MB",
                 "%d/%d runs ok, peak %.1f MB" % (len(rs), len(rs) + bad, peak),
                 bad == 0 and peak < 256)
+    if cwalls.get(256):
+        row("`multinode check` on 256 nodes runs in seconds (< 5 s)",
+            "%.2f s" % cwalls[256], cwalls[256] < 5)
     tg.append("")
-    text = "\n".join(md + tg + fan + lat + rel + mem)
+    text = "\n".join(md + tg + fan + lat + rel + mem + chk)
     with open(os.path.join(RES, "tables.md"), "w") as f:
         f.write(text + "\n")
     print(text)
