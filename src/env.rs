@@ -7,7 +7,7 @@
 //! docs/environment.md describes every variable.
 
 mod render;
-mod wrapper;
+pub(crate) mod wrapper;
 
 use std::io::Write;
 use std::net::IpAddr;

@@ -63,6 +63,18 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     ] {
         env.0.remove(k);
     }
+    // `cargo run -- demo` builds `multinode` alone: without `mn-ssh` beside
+    // it, the job's MULTINODE_SSH_WRAPPER is a link to this binary (which
+    // acts as mn-ssh by that name) in a folder of the demo's own.
+    let _wrapper_dir = match crate::env::wrapper::Invocation::current().mn_ssh() {
+        Ok(_) => None,
+        Err(_) => {
+            let dir = WrapperDir::create(&bin)?;
+            env.0
+                .insert("MULTINODE_SSH_WRAPPER".into(), dir.mn_ssh_string()?);
+            Some(dir)
+        }
+    };
     let job = crate::env::resolve_job(&TopologyArgs::default(), &env)?;
 
     let agents = Agents::start(&bin, &hosts[1..], args.port, &secret)?;
@@ -120,6 +132,46 @@ fn fresh_secret() -> Result<String, Error> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| Error::Failed(format!("cannot read /dev/urandom: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A folder holding `mn-ssh`, a link to this binary; removed on drop.
+struct WrapperDir {
+    dir: std::path::PathBuf,
+}
+
+impl WrapperDir {
+    fn create(bin: &Path) -> Result<Self, Error> {
+        let dir = std::env::temp_dir().join(format!("multinode-demo-{}", std::process::id()));
+        let shown = dir.display().to_string();
+        let failed = |e: std::io::Error| {
+            Error::Failed(format!(
+                "mn-ssh is not beside {} and cannot be linked in {shown}: {e}; build it (cargo build --release)",
+                bin.display(),
+            ))
+        };
+        // A folder left by an earlier process of the same pid is stale.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).map_err(failed)?;
+        let made = WrapperDir { dir };
+        std::os::unix::fs::symlink(bin, made.dir.join("mn-ssh")).map_err(failed)?;
+        Ok(made)
+    }
+
+    fn mn_ssh_string(&self) -> Result<String, Error> {
+        let path = self.dir.join("mn-ssh");
+        path.to_str().map(String::from).ok_or_else(|| {
+            Error::Failed(format!(
+                "the temporary folder's path is not UTF-8: {}",
+                path.display()
+            ))
+        })
+    }
+}
+
+impl Drop for WrapperDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The demo's agents, each under `multinode supervise`; ended on drop.

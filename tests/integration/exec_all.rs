@@ -698,6 +698,51 @@ fn demo_runs_a_real_multi_node_job_and_cleans_up() {
 }
 
 #[test]
+fn demo_without_mn_ssh_beside_links_a_wrapper_and_removes_it() {
+    // `cargo run -- demo` builds the multinode binary alone.
+    let dir = tempfile::tempdir().unwrap();
+    let lonely = dir.path().join("multinode");
+    std::fs::copy(multinode(), &lonely).unwrap();
+    let port = 29930 + (std::process::id() % 30) as u16;
+    let out = cmd(&lonely)
+        .env_remove("MULTINODE_SECRET")
+        .env_remove("MULTINODE_SSH_WRAPPER")
+        .args(["demo", "--nodes", "2", "--port", &port.to_string(), "--"])
+        .arg("echo \"$RANK $MULTINODE_SSH_WRAPPER\"; \"$MULTINODE_SSH_WRAPPER\" -V")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let wrapper = format!(
+        "{}/multinode-demo-{}/mn-ssh",
+        std::env::temp_dir().display(),
+        out_pid_hint(&text)
+    );
+    for rank in 0..2 {
+        assert!(
+            text.contains(&format!("{rank} {wrapper}\n")),
+            "rank {rank} with {wrapper:?} not in {text}"
+        );
+    }
+    // The link answered as mn-ssh (its -V) on both nodes.
+    assert_eq!(text.matches("mn-ssh").count(), 4, "{text}");
+    assert!(
+        !std::path::Path::new(&wrapper).exists(),
+        "{wrapper} left behind"
+    );
+}
+
+/// The pid in `.../multinode-demo-PID/mn-ssh` of the demo's output.
+fn out_pid_hint(text: &str) -> String {
+    text.split("multinode-demo-")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
 fn a_tree_of_relays_reaches_every_node_with_a_small_fanout() {
     let cluster = Cluster::start(10);
     let dir = tempfile::tempdir().unwrap();
