@@ -148,7 +148,7 @@ pub struct ExecAllArgs {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// At most this many connections being set up at once.
-    #[arg(long, value_name = "N", default_value_t = 256)]
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = at_least_one())]
     pub max_connecting: usize,
     /// Talk to at most N nodes directly; past that, groups of nodes are reached
     /// through one of theirs, which runs exec_all for its group (a tree).
@@ -156,7 +156,8 @@ pub struct ExecAllArgs {
         long,
         value_name = "N",
         env = "MULTINODE_FANOUT",
-        default_value_t = 256
+        default_value_t = 256,
+        value_parser = at_least_one()
     )]
     pub fanout: usize,
     /// Internal: this exec_all runs a group for a head; end stderr with the report.
@@ -267,4 +268,13 @@ pub struct KeepGroupsArgs {
     /// Seconds between SIGTERM and SIGKILL once the agent is gone.
     #[arg(long, default_value = "3", value_parser = seconds)]
     pub grace: Duration,
+}
+
+/// A count of 1 or more (0 would be a silent guess of what was meant).
+fn at_least_one() -> fn(&str) -> Result<usize, String> {
+    |text| match text.parse::<usize>() {
+        Ok(0) => Err("give 1 or more".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("give a whole number, 1 or more".to_string()),
+    }
 }

@@ -115,9 +115,9 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
             .transpose()?
             .unwrap_or_default(),
         export: Export::parse(&args.export)?,
-        max_connecting: args.max_connecting.max(1),
+        max_connecting: args.max_connecting,
         forward_output: true,
-        fanout: args.fanout.max(1),
+        fanout: args.fanout,
     };
     let report_path = args.report.clone();
     let result = run_blocking(&job, &env, options)?;

@@ -563,6 +563,17 @@ fn node_selection_timeout_and_report() {
     let bad = cluster.exec_all(&["--nodes", "9", "-c", "true"]);
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(stderr(&bad).lines().count(), 1, "{}", stderr(&bad));
+    // A count of 0 is refused, not taken as 1.
+    for option in ["--fanout", "--max-connecting"] {
+        let bad = cluster.exec_all(&[option, "0", "-c", "true"]);
+        assert_eq!(bad.status.code(), Some(2), "{option}");
+        let err = stderr(&bad);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(option) && err.contains("give 1 or more"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
