@@ -357,6 +357,9 @@ TOOLS = {
     "pssh -pN": t_pssh,
     "ssh loop": t_loop,
     "local (no ssh)": t_local,
+    # The tree relay (docs/scale.md): flat, the default (256 direct), 32 direct.
+    "mn-exec-all (flat)": t_mn(extra_args=("--fanout", "1000000")),
+    "mn-exec-all --fanout 32": t_mn(extra_args=("--fanout", "32")),
 }
 if BASE:
     TOOLS["mn-exec-all (base)"] = t_mn(exe=BASE_EXEC_ALL)
