@@ -140,10 +140,11 @@ pub fn cmd_keygen(args: &KeygenArgs) -> Result<i32, Error> {
     fs::write(&pub_path, format!("{public}\n"))
         .map_err(|e| Error::Failed(format!("cannot write {}: {e}", pub_path.display())))?;
     if args.known_hosts {
-        println!(
-            "* {}",
+        let line = format!(
+            "* {}\n",
             openssh_public(keys.host_public(), "multinode-agent")?
         );
+        return Ok(crate::stdio::print_or_code("multinode", &line));
     }
     Ok(0)
 }

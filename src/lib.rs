@@ -10,6 +10,7 @@
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
 //! - [`stops`]: the signals a command handles, as one stream.
+//! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
 //! - [`supervise`]: the small parent of every local command, ending it when `multinode` dies.
 //! - [`exit_code`]: the exit codes `multinode` chooses, named.
 //!
@@ -24,6 +25,7 @@ pub mod exec_all;
 pub mod exit_code;
 pub mod keys;
 pub mod process;
+pub(crate) mod stdio;
 pub mod stops;
 pub mod supervise;
 pub mod topology;

@@ -69,7 +69,7 @@ pub fn run_personality(personality: Personality, args: Vec<OsString>) -> i32 {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{program}: error: {e}");
+            crate::stdio::eprint(&format!("{program}: error: {e}\n"));
             e.exit_code()
         }
     }
@@ -125,7 +125,9 @@ fn clap_error(program: &str, e: clap::Error) -> i32 {
                 .next()
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ");
-            eprintln!("{program}: error: {first} (see {program} --help)");
+            crate::stdio::eprint(&format!(
+                "{program}: error: {first} (see {program} --help)\n"
+            ));
             exit_code::USAGE
         }
     }

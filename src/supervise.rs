@@ -93,10 +93,10 @@ pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            eprintln!(
-                "multinode: error: cannot run {}: {e}",
+            crate::stdio::eprint(&format!(
+                "multinode: error: cannot run {}: {e}\n",
                 program.to_string_lossy()
-            );
+            ));
             return Ok(if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {

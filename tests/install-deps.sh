@@ -11,6 +11,7 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev mpich libmpich-dev
     shellcheck dash debootstrap hyperfine musl-tools
     iproute2 procps psmisc python3 gcc
+    rsync git
 )
 
 missing=()

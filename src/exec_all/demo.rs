@@ -110,9 +110,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     }
     let result = run_blocking(&job, &env, options)?;
     drop(agents);
-    if result.exit_code != 0 {
-        eprint!("{}", super::report::table(&result));
-    }
+    super::finish_output(&result);
     Ok(result.exit_code)
 }
 

@@ -20,7 +20,7 @@ use crate::stops::{STOP_SIGNALS, Stops};
 pub enum CancelReason {
     /// A node failed and fail-fast is on.
     NodeFailed,
-    /// stdout was closed (`| head`).
+    /// stdout or stderr was closed (`| head`) or could not be written (`/dev/full`).
     OutputClosed,
     /// `--timeout` expired.
     Timeout,
@@ -73,6 +73,8 @@ pub struct RunResult {
     pub first_failure: Option<usize>,
     pub nodes: Vec<NodeRecord>,
     pub started: SystemTime,
+    /// Why output stopped, when a write failed other than on a closed pipe.
+    pub output_failure: Option<String>,
 }
 
 pub struct Dispatch {
@@ -293,5 +295,6 @@ pub async fn run(
         first_failure,
         nodes,
         started,
+        output_failure: None,
     }
 }

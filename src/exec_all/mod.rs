@@ -125,7 +125,7 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         // This exec_all runs a group for a head: its report goes back on stderr.
         let report = report::build(&result);
         let json = serde_json::to_string(&report).expect("the report serialises");
-        eprintln!("{}{json}", output::RELAY_REPORT_MARKER);
+        crate::stdio::eprint(&format!("{}{json}\n", output::RELAY_REPORT_MARKER));
         return Ok(result.exit_code);
     }
     if let Some(path) = report_path {
@@ -138,10 +138,32 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
             ))
         })?;
     }
-    if result.exit_code != 0 {
-        eprint!("{}", report::table(&result));
-    }
+    finish_output(&result);
     Ok(result.exit_code)
+}
+
+/// What the user reads last: why output stopped (unless a pipe was simply
+/// closed), and the failure table. Neither panics on a closed stderr.
+pub(crate) fn finish_output(result: &RunResult) {
+    if let Some(line) = &result.output_failure {
+        crate::stdio::eprint(line);
+    }
+    if result.exit_code != 0 {
+        crate::stdio::eprint(&report::table(result));
+    }
+}
+
+/// The name this program was called by, for messages.
+fn program_name() -> &'static str {
+    match std::env::args_os()
+        .next()
+        .as_deref()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+    {
+        Some("mn-exec-all") => "mn-exec-all",
+        _ => "multinode",
+    }
 }
 
 /// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.
@@ -395,7 +417,13 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         reader.abort();
     }
     // Every sink is gone with its task: the writer thread drains and ends.
-    let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
+    let failure = tokio::task::spawn_blocking(move || writer_thread.join())
+        .await
+        .ok()
+        .flatten();
+    let mut result = result;
+    result.output_failure =
+        failure.and_then(|(fd, e)| crate::stdio::failure_line(program_name(), fd, &e));
     Ok(result)
 }
 

@@ -234,7 +234,9 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     let mut status = None;
     let mut abandoned = false;
     loop {
+        let flush_at = task.sink.flush_at();
         tokio::select! {
+            () = flush_quiet(flush_at) => task.sink.flush_due().await,
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
                 Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
@@ -336,7 +338,9 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
                 None => std::future::pending().await,
             }
         };
+        let flush_at = task.sink.flush_at();
         tokio::select! {
+            () = flush_quiet(flush_at) => task.sink.flush_due().await,
             chunk = out.read(), if !out.done => {
                 if let Some(chunk) = chunk { task.sink.feed(Stream::Out, &chunk).await; }
             }
@@ -382,6 +386,14 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
         None => NodeOutcome::Lost("the local process could not be waited for".into()),
     };
     task.end(outcome);
+}
+
+/// Resolves when the sink's held partial line is due (never, if none is).
+async fn flush_quiet(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A child's pipe read in chunks; `done` once it reached EOF.

@@ -1,11 +1,19 @@
-//! The output relay: every node's stdout and stderr, assembled into whole
-//! lines per node and written by one writer thread, so two lines never mix.
+//! The output relay: every node's stdout and stderr, written by one writer
+//! thread, so that lines of different nodes never mix.
 //!
-//! A node's bytes are cut after the last newline of each chunk; the whole
-//! lines go to the writer as one block (one `write` for many lines), the
-//! partial last line waits for its end. With `--label`, each line gets
-//! `RANK HOST: ` in front. The channel to the writer is bounded: a slow
-//! terminal slows the nodes (through SSH flow control), it does not grow memory.
+//! One node alone, unlabelled, is a byte pipe: every chunk is passed on as it
+//! comes. When several nodes share the streams, or with `--label`, a node's
+//! bytes are cut after the last line end of each chunk (`\n`, and `\r`, which
+//! progress bars end their updates with); the whole lines go to the writer as
+//! one block (one `write` for many lines) and the partial last line waits for
+//! its end, but never long: once the node has been quiet for [`QUIET`] (or the
+//! line has waited [`MAX_HOLD`]) it is written as it is. Unlabelled, its bytes
+//! pass unchanged and the line goes on when the rest comes; labelled, it is
+//! written as a line of its own (`RANK HOST: ` in front, a newline added) and
+//! the rest of it gets the label again. The channel to the writer is bounded:
+//! a slow terminal slows the nodes (through SSH flow control), it does not
+//! grow memory. A stdout or stderr that cannot be written (`| head`,
+//! `/dev/full`) ends the run (see `dispatch`).
 
 use std::collections::VecDeque;
 use std::io::{self, IsTerminal, Write};
@@ -14,9 +22,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
+
+use crate::stdio::Fd;
 
 /// A line longer than this is passed on in pieces instead of held whole.
 const MAX_PARTIAL_LINE: usize = 1024 * 1024;
+/// A partial line is written once its node has been quiet this long...
+pub const QUIET: Duration = Duration::from_millis(100);
+/// ... or once it has waited this long, however its node drips.
+pub const MAX_HOLD: Duration = Duration::from_millis(500);
 /// Blocks queued for the writer before nodes wait.
 const WRITER_QUEUE: usize = 256;
 /// Lines of each node kept for the failure report.
@@ -30,6 +45,15 @@ pub enum Stream {
     Err,
 }
 
+impl Stream {
+    fn fd(self) -> Fd {
+        match self {
+            Stream::Out => Fd::Out,
+            Stream::Err => Fd::Err,
+        }
+    }
+}
+
 enum Message {
     Block(Stream, Vec<u8>),
     Progress(String),
@@ -39,38 +63,97 @@ enum Message {
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Message>,
-    stdout_closed: Arc<AtomicBool>,
+    closed: Arc<Closed>,
+}
+
+/// What the writer thread found it cannot write to.
+#[derive(Default)]
+struct Closed {
+    stdout: AtomicBool,
+    stderr: AtomicBool,
+    /// The first failed write.
+    first: std::sync::Mutex<Option<(Fd, io::Error)>>,
+}
+
+impl Closed {
+    fn flag(&self, fd: Fd) -> &AtomicBool {
+        match fd {
+            Fd::Out => &self.stdout,
+            Fd::Err => &self.stderr,
+        }
+    }
+
+    fn is(&self, fd: Fd) -> bool {
+        self.flag(fd).load(Ordering::Relaxed)
+    }
+
+    /// Records a failed write; true the first time for this stream.
+    fn fail(&self, fd: Fd, e: io::Error) -> bool {
+        if self.flag(fd).swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let mut first = self
+            .first
+            .lock()
+            .expect("not poisoned: no panics while held");
+        if first.is_none() {
+            *first = Some((fd, e));
+        }
+        true
+    }
 }
 
 /// The writer thread; join it after every `Writer` is dropped.
 pub struct WriterThread {
     handle: std::thread::JoinHandle<()>,
+    closed: Arc<Closed>,
 }
 
 impl WriterThread {
-    pub fn join(self) {
+    /// Waits for the thread; returns the first write that failed, if any.
+    pub fn join(self) -> Option<(Fd, io::Error)> {
         let _ = self.handle.join();
+        self.closed
+            .first
+            .lock()
+            .expect("not poisoned: no panics while held")
+            .take()
     }
 }
 
 /// Starts the writer thread on this process's stdout and stderr. `closed` is
-/// notified once when stdout turns out to be closed (`| head`).
+/// notified when stdout or stderr turns out to be closed (`| head`) or
+/// unwritable (`/dev/full`).
 pub fn start(closed: tokio::sync::mpsc::UnboundedSender<()>) -> (Writer, WriterThread) {
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-    let stdout_closed = Arc::new(AtomicBool::new(false));
-    let flag = stdout_closed.clone();
+    let flags = Arc::new(Closed::default());
+    let thread_flags = flags.clone();
     let handle = std::thread::Builder::new()
         .name("mn-output".into())
-        .spawn(move || writer_loop(rx, flag, closed))
+        .spawn(move || writer_loop(rx, thread_flags, closed))
         .expect("spawning the output thread");
-    (Writer { tx, stdout_closed }, WriterThread { handle })
+    (
+        Writer {
+            tx,
+            closed: flags.clone(),
+        },
+        WriterThread {
+            handle,
+            closed: flags,
+        },
+    )
 }
 
 fn writer_loop(
     mut rx: mpsc::Receiver<Message>,
-    stdout_closed: Arc<AtomicBool>,
+    flags: Arc<Closed>,
     closed: tokio::sync::mpsc::UnboundedSender<()>,
 ) {
+    let failed = |fd: Fd, e: io::Error| {
+        if flags.fail(fd, e) {
+            let _ = closed.send(());
+        }
+    };
     // SAFETY: fds 1 and 2 stay open for the life of the process; ManuallyDrop
     // keeps these handles from closing them.
     let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
@@ -81,7 +164,7 @@ fn writer_loop(
     while let Some(msg) = rx.blocking_recv() {
         match msg {
             Message::Progress(text) => {
-                if progress_allowed {
+                if progress_allowed && !flags.is(Fd::Err) {
                     let _ = write!(err, "\r\x1b[K{text}");
                     progress_shown = !text.is_empty();
                 }
@@ -93,32 +176,46 @@ fn writer_loop(
                 }
                 match stream {
                     Stream::Out => {
-                        if stdout_closed.load(Ordering::Relaxed) {
+                        if flags.is(Fd::Out) {
                             continue;
                         }
-                        if out.write_all(&data).is_err() {
-                            stdout_closed.store(true, Ordering::Relaxed);
-                            let _ = closed.send(());
+                        if let Err(e) = out.write_all(&data) {
+                            failed(Fd::Out, e);
                             continue;
                         }
                     }
                     Stream::Err => {
-                        let _ = out.flush();
-                        let _ = err.write_all(&data);
+                        if !flags.is(Fd::Out)
+                            && let Err(e) = out.flush()
+                        {
+                            failed(Fd::Out, e);
+                        }
+                        if flags.is(Fd::Err) {
+                            continue;
+                        }
+                        if let Err(e) = err.write_all(&data) {
+                            failed(Fd::Err, e);
+                        }
                     }
                 }
             }
         }
         // Flush when nothing else is waiting: batches under load, prompt when idle.
-        if rx.is_empty() && !stdout_closed.load(Ordering::Relaxed) && out.flush().is_err() {
-            stdout_closed.store(true, Ordering::Relaxed);
-            let _ = closed.send(());
+        if rx.is_empty()
+            && !flags.is(Fd::Out)
+            && let Err(e) = out.flush()
+        {
+            failed(Fd::Out, e);
         }
     }
     if progress_shown {
         let _ = err.write_all(b"\r\x1b[K");
     }
-    let _ = out.flush();
+    if !flags.is(Fd::Out)
+        && let Err(e) = out.flush()
+    {
+        failed(Fd::Out, e);
+    }
 }
 
 impl Writer {
@@ -127,8 +224,9 @@ impl Writer {
         let _ = self.tx.send(Message::Progress(text)).await;
     }
 
-    pub fn stdout_closed(&self) -> bool {
-        self.stdout_closed.load(Ordering::Relaxed)
+    /// Whether this stream can no longer be written (closed or failing).
+    pub fn closed(&self, stream: Stream) -> bool {
+        self.closed.is(stream.fd())
     }
 }
 
@@ -159,21 +257,47 @@ pub struct NodeSink {
     label: Option<Vec<u8>>,
     forward: bool,
     capture: bool,
+    /// Hold partial lines (several nodes share the streams, or labels).
+    hold: bool,
     /// End a partial last line with a newline (several nodes share the streams).
     end_partial: bool,
     /// This node is a relay: look for its report in stderr.
     relay: bool,
-    out: Vec<u8>,
-    err: Vec<u8>,
+    out: Partial,
+    err: Partial,
     pub stats: OutputStats,
+}
+
+/// The partial last line of one stream.
+#[derive(Default)]
+struct Partial {
+    bytes: Vec<u8>,
+    /// When the held bytes started waiting, and when the last of them came.
+    since: Option<Instant>,
+    last: Option<Instant>,
+    /// Unlabelled: what was written last did not end its line.
+    open: bool,
+}
+
+impl Partial {
+    fn due(&self) -> Option<Instant> {
+        Some((self.last? + QUIET).min(self.since? + MAX_HOLD))
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        self.since = None;
+        self.last = None;
+        std::mem::take(&mut self.bytes)
+    }
 }
 
 impl NodeSink {
     /// `label`: the `RANK HOST: ` prefix, if lines are labelled. `forward`:
     /// false keeps the output out of exec_all's streams (counted and kept for
     /// the report only). `capture`: keep every byte (see [`CAPTURE_MAX`]).
-    /// `shared`: other nodes write to the same streams, so a partial last
-    /// line gets a newline (alone, the node's bytes pass exactly).
+    /// `shared`: other nodes write to the same streams, so partial lines are
+    /// held (briefly) and a partial last line gets a newline; alone and
+    /// unlabelled, the node's bytes pass exactly and at once.
     pub fn new(
         writer: Writer,
         label: Option<String>,
@@ -183,18 +307,20 @@ impl NodeSink {
     ) -> Self {
         NodeSink {
             relay: false,
+            hold: shared || label.is_some(),
             end_partial: shared || label.is_some(),
             writer,
             label: label.map(String::into_bytes),
             forward,
             capture,
-            out: Vec::new(),
-            err: Vec::new(),
+            out: Partial::default(),
+            err: Partial::default(),
             stats: OutputStats::default(),
         }
     }
 
-    /// Takes a chunk of a stream; sends the whole lines it completes.
+    /// Takes a chunk of a stream; sends what can go now: everything when
+    /// lines are not held, else the whole lines it completes.
     pub async fn feed(&mut self, stream: Stream, data: &[u8]) {
         match stream {
             Stream::Out => self.stats.bytes_out += data.len() as u64,
@@ -208,41 +334,101 @@ impl NodeSink {
             let room = CAPTURE_MAX.saturating_sub(kept.len());
             kept.extend_from_slice(&data[..data.len().min(room)]);
         }
+        if data.is_empty() {
+            return;
+        }
+        if !self.hold {
+            self.emit(stream, data.to_vec()).await;
+            return;
+        }
+        let labelled = self.label.is_some();
         let partial = match stream {
             Stream::Out => &mut self.out,
             Stream::Err => &mut self.err,
         };
-        let block = match memchr::memrchr(b'\n', data) {
-            Some(last) => {
-                let mut block = std::mem::take(partial);
-                block.extend_from_slice(&data[..=last]);
-                partial.extend_from_slice(&data[last + 1..]);
+        // A held `\r` not followed by `\n` has ended its line after all.
+        let cut = last_cut(data, labelled)
+            .or_else(|| (partial.bytes.last() == Some(&b'\r') && data[0] != b'\n').then_some(0));
+        let block = match cut {
+            Some(cut) => {
+                let mut block = partial.take();
+                block.extend_from_slice(&data[..cut]);
+                partial.bytes.extend_from_slice(&data[cut..]);
                 block
             }
             None => {
-                partial.extend_from_slice(data);
-                if partial.len() < MAX_PARTIAL_LINE {
+                partial.bytes.extend_from_slice(data);
+                if partial.bytes.len() < MAX_PARTIAL_LINE {
+                    let now = Instant::now();
+                    partial.since.get_or_insert(now);
+                    partial.last = Some(now);
                     return;
                 }
-                std::mem::take(partial)
+                partial.take()
             }
         };
+        if !partial.bytes.is_empty() {
+            let now = Instant::now();
+            partial.since = Some(now);
+            partial.last = Some(now);
+        }
         self.emit(stream, block).await;
+    }
+
+    /// When the oldest partial line is due to be written (see [`QUIET`]);
+    /// `None` while nothing is held.
+    pub fn flush_at(&self) -> Option<Instant> {
+        match (self.out.due(), self.err.due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Writes the partial lines that are due (see [`NodeSink::flush_at`]).
+    pub async fn flush_due(&mut self) {
+        let now = Instant::now();
+        for stream in [Stream::Out, Stream::Err] {
+            let partial = match stream {
+                Stream::Out => &mut self.out,
+                Stream::Err => &mut self.err,
+            };
+            if partial.due().is_none_or(|due| due > now) {
+                continue;
+            }
+            // A relay's report line is taken whole, however slowly it comes.
+            if self.relay
+                && stream == Stream::Err
+                && RELAY_REPORT_MARKER.as_bytes().starts_with(
+                    &partial.bytes[..partial.bytes.len().min(RELAY_REPORT_MARKER.len())],
+                )
+            {
+                partial.since = None;
+                partial.last = None;
+                continue;
+            }
+            let block = partial.take();
+            self.emit(stream, block).await;
+        }
     }
 
     /// The node is done: its partial last lines are sent, ended with a
     /// newline when other nodes share the streams (never two lines in one).
     pub async fn finish(&mut self) {
         for stream in [Stream::Out, Stream::Err] {
-            let mut partial = match stream {
-                Stream::Out => std::mem::take(&mut self.out),
-                Stream::Err => std::mem::take(&mut self.err),
+            let partial = match stream {
+                Stream::Out => &mut self.out,
+                Stream::Err => &mut self.err,
             };
-            if !partial.is_empty() {
-                if self.end_partial && self.label.is_none() {
-                    partial.push(b'\n');
-                }
-                self.emit(stream, partial).await;
+            let mut block = partial.take();
+            if self.end_partial
+                && self.label.is_none()
+                && (!block.is_empty() || partial.open)
+                && block.last().is_none_or(|b| *b != b'\n')
+            {
+                block.push(b'\n');
+            }
+            if !block.is_empty() {
+                self.emit(stream, block).await;
             }
         }
     }
@@ -252,6 +438,7 @@ impl NodeSink {
     pub fn relay(mut self) -> Self {
         self.relay = true;
         self.label = None;
+        self.hold = true;
         self
     }
 
@@ -263,7 +450,14 @@ impl NodeSink {
             }
         }
         remember_tail(&mut self.stats.tail, &block);
-        if !self.forward || (stream == Stream::Out && self.writer.stdout_closed()) {
+        if self.label.is_none() {
+            let partial = match stream {
+                Stream::Out => &mut self.out,
+                Stream::Err => &mut self.err,
+            };
+            partial.open = block.last().is_some_and(|b| *b != b'\n');
+        }
+        if !self.forward || self.writer.closed(stream) {
             return;
         }
         let block = match &self.label {
@@ -271,6 +465,21 @@ impl NodeSink {
             None => block,
         };
         let _ = self.writer.tx.send(Message::Block(stream, block)).await;
+    }
+}
+
+/// Where to cut `data`: after its last line end. Labelled, a `\r` that is
+/// the chunk's last byte is not taken as one yet (a `\n` may follow: one
+/// `\r\n` line end, not two lines).
+fn last_cut(data: &[u8], labelled: bool) -> Option<usize> {
+    let mut end = data.len();
+    loop {
+        let pos = memchr::memrchr2(b'\n', b'\r', &data[..end])?;
+        if labelled && data[pos] == b'\r' && pos + 1 == data.len() {
+            end = pos;
+            continue;
+        }
+        return Some(pos + 1);
     }
 }
 
@@ -295,12 +504,17 @@ impl NodeSink {
     }
 }
 
-/// `label` before every line of `block`; the last line ends with a newline.
+/// `label` before every line of `block`; a line ends at `\n`, `\r\n`, or a
+/// `\r` alone (a progress bar's update, which keeps its `\r`); the last
+/// line, if it has no end, gets a newline.
 fn labelled(label: &[u8], block: &[u8]) -> Vec<u8> {
-    let lines = memchr::memchr_iter(b'\n', block).count() + 1;
+    let lines = memchr::memchr2_iter(b'\n', b'\r', block).count() + 1;
     let mut out = Vec::with_capacity(block.len() + lines * label.len() + 1);
     let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', block) {
+    for end in memchr::memchr2_iter(b'\n', b'\r', block) {
+        if block[end] == b'\r' && block.get(end + 1) == Some(&b'\n') {
+            continue;
+        }
         out.extend_from_slice(label);
         out.extend_from_slice(&block[start..=end]);
         start = end + 1;
@@ -360,11 +574,7 @@ mod tests {
     #[tokio::test]
     async fn sink_sends_whole_lines_only() {
         let (tx, mut rx) = mpsc::channel(16);
-        let writer = Writer {
-            tx,
-            stdout_closed: Arc::new(AtomicBool::new(false)),
-        };
-        let mut sink = NodeSink::new(writer, Some("3 h: ".into()), true, false, true);
+        let mut sink = NodeSink::new(writer(tx), Some("3 h: ".into()), true, false, true);
         sink.feed(Stream::Out, b"ab").await;
         sink.feed(Stream::Out, b"c\nde").await;
         sink.feed(Stream::Err, b"oops\n").await;
@@ -382,5 +592,139 @@ mod tests {
             ]
         );
         assert_eq!((sink.stats.bytes_out, sink.stats.bytes_err), (6, 5));
+    }
+
+    fn writer(tx: mpsc::Sender<Message>) -> Writer {
+        Writer {
+            tx,
+            closed: Arc::new(Closed::default()),
+        }
+    }
+
+    fn blocks(rx: &mut mpsc::Receiver<Message>) -> Vec<(Stream, String)> {
+        let mut got = Vec::new();
+        while let Ok(Message::Block(stream, data)) = rx.try_recv() {
+            got.push((stream, String::from_utf8(data).unwrap()));
+        }
+        got
+    }
+
+    fn out(text: &str) -> (Stream, String) {
+        (Stream::Out, text.to_string())
+    }
+
+    #[test]
+    fn labels_progress_updates_and_crlf_lines() {
+        assert_eq!(
+            labelled(b"0 a: ", b"10%\r20%\rdone\r\nnext"),
+            b"0 a: 10%\r0 a: 20%\r0 a: done\r\n0 a: next\n"
+        );
+    }
+
+    #[test]
+    fn cuts_after_the_last_line_end() {
+        assert_eq!(last_cut(b"a\nb", false), Some(2));
+        assert_eq!(last_cut(b"a\rb", false), Some(2));
+        assert_eq!(last_cut(b"abc", false), None);
+        assert_eq!(last_cut(b"a\r", false), Some(2));
+        // Labelled, a final \r waits for a possible \n.
+        assert_eq!(last_cut(b"a\nb\r", true), Some(2));
+        assert_eq!(last_cut(b"b\r", true), None);
+        assert_eq!(last_cut(b"b\r\n", true), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_unlabelled_node_is_a_byte_pipe() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), None, true, false, false);
+        sink.feed(Stream::Out, b"abc").await;
+        assert_eq!(blocks(&mut rx), [out("abc")]);
+        assert_eq!(sink.flush_at(), None);
+        sink.feed(Stream::Out, b"def").await;
+        sink.finish().await;
+        assert_eq!(blocks(&mut rx), [out("def")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_line_is_written_once_the_node_is_quiet() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), None, true, false, true);
+        sink.feed(Stream::Out, b"x\nabc").await;
+        assert_eq!(blocks(&mut rx), [out("x\n")]);
+        let due = sink.flush_at().expect("a partial line is held");
+        assert_eq!(due, Instant::now() + QUIET);
+        tokio::time::sleep_until(due).await;
+        sink.flush_due().await;
+        // Unlabelled: the bytes as they are, the line goes on later.
+        assert_eq!(blocks(&mut rx), [out("abc")]);
+        assert_eq!(sink.flush_at(), None);
+        sink.feed(Stream::Out, b"def\n10%\r").await;
+        assert_eq!(blocks(&mut rx), [out("def\n10%\r")]);
+        sink.feed(Stream::Out, b"20%").await;
+        sink.finish().await;
+        // Other nodes share the streams: the last line gets its end.
+        assert_eq!(blocks(&mut rx), [out("20%\n")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn labelled_partial_lines_are_lines_of_their_own() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), Some("1 h: ".into()), true, false, true);
+        sink.feed(Stream::Out, b"abc").await;
+        tokio::time::sleep(QUIET).await;
+        sink.flush_due().await;
+        assert_eq!(blocks(&mut rx), [out("1 h: abc\n")]);
+        sink.feed(Stream::Out, b"def\n").await;
+        assert_eq!(blocks(&mut rx), [out("1 h: def\n")]);
+        // A progress bar's update ends with \r: written as soon as it is sure
+        // that no \n follows (next chunk, or quiet).
+        sink.feed(Stream::Out, b"10%\r").await;
+        assert!(blocks(&mut rx).is_empty());
+        sink.feed(Stream::Out, b"20%\r").await;
+        assert_eq!(blocks(&mut rx), [out("1 h: 10%\r")]);
+        tokio::time::sleep(QUIET).await;
+        sink.flush_due().await;
+        assert_eq!(blocks(&mut rx), [out("1 h: 20%\r")]);
+        sink.finish().await;
+        assert!(blocks(&mut rx).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dripping_line_waits_at_most_max_hold() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), Some("0 h: ".into()), true, false, true);
+        let start = Instant::now();
+        loop {
+            sink.feed(Stream::Err, b".").await;
+            tokio::time::sleep(QUIET / 2).await;
+            if sink.flush_at().is_some_and(|at| at <= Instant::now()) {
+                break;
+            }
+        }
+        assert!(
+            start.elapsed() <= MAX_HOLD + QUIET / 2,
+            "{:?}",
+            start.elapsed()
+        );
+        sink.flush_due().await;
+        let got = blocks(&mut rx);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1.starts_with("0 h: ..."), "{got:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relay_report_line_is_never_cut() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), None, true, false, true).relay();
+        let line = format!("{RELAY_REPORT_MARKER}{{\"nodes\":[]}}\n");
+        let (a, b) = line.as_bytes().split_at(12);
+        sink.feed(Stream::Err, a).await;
+        tokio::time::sleep(MAX_HOLD * 2).await;
+        sink.flush_due().await;
+        assert!(blocks(&mut rx).is_empty());
+        sink.feed(Stream::Err, b).await;
+        sink.finish().await;
+        assert!(blocks(&mut rx).is_empty());
+        assert_eq!(sink.stats.relay_report.as_deref(), Some("{\"nodes\":[]}"));
     }
 }

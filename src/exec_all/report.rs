@@ -209,7 +209,7 @@ pub fn table(result: &RunResult) -> String {
         (Some(CancelReason::Timeout), None) => "--timeout expired".into(),
         (Some(CancelReason::Signal(s)), None) => format!("stopped by {}", signal_name(s)),
         (Some(CancelReason::SecondSignal), None) => "stopped by a second signal (SIGKILL)".into(),
-        (Some(CancelReason::OutputClosed), None) => "stdout was closed".into(),
+        (Some(CancelReason::OutputClosed), None) => "output could not be written".into(),
         (Some(CancelReason::NodeFailed), None) | (None, None) => "failed".into(),
     };
     let _ = writeln!(
@@ -306,6 +306,7 @@ mod tests {
             cancelled: Some(CancelReason::NodeFailed),
             first_failure: Some(1),
             started: UNIX_EPOCH + Duration::from_secs(1_000),
+            output_failure: None,
             nodes: vec![
                 record(
                     0,

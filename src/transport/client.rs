@@ -361,6 +361,28 @@ async fn tcp_connect(target: &Target) -> Result<(TcpStream, SocketAddr), Connect
     })
 }
 
+/// What a session channel runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'a> {
+    /// A command line, run by the remote shell.
+    Exec(&'a [u8]),
+    /// A shell reading commands from stdin.
+    Shell,
+    /// A subsystem by name (`sftp`).
+    Subsystem(&'a str),
+}
+
+impl Start<'_> {
+    /// For messages: "the command", "a shell", "the sftp subsystem".
+    pub fn describe(&self) -> String {
+        match self {
+            Start::Exec(_) => "to run the command".into(),
+            Start::Shell => "a shell".into(),
+            Start::Subsystem(name) => format!("the {name} subsystem"),
+        }
+    }
+}
+
 /// An authenticated connection.
 pub struct Connection {
     handle: Handle<ClientHandler>,
@@ -385,13 +407,28 @@ impl Connection {
         command: &[u8],
         env: &[(String, String)],
     ) -> Result<Channel<Msg>, russh::Error> {
+        self.start(Start::Exec(command), env).await
+    }
+
+    /// Opens a channel, sends the variables as `env` requests and asks for
+    /// `what`, wanting a reply: the channel's first `Success` or `Failure`
+    /// answers it.
+    pub async fn start(
+        &self,
+        what: Start<'_>,
+        env: &[(String, String)],
+    ) -> Result<Channel<Msg>, russh::Error> {
         let channel = self.handle.channel_open_session().await?;
         for (name, value) in env {
             channel
                 .set_env(false, name.as_str(), value.as_str())
                 .await?;
         }
-        channel.exec(true, command.to_vec()).await?;
+        match what {
+            Start::Exec(command) => channel.exec(true, command.to_vec()).await?,
+            Start::Shell => channel.request_shell(true).await?,
+            Start::Subsystem(name) => channel.request_subsystem(true, name).await?,
+        }
         Ok(channel)
     }
 

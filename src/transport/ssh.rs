@@ -12,15 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use russh::ChannelMsg;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tracing::debug;
 
-use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Target};
+use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Start, Target};
 use super::signals::{signal_number, signal_to_sig};
 use super::ssh_args::{self, SshInvocation};
 use crate::error::Error;
 use crate::exit_code;
 use crate::keys::{JobKeys, Secret};
+use crate::stdio::{self, Fd, StdioWriter};
 use crate::stops::{FORWARDED_SIGNALS, Stops};
 use crate::topology::EnvMap;
 
@@ -50,12 +51,13 @@ mpirun and MPICH pass (-x, -T, -F FILE, ...). See docs/mn-ssh.md.
 pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
     match args.first().and_then(|a| a.to_str()) {
         Some("--help" | "-h") if args.len() == 1 => {
-            print!("{USAGE}");
-            return Ok(0);
+            return Ok(stdio::print_or_code("mn-ssh", USAGE));
         }
         Some("--version" | "-V") if args.len() == 1 => {
-            println!("mn-ssh (multinode) {}", env!("CARGO_PKG_VERSION"));
-            return Ok(0);
+            return Ok(stdio::print_or_code(
+                "mn-ssh",
+                &format!("mn-ssh (multinode) {}\n", env!("CARGO_PKG_VERSION")),
+            ));
         }
         _ => {}
     }
@@ -63,11 +65,25 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
     crate::logging::init(inv.verbose);
     let env = EnvMap::from_process();
     let (connector, target) = prepare(&inv, &env)?;
+    if inv.print_config {
+        // `ssh -G`: what would be used, without connecting (git probes with it).
+        return Ok(stdio::print_or_code(
+            "mn-ssh",
+            &format!(
+                "host {host}\nhostname {host}\nuser {user}\nport {port}\n",
+                host = target.host,
+                user = target.user,
+                port = target.port
+            ),
+        ));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
-    let result = runtime.block_on(run(&inv, &connector, &target));
+    // `-o SendEnv`/`SetEnv`: sent as `env` requests, as OpenSSH does.
+    let send = inv.env_to_send(env.0.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let result = runtime.block_on(run(&inv, &connector, &target, &send));
     // The stdin reader may be parked in a blocking read: do not wait for it.
     runtime.shutdown_background();
     result
@@ -219,30 +235,36 @@ fn expand_tilde(path: &Path, home: &Path) -> PathBuf {
 }
 
 /// Connects, runs the command and relays everything until the channel closes.
+///
+/// A byte pipe both ways: every chunk that arrives is written to fd 1 or 2
+/// at once (no line logic, no buffer), and stdin goes out as it is read.
+/// The remote side's EOF reaches stdout's reader before the exit status
+/// ends `mn-ssh`. A failed write to stdout or stderr closes the channel (the
+/// agent then ends the remote group) and ends `mn-ssh` with 141.
 pub async fn run(
     inv: &SshInvocation,
     connector: &Connector,
     target: &Target,
+    env: &[(String, String)],
 ) -> Result<i32, Error> {
     let conn = connector
         .connect(target)
         .await
         .map_err(|e| Error::Connection(e.to_string()))?;
-    let channel = if inv.command.is_empty() {
-        let channel = conn
-            .open_session()
-            .await
-            .map_err(|e| lost(target, &e.to_string()))?;
-        channel
-            .request_shell(true)
-            .await
-            .map_err(|e| lost(target, &e.to_string()))?;
-        channel
+    let subsystem;
+    let start = if inv.subsystem {
+        subsystem = String::from_utf8(inv.command.clone())
+            .map_err(|_| Error::usage("the subsystem name is not valid UTF-8"))?;
+        Start::Subsystem(subsystem.trim())
+    } else if inv.command.is_empty() {
+        Start::Shell
     } else {
-        conn.exec(&inv.command, &[])
-            .await
-            .map_err(|e| lost(target, &e.to_string()))?
+        Start::Exec(&inv.command)
     };
+    let channel = conn
+        .start(start, env)
+        .await
+        .map_err(|e| lost(target, &e.to_string()))?;
     let (mut rx, tx) = channel.split();
     let tx = Arc::new(tx);
 
@@ -269,25 +291,31 @@ pub async fn run(
     };
 
     let mut stops = Stops::new(FORWARDED_SIGNALS)?;
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
+    let mut out = StdioWriter::start()
+        .map_err(|e| Error::Failed(format!("cannot start the output thread: {e}")))?;
     let mut code: Option<i32> = None;
+    let mut answered = false;
     let mut signals_sent = 0;
-    let mut broken_pipe = false;
+    let mut write_failed = false;
     loop {
         tokio::select! {
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => {
-                    if stdout.write_all(&data).await.is_err() {
-                        // Our reader is gone (`| head`): closing the channel ends
-                        // the remote command; nothing more is worth waiting for.
-                        broken_pipe = true;
-                        let _ = tx.close().await;
-                        break;
+                    if out.write(Fd::Out, data).await.is_err() {
+                        write_failed = true;
                     }
                 }
-                Some(ChannelMsg::ExtendedData { data, .. }) => {
-                    let _ = stderr.write_all(&data).await;
+                Some(ChannelMsg::ExtendedData { data, ext: 1 }) => {
+                    if out.write(Fd::Err, data).await.is_err() {
+                        write_failed = true;
+                    }
+                }
+                Some(ChannelMsg::Eof) => out.close_stdout().await,
+                Some(ChannelMsg::Success) => answered = true,
+                Some(ChannelMsg::Failure) if !answered => {
+                    stdin_task.abort();
+                    conn.close().await;
+                    return Err(Error::Connection(format!("{target} refused {}", start.describe())));
                 }
                 Some(ChannelMsg::ExitStatus { exit_status }) => code = Some(exit_status as i32),
                 Some(ChannelMsg::ExitSignal { signal_name, core_dumped, .. }) => {
@@ -298,6 +326,7 @@ pub async fn run(
                 Some(ChannelMsg::Close) | None => break,
                 Some(_) => {}
             },
+            _ = out.failed() => write_failed = true,
             signo = stops.next() => {
                 signals_sent += 1;
                 if signals_sent >= SIGNALS_BEFORE_GIVING_UP {
@@ -310,13 +339,22 @@ pub async fn run(
                 let _ = tx.signal(signal_to_sig(signo)).await;
             }
         }
+        if write_failed {
+            // Our reader is gone (`| head`) or the file is full: closing the
+            // channel ends the remote command; nothing more is worth waiting for.
+            let _ = tx.close().await;
+            break;
+        }
     }
-    let _ = stdout.flush().await;
-    let _ = stderr.flush().await;
     stdin_task.abort();
+    let failure = out.finish().await;
     conn.close().await;
-    if broken_pipe {
-        return Ok(exit_code::from_signal(libc::SIGPIPE));
+    if let Some((fd, e)) = failure {
+        debug!(stream = fd.name(), error = %e, "a write failed: the relay ends");
+        if let Some(line) = stdio::failure_line("mn-ssh", fd, &e) {
+            stdio::eprint(&line);
+        }
+        return Ok(stdio::failure_code());
     }
     match code {
         Some(code) => Ok(code),

@@ -4,6 +4,12 @@
 //! it (`ssh host -p 2222 cmd`); the first word that is not an option after the
 //! destination starts the command. The command's words are joined by single
 //! spaces and run by the remote shell, byte for byte.
+//!
+//! What scp, sftp, rsync and git pass is understood (`-s` for a subsystem,
+//! `-G` to probe, `-o SendEnv=...`, `-oForwardX11 no`, ...); what asks for
+//! something `mn-ssh` does not do (port forwarding, agent or X11
+//! forwarding, a proxy, multiplexing, going to the background) is refused
+//! with a line that says so, rather than silently ignored.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -11,6 +17,20 @@ use std::path::PathBuf;
 
 /// Flags without a value (`ssh -46AaCfGgKkMNnqsTtVvXxYy`).
 const FLAGS: &[u8] = b"46AaCfGgKkMNnqsTtVvXxYy";
+/// Flags and options that ask for what `mn-ssh` does not do, and why.
+const REFUSED: &[(u8, &str)] = &[
+    (b'A', "agent forwarding"),
+    (b'X', "X11 forwarding"),
+    (b'Y', "X11 forwarding"),
+    (b'N', "no remote command (a session for port forwarding)"),
+    (b'f', "going to the background"),
+    (b'L', "port forwarding"),
+    (b'R', "port forwarding"),
+    (b'D', "port forwarding"),
+    (b'W', "stdio forwarding"),
+    (b'J', "a jump host"),
+    (b'O', "a control master"),
+];
 /// Options that take a value (`ssh -B -b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w`).
 const WITH_VALUE: &[u8] = b"BbcDEeFIiJLlmOopQRSWw";
 
@@ -27,6 +47,14 @@ pub struct SshInvocation {
     pub no_stdin: bool,
     pub verbose: u8,
     pub quiet: bool,
+    /// `-s`: the command is the name of a subsystem (`sftp`).
+    pub subsystem: bool,
+    /// `-G`: print the configuration and exit, as git's probe expects.
+    pub print_config: bool,
+    /// `-o SendEnv=PATTERN ...`: local variables to send (`*` and `?` match).
+    pub send_env: Vec<String>,
+    /// `-o SetEnv=NAME=VALUE ...`: variables to send with these values.
+    pub set_env: Vec<(String, String)>,
     /// The remote command line: the words joined by spaces (may be empty).
     pub command: Vec<u8>,
 }
@@ -41,6 +69,48 @@ impl SshInvocation {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// The variables to send before the command: `SetEnv` ones, then the
+    /// variables of `env` that a `SendEnv` pattern names (sorted by name).
+    pub fn env_to_send<'a>(
+        &self,
+        env: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Vec<(String, String)> {
+        let mut out = self.set_env.clone();
+        let mut sent: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(name, _)| self.send_env.iter().any(|p| glob_match(p, name)))
+            .filter(|(name, _)| !out.iter().any(|(n, _)| n == name))
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        sent.sort();
+        out.extend(sent);
+        out
+    }
+}
+
+/// ssh_config's patterns: `*` is any run of characters, `?` one character.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Iterative matching with backtracking to the last `*`.
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
 }
 
 /// A malformed command line; the message says what was wrong.
@@ -106,11 +176,16 @@ fn parse_option(
     let mut j = 1;
     while j < arg.len() {
         let c = arg[j];
+        if let Some((_, what)) = REFUSED.iter().find(|(f, _)| *f == c) {
+            return Err(refused(&format!("-{}", c as char), what));
+        }
         if FLAGS.contains(&c) {
             match c {
                 b'n' => inv.no_stdin = true,
                 b'q' => inv.quiet = true,
                 b'v' => inv.verbose = inv.verbose.saturating_add(1),
+                b's' => inv.subsystem = true,
+                b'G' => inv.print_config = true,
                 _ => {}
             }
             j += 1;
@@ -167,7 +242,36 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
                     inv.user.get_or_insert_with(|| v.clone());
                 }
                 "identityfile" => inv.identities.push(PathBuf::from(&v)),
-                _ => {}
+                "sendenv" => {
+                    for pattern in v.split_whitespace() {
+                        match pattern.strip_prefix('-') {
+                            // OpenSSH 8.7+: `-PATTERN` takes back what an earlier pattern sent.
+                            Some(gone) => inv.send_env.retain(|p| p != gone),
+                            None => inv.send_env.push(pattern.to_string()),
+                        }
+                    }
+                }
+                "setenv" => {
+                    for pair in v.split_whitespace() {
+                        let (name, value) = pair.split_once('=').ok_or_else(|| {
+                            err(format!("-o SetEnv={v:?}: {pair:?} is not NAME=VALUE"))
+                        })?;
+                        if !inv.set_env.iter().any(|(n, _)| n == name) {
+                            inv.set_env.push((name.to_string(), value.to_string()));
+                        }
+                    }
+                }
+                "stdinnull" if is_yes(&v) => inv.no_stdin = true,
+                "sessiontype" => match v.to_ascii_lowercase().as_str() {
+                    "subsystem" => inv.subsystem = true,
+                    "none" => return Err(refused("-o SessionType=none", "no remote command")),
+                    _ => {}
+                },
+                _ => {
+                    if let Some(what) = refused_option(&k, &v) {
+                        return Err(refused(&format!("-o {k}={v}"), what));
+                    }
+                }
             }
             inv.options.push((k, v));
         }
@@ -175,6 +279,35 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
         _ => {}
     }
     Ok(())
+}
+
+fn refused(option: &str, what: &str) -> SshArgsError {
+    err(format!(
+        "{option} asks for {what}, which mn-ssh does not do (it runs a command, a shell or a subsystem); \
+         use OpenSSH's ssh for that"
+    ))
+}
+
+fn is_yes(value: &str) -> bool {
+    matches!(value.to_ascii_lowercase().as_str(), "yes" | "true")
+}
+
+/// `-o` options that ask for what `mn-ssh` does not do; "no"/"none" values pass.
+fn refused_option(key: &str, value: &str) -> Option<&'static str> {
+    let off = matches!(
+        value.to_ascii_lowercase().as_str(),
+        "no" | "none" | "false" | ""
+    );
+    match key {
+        "localforward" | "remoteforward" | "dynamicforward" => Some("port forwarding"),
+        "forwardagent" if !off => Some("agent forwarding"),
+        "forwardx11" if !off => Some("X11 forwarding"),
+        "proxycommand" | "proxyjump" if !off => Some("a proxy"),
+        "remotecommand" if !off => Some("a remote command from the configuration"),
+        "tunnel" if !off => Some("a tunnel device"),
+        "forkafterauthentication" if !off => Some("going to the background"),
+        _ => None,
+    }
 }
 
 /// `Key=Value`, `Key Value` or `Key=Value` with spaces, as ssh_config allows.
@@ -391,5 +524,122 @@ mod tests {
         );
         let inv = p(&["[::1]", "true"]).unwrap();
         assert_eq!(inv.host, "::1");
+    }
+}
+
+#[cfg(test)]
+mod client_argv_tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<SshInvocation, SshArgsError> {
+        parse(&args.iter().map(|a| os(a)).collect::<Vec<_>>())
+    }
+
+    /// What OpenSSH 9.2's scp and sftp pass to `-S PROGRAM`.
+    #[test]
+    fn scp_and_sftp_argv_request_the_subsystem() {
+        let scp = p(&[
+            "-x",
+            "-oPermitLocalCommand=no",
+            "-oClearAllForwardings=yes",
+            "-oRemoteCommand=none",
+            "-oRequestTTY=no",
+            "-oForwardAgent=no",
+            "-p",
+            "22877",
+            "-s",
+            "--",
+            "127.0.0.1",
+            "sftp",
+        ])
+        .unwrap();
+        assert!(scp.subsystem);
+        assert_eq!((scp.host.as_str(), scp.port), ("127.0.0.1", Some(22877)));
+        assert_eq!(scp.command, b"sftp");
+        let sftp = p(&[
+            "-oForwardX11 no",
+            "-oPermitLocalCommand no",
+            "-oClearAllForwardings yes",
+            "-obatchmode yes",
+            "-oForwardAgent no",
+            "-oPort 22877",
+            "-s",
+            "--",
+            "h",
+            "sftp",
+        ])
+        .unwrap();
+        assert!(sftp.subsystem);
+        assert_eq!(sftp.port, Some(22877));
+        let legacy = p(&["-x", "-oRemoteCommand=none", "--", "h", "scp -t /tmp/f"]).unwrap();
+        assert!(!legacy.subsystem);
+        assert_eq!(legacy.command, b"scp -t /tmp/f");
+    }
+
+    /// What git passes: a `-G` probe first, then the command with SendEnv.
+    #[test]
+    fn git_probe_and_send_env() {
+        let probe = p(&["-G", "-o", "SendEnv=GIT_PROTOCOL", "-p", "22", "h"]).unwrap();
+        assert!(probe.print_config);
+        let inv = p(&[
+            "-o",
+            "SendEnv=GIT_PROTOCOL",
+            "-o",
+            "SendEnv LANG LC_*",
+            "-o",
+            "SetEnv=A=1 B=2",
+            "h",
+            "git-upload-pack '/r'",
+        ])
+        .unwrap();
+        let env = [
+            ("GIT_PROTOCOL", "version=2"),
+            ("LC_ALL", "C"),
+            ("LANG", "C.UTF-8"),
+            ("LANGUAGE", "x"),
+            ("HOME", "/root"),
+        ];
+        assert_eq!(
+            inv.env_to_send(env.iter().copied()),
+            [
+                ("A", "1"),
+                ("B", "2"),
+                ("GIT_PROTOCOL", "version=2"),
+                ("LANG", "C.UTF-8"),
+                ("LC_ALL", "C"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        let undone = p(&["-o", "SendEnv=LC_*", "-o", "SendEnv=-LC_*", "h"]).unwrap();
+        assert!(undone.send_env.is_empty());
+    }
+
+    #[test]
+    fn forwarding_and_proxies_are_refused_by_name() {
+        for args in [
+            &["-L", "8080:localhost:80", "h"][..],
+            &["-NR", "9:h:9", "h"],
+            &["-A", "h", "true"],
+            &["-J", "jump", "h", "true"],
+            &["-o", "ProxyCommand=nc %h %p", "h", "true"],
+            &["-oForwardAgent=yes", "h", "true"],
+            &["-o", "LocalForward 1 h:1", "h"],
+            &["-f", "h", "true"],
+        ] {
+            let e = p(args).unwrap_err().to_string();
+            assert!(e.contains("which mn-ssh does not do"), "{args:?}: {e}");
+        }
+        assert!(p(&["-o", "ProxyCommand=none", "-o", "ForwardX11=no", "h"]).is_ok());
+    }
+
+    #[test]
+    fn glob_patterns() {
+        assert!(glob_match("LC_*", "LC_ALL"));
+        assert!(glob_match("LC_*", "LC_"));
+        assert!(!glob_match("LC_*", "LANG"));
+        assert!(glob_match("*", "X"));
+        assert!(glob_match("L?NG", "LANG"));
+        assert!(glob_match("*_PROTO*", "GIT_PROTOCOL"));
+        assert!(!glob_match("GIT", "GIT_PROTOCOL"));
     }
 }

@@ -1,0 +1,187 @@
+//! This process's stdout and stderr, for relayed bytes and for messages:
+//! unbuffered writes to fds 1 and 2 that never panic (std's `print!` panics
+//! on a closed pipe), and the one rule for what a failed write means.
+//!
+//! A write that fails ends the relay that made it: a closed pipe (`| head`)
+//! is the reader's choice and ends it quietly with 141 (128 + SIGPIPE, as a
+//! process killed by SIGPIPE), any other failure (`> /dev/full`) the same,
+//! with one line saying why when stderr can still take it.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::mem::ManuallyDrop;
+use std::os::fd::FromRawFd;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+/// One of this process's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fd {
+    Out,
+    Err,
+}
+
+impl Fd {
+    fn raw(self) -> i32 {
+        match self {
+            Fd::Out => 1,
+            Fd::Err => 2,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Fd::Out => "stdout",
+            Fd::Err => "stderr",
+        }
+    }
+}
+
+/// fd 1 or 2 as a `File` that is never closed by this handle.
+fn file(fd: Fd) -> ManuallyDrop<File> {
+    // SAFETY: fds 1 and 2 stay open for the life of the process (a closed
+    // stdout is replaced by /dev/null, never left free: see `close_stdout`);
+    // ManuallyDrop keeps this handle from closing them.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(fd.raw()) })
+}
+
+/// Writes all of `data` to `fd`, unbuffered (EINTR is retried).
+pub(crate) fn write_all(fd: Fd, data: &[u8]) -> io::Result<()> {
+    file(fd).write_all(data)
+}
+
+/// A message on stderr. A closed or failing stderr is ignored: there is
+/// nowhere else to say it.
+pub(crate) fn eprint(text: &str) {
+    let _ = write_all(Fd::Err, text.as_bytes());
+}
+
+/// Text on stdout; a failure is returned (see [`failure_line`]).
+pub(crate) fn print(text: &str) -> io::Result<()> {
+    write_all(Fd::Out, text.as_bytes())
+}
+
+/// Prints `text` on stdout for `program`: exit code 0, or the code of a
+/// failed write (141, with a line on stderr unless the pipe was closed).
+pub(crate) fn print_or_code(program: &str, text: &str) -> i32 {
+    match print(text) {
+        Ok(()) => crate::exit_code::SUCCESS,
+        Err(e) => {
+            if let Some(line) = failure_line(program, Fd::Out, &e) {
+                eprint(&line);
+            }
+            failure_code()
+        }
+    }
+}
+
+/// The reader of stdout is done (the remote side sent EOF): fd 1 becomes
+/// /dev/null, so the reader sees EOF now while fd 1 stays taken (a closed fd
+/// 1 would be handed to the next file or socket this process opens).
+pub(crate) fn close_stdout() {
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+    }
+}
+
+/// Whether a failed write means the reader went away.
+pub(crate) fn is_closed_pipe(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::BrokenPipe
+}
+
+/// What to say about a failed write: nothing for a closed pipe, else one line.
+pub(crate) fn failure_line(program: &str, fd: Fd, e: &io::Error) -> Option<String> {
+    (!is_closed_pipe(e)).then(|| format!("{program}: error: cannot write to {}: {e}\n", fd.name()))
+}
+
+/// The exit code of a relay ended by a failed write: 141, as a process
+/// killed by SIGPIPE.
+pub(crate) fn failure_code() -> i32 {
+    crate::exit_code::from_signal(libc::SIGPIPE)
+}
+
+enum Op {
+    Write(Fd, Bytes),
+    CloseStdout,
+}
+
+/// Writes chunks to fds 1 and 2 in the order they are given, on a thread of
+/// its own: a slow reader blocks that thread and, through the bounded queue,
+/// the sender, never the async runtime. Every chunk is written as soon as it
+/// is taken: no line logic, no buffer.
+pub(crate) struct StdioWriter {
+    tx: Option<mpsc::Sender<Op>>,
+    failed: oneshot::Receiver<(Fd, io::Error)>,
+    failure: Option<(Fd, io::Error)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Chunks queued for the thread before the sender waits (each at most an
+/// SSH packet, 32 KiB).
+const QUEUE: usize = 8;
+
+impl StdioWriter {
+    pub(crate) fn start() -> io::Result<Self> {
+        let (tx, mut rx) = mpsc::channel::<Op>(QUEUE);
+        let (failed_tx, failed) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("mn-stdio".into())
+            .spawn(move || {
+                while let Some(op) = rx.blocking_recv() {
+                    match op {
+                        Op::Write(fd, data) => {
+                            if let Err(e) = write_all(fd, &data) {
+                                let _ = failed_tx.send((fd, e));
+                                return;
+                            }
+                        }
+                        Op::CloseStdout => close_stdout(),
+                    }
+                }
+            })?;
+        Ok(StdioWriter {
+            tx: Some(tx),
+            failed,
+            failure: None,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `data` for `fd`; waits while the queue is full. An error means
+    /// a write failed: [`StdioWriter::finish`] says which.
+    pub(crate) async fn write(&self, fd: Fd, data: Bytes) -> Result<(), ()> {
+        let tx = self.tx.as_ref().ok_or(())?;
+        tx.send(Op::Write(fd, data)).await.map_err(|_| ())
+    }
+
+    /// After what is queued, stdout's reader sees EOF (see [`close_stdout`]).
+    pub(crate) async fn close_stdout(&self) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Op::CloseStdout).await;
+        }
+    }
+
+    /// Resolves when a write failed (kept for [`StdioWriter::finish`]).
+    pub(crate) async fn failed(&mut self) {
+        if self.failure.is_some() {
+            return;
+        }
+        match (&mut self.failed).await {
+            Ok(failure) => self.failure = Some(failure),
+            // The thread ended without a failure: only after `finish`.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Writes what is queued and ends the thread; returns the failure, if a
+    /// write failed.
+    pub(crate) async fn finish(mut self) -> Option<(Fd, io::Error)> {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        self.failure.take().or_else(|| self.failed.try_recv().ok())
+    }
+}
