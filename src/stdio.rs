@@ -8,12 +8,13 @@
 //! with one line saying why when stderr can still take it.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
-use std::os::fd::FromRawFd;
+use std::os::fd::{BorrowedFd, FromRawFd};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use tokio::sync::{mpsc, oneshot};
 
 /// One of this process's output streams.
@@ -47,9 +48,86 @@ fn file(fd: Fd) -> ManuallyDrop<File> {
     ManuallyDrop::new(unsafe { File::from_raw_fd(fd.raw()) })
 }
 
-/// Writes all of `data` to `fd`, unbuffered (EINTR is retried).
+/// Writes all of `data` to `fd`, unbuffered (EINTR is retried, EAGAIN waited out).
 pub(crate) fn write_all(fd: Fd, data: &[u8]) -> io::Result<()> {
-    file(fd).write_all(data)
+    FdWriter(fd).write_all(data)
+}
+
+/// fd 1 or 2 as a `Write`: unbuffered, and patient with a non-blocking fd.
+/// rsync and git make their pipes O_NONBLOCK, and the pipe's other end, our
+/// fd, shares that flag: a full pipe then answers EAGAIN, which waits for
+/// room (poll) instead of failing.
+pub(crate) struct FdWriter(pub(crate) Fd);
+
+impl Write for FdWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match file(self.0).write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    wait_for(self.0.raw(), PollFlags::POLLOUT)?
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until `fd` is ready for `events` (or in error, which the next
+/// read or write then reports).
+fn wait_for(fd: i32, events: PollFlags) -> io::Result<()> {
+    // SAFETY: fds 0, 1 and 2 stay open for the life of the process.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    loop {
+        match nix::poll::poll(&mut [PollFd::new(fd, events)], PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Reads fd 0 into `buf`, waiting out EAGAIN (see [`FdWriter`]); 0 is EOF.
+fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: fd 0 stays open for the life of the process; ManuallyDrop
+    // keeps this handle from closing it.
+    let mut stdin = ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
+    loop {
+        match stdin.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_for(0, PollFlags::POLLIN)?,
+            other => return other,
+        }
+    }
+}
+
+/// Reads stdin on a thread of its own and hands over each chunk as it is
+/// read (at most 64 KiB), at the pace the receiver takes them; the channel
+/// closes at EOF or on a read error. The thread may stay parked in a read
+/// after the receiver is gone: it holds nothing, and ends with the process.
+pub(crate) fn stdin_chunks() -> mpsc::Receiver<Bytes> {
+    let (tx, rx) = mpsc::channel(4);
+    let spawned = std::thread::Builder::new()
+        .name("mn-stdin".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match read_stdin(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if tx.blocking_send(Bytes::copy_from_slice(&buf[..n])).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    // Without a thread, stdin reads as empty (the sender is dropped).
+    drop(spawned);
+    rx
 }
 
 /// A message on stderr. A closed or failing stderr is ignored: there is

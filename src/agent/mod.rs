@@ -4,6 +4,7 @@
 //! - `server`: accepting and authenticating connections, one task per channel.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
+//! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
@@ -14,6 +15,7 @@ mod init;
 mod keeper;
 mod lifecycle;
 mod server;
+mod sftp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

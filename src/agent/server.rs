@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::command::{self, Request};
-use super::{Shared, control};
+use super::{Shared, control, sftp};
 
 /// When the agent stops, how long a client may take to close its connection
 /// after its commands ended, before the agent disconnects it.
@@ -305,15 +305,22 @@ impl russh::server::Handler for ConnHandler {
     async fn subsystem_request(
         &mut self,
         channel: ChannelId,
-        _name: &str,
+        name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        session.channel_failure(channel)?;
+        // The channel's task serves it (it gets the request too).
+        if name == sftp::NAME {
+            session.channel_success(channel)?;
+        } else {
+            debug!(peer = %self.peer, name, "unknown subsystem refused");
+            session.channel_failure(channel)?;
+        }
         Ok(())
     }
 }
 
-/// Collects `env` requests until `exec` (or `shell`), then runs the request.
+/// Collects `env` requests until `exec`, `shell` or the `sftp` subsystem,
+/// then serves the request.
 async fn serve_channel(
     channel: Channel<Msg>,
     handle: russh::server::Handle,
@@ -336,6 +343,10 @@ async fn serve_channel(
             }) => env.push((variable_name, variable_value)),
             Some(ChannelMsg::Exec { command, .. }) => break command,
             Some(ChannelMsg::RequestShell { .. }) => break b"exec sh".to_vec(),
+            Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::NAME => {
+                sftp::serve(rx, tx, shared, conn).await;
+                return;
+            }
             Some(ChannelMsg::Eof | ChannelMsg::Close) | None => return,
             Some(_) => {}
         }

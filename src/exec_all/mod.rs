@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::AsyncReadExt;
 use tokio::sync::{Semaphore, mpsc};
 
 pub use dispatch::CancelReason;
@@ -531,14 +530,8 @@ fn relay_command(
 /// Reads exec_all's stdin and gives every chunk to every node, at the pace of
 /// the slowest; a node that ended is skipped.
 async fn broadcast_stdin(txs: Vec<mpsc::Sender<Bytes>>) {
-    let mut stdin = tokio::io::stdin();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = match stdin.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let chunk = Bytes::copy_from_slice(&buf[..n]);
+    let mut stdin = crate::stdio::stdin_chunks();
+    while let Some(chunk) = stdin.recv().await {
         for tx in &txs {
             let _ = tx.send(chunk.clone()).await;
         }

@@ -17,14 +17,13 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IsTerminal, Write};
-use std::os::fd::FromRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
-use crate::stdio::Fd;
+use crate::stdio::{Fd, FdWriter};
 
 /// A line longer than this is passed on in pieces instead of held whole.
 const MAX_PARTIAL_LINE: usize = 1024 * 1024;
@@ -154,11 +153,8 @@ fn writer_loop(
             let _ = closed.send(());
         }
     };
-    // SAFETY: fds 1 and 2 stay open for the life of the process; ManuallyDrop
-    // keeps these handles from closing them.
-    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
-    let mut err = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(2) });
-    let mut out = io::BufWriter::with_capacity(256 * 1024, &mut *out);
+    let mut err = FdWriter(Fd::Err);
+    let mut out = io::BufWriter::with_capacity(256 * 1024, FdWriter(Fd::Out));
     let progress_allowed = io::stderr().is_terminal();
     let mut progress_shown = false;
     while let Some(msg) = rx.blocking_recv() {

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use russh::ChannelMsg;
-use tokio::io::AsyncReadExt;
 use tracing::debug;
 
 use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Start, Target};
@@ -273,16 +272,10 @@ pub async fn run(
         let no_stdin = inv.no_stdin;
         tokio::spawn(async move {
             if !no_stdin {
-                let mut stdin = tokio::io::stdin();
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match stdin.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if tx.data_bytes(buf[..n].to_vec()).await.is_err() {
-                                return;
-                            }
-                        }
+                let mut stdin = stdio::stdin_chunks();
+                while let Some(chunk) = stdin.recv().await {
+                    if tx.data_bytes(chunk).await.is_err() {
+                        return;
                     }
                 }
             }

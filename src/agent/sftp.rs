@@ -1,0 +1,575 @@
+//! The `sftp` subsystem: SFTP version 3, as OpenSSH's `sftp`, `scp` (SFTP
+//! mode, its default) and `sftp -S mn-ssh` speak it, served in the agent's
+//! own process on this machine's files, as the agent's user, relative paths
+//! from the agent's working directory (where its commands run).
+//!
+//! The protocol (packets, their encoding, one answer per request) is the
+//! russh-sftp crate's; this module only maps requests to file operations.
+//! No process is started (an image may have no `sftp-server`), so nothing
+//! can outlive the channel: the session's task ends, and its open files
+//! close, when the client closes the channel, the connection is lost or the
+//! agent stops.
+//!
+//! Limits: names must be UTF-8 (the crate's protocol types are strings); no
+//! `statvfs` (sftp's `df`).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use russh::server::Msg;
+use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
+use russh_sftp::extensions::{self, FsyncExtension, HardlinkExtension, LimitsExtension};
+use russh_sftp::protocol::{
+    Attrs, Data, ExtendedReply, File as Entry, FileAttributes, Handle, Name, OpenFlags, Packet,
+    Status, StatusCode, Version,
+};
+use russh_sftp::server::StatusReply;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::Shared;
+
+/// The subsystem's name in the SSH request.
+pub(crate) const NAME: &str = "sftp";
+/// Bytes in flight between the channel and the protocol task, each way.
+const PIPE: usize = 256 * 1024;
+/// As OpenSSH's sftp-server: packets up to 256 KiB, reads and writes up to
+/// 255 KiB (clients use this size when the server states it).
+const MAX_PACKET: u64 = 256 * 1024;
+const MAX_IO: u32 = 255 * 1024;
+/// Directory entries per READDIR answer.
+const ENTRIES_PER_ANSWER: usize = 128;
+/// `posix-rename@openssh.com`: rename that replaces the target.
+const POSIX_RENAME: &str = "posix-rename@openssh.com";
+
+/// Serves SFTP on the channel until the client closes it, the connection
+/// ends or the agent stops; then closes the channel.
+pub(crate) async fn serve(
+    mut rx: ChannelReadHalf,
+    tx: ChannelWriteHalf<Msg>,
+    shared: Arc<Shared>,
+    conn: CancellationToken,
+) {
+    let id = tx.id();
+    debug!(channel = %id, "sftp session started");
+    let (ours, theirs) = tokio::io::duplex(PIPE);
+    // The crate runs the protocol on its own task, on `theirs`; it ends when
+    // `ours` is dropped (its reads see EOF), dropping the open files.
+    russh_sftp::server::run(theirs, Files::default()).await;
+    let (mut from_sftp, mut to_sftp) = tokio::io::split(ours);
+    let tx = Arc::new(tx);
+    let inbound = async {
+        // At the pace the protocol task takes requests: a full pipe stops
+        // this loop, which stops the channel's bounded queue.
+        while let Some(msg) = rx.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => {
+                    if to_sftp.write_all(&data).await.is_err() {
+                        break;
+                    }
+                }
+                ChannelMsg::Eof => {
+                    let _ = to_sftp.shutdown().await;
+                }
+                ChannelMsg::Close => break,
+                _ => {}
+            }
+        }
+    };
+    let outbound = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from_sftp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx
+                        .data_bytes(Bytes::copy_from_slice(&buf[..n]))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let finished = tokio::select! {
+        () = inbound => false,
+        () = outbound => true,
+        () = conn.cancelled() => false,
+        () = shared.shutdown.cancelled() => false,
+    };
+    if finished {
+        // The protocol task ended (the client sent EOF): as sshd does when
+        // its sftp-server exits.
+        let _ = tx.exit_status(0).await;
+        let _ = tx.eof().await;
+    }
+    let _ = tx.close().await;
+    debug!(channel = %id, "sftp session ended");
+}
+
+/// Open files and directories of one session, by handle.
+#[derive(Default)]
+struct Files {
+    open: HashMap<String, Open>,
+    next: u64,
+}
+
+enum Open {
+    File(Arc<File>),
+    /// A directory's entries, read at OPENDIR, handed out by READDIR.
+    Dir(PathBuf, VecDeque<String>),
+}
+
+type Reply<T> = Result<T, StatusReply>;
+
+fn io_error(e: io::Error) -> StatusReply {
+    let code = match e.kind() {
+        io::ErrorKind::NotFound => StatusCode::NoSuchFile,
+        io::ErrorKind::PermissionDenied => StatusCode::PermissionDenied,
+        _ => StatusCode::Failure,
+    };
+    code.with_message(e.to_string())
+}
+
+fn ok(id: u32) -> Status {
+    Status {
+        id,
+        status_code: StatusCode::Ok,
+        error_message: "Success".into(),
+        language_tag: "en-US".into(),
+    }
+}
+
+/// Runs a blocking file operation off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Reply<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(io_error),
+        Err(_) => Err(StatusCode::Failure.with_message("the file operation failed")),
+    }
+}
+
+/// The attributes SFTP carries, from a file's metadata (type bits included).
+fn attributes(meta: &fs::Metadata) -> FileAttributes {
+    FileAttributes {
+        size: Some(meta.len()),
+        uid: Some(meta.uid()),
+        gid: Some(meta.gid()),
+        permissions: Some(meta.mode()),
+        atime: Some(meta.atime().clamp(0, u32::MAX as i64) as u32),
+        mtime: Some(meta.mtime().clamp(0, u32::MAX as i64) as u32),
+        ..Default::default()
+    }
+}
+
+/// Applies SETSTAT/FSETSTAT attributes: size, owner, mode, times.
+fn set_attributes(path: &Path, file: Option<&File>, attrs: &FileAttributes) -> io::Result<()> {
+    if let Some(size) = attrs.size {
+        match file {
+            Some(f) => f.set_len(size)?,
+            None => OpenOptions::new().write(true).open(path)?.set_len(size)?,
+        }
+    }
+    if attrs.uid.is_some() || attrs.gid.is_some() {
+        match file {
+            Some(f) => std::os::unix::fs::fchown(f, attrs.uid, attrs.gid)?,
+            None => std::os::unix::fs::chown(path, attrs.uid, attrs.gid)?,
+        }
+    }
+    if let Some(mode) = attrs.permissions {
+        let perms = fs::Permissions::from_mode(mode & 0o7777);
+        match file {
+            Some(f) => f.set_permissions(perms)?,
+            None => fs::set_permissions(path, perms)?,
+        }
+    }
+    if let (Some(atime), Some(mtime)) = (attrs.atime, attrs.mtime) {
+        let at = |secs: u32| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.into());
+        let times = fs::FileTimes::new()
+            .set_accessed(at(atime))
+            .set_modified(at(mtime));
+        match file {
+            Some(f) => f.set_times(times)?,
+            None => File::options()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)?
+                .set_times(times)?,
+        }
+    }
+    Ok(())
+}
+
+/// The absolute form of `path`, resolved like realpath(3), where the last
+/// component need not exist (as OpenSSH's sftp-server allows).
+fn real_path(path: &str) -> io::Result<String> {
+    let path = if path.is_empty() { "." } else { path };
+    let resolved = match fs::canonicalize(path) {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let p = Path::new(path);
+            let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                return Err(e);
+            };
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            fs::canonicalize(parent)?.join(name)
+        }
+        Err(e) => return Err(e),
+    };
+    resolved.into_os_string().into_string().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the path is not UTF-8 (SFTP names here must be)",
+        )
+    })
+}
+
+/// A directory entry with `ls -l`'s line (sftp's `ls -l` shows it): the
+/// crate's, with the file type as `ls` writes it.
+fn entry(name: String, attrs: FileAttributes) -> Entry {
+    let mut e = Entry::new(name, attrs);
+    let kind = match e.attrs.permissions.unwrap_or(0) & libc::S_IFMT {
+        libc::S_IFDIR => 'd',
+        libc::S_IFLNK => 'l',
+        libc::S_IFIFO => 'p',
+        libc::S_IFCHR => 'c',
+        libc::S_IFBLK => 'b',
+        libc::S_IFSOCK => 's',
+        _ => '-',
+    };
+    e.longname.replace_range(..1, &kind.to_string());
+    e
+}
+
+impl Files {
+    fn insert(&mut self, open: Open) -> String {
+        self.next += 1;
+        let handle = self.next.to_string();
+        self.open.insert(handle.clone(), open);
+        handle
+    }
+
+    fn file(&self, handle: &str) -> Reply<Arc<File>> {
+        match self.open.get(handle) {
+            Some(Open::File(f)) => Ok(f.clone()),
+            _ => Err(StatusCode::Failure.with_message("no such open file")),
+        }
+    }
+}
+
+impl russh_sftp::server::Handler for Files {
+    type Error = StatusReply;
+
+    fn unimplemented(&self) -> Self::Error {
+        StatusCode::OpUnsupported.into()
+    }
+
+    async fn init(&mut self, version: u32, _extensions: HashMap<String, String>) -> Reply<Version> {
+        debug!(version, "sftp client");
+        let mut v = Version::new();
+        for ext in [
+            POSIX_RENAME,
+            extensions::FSYNC,
+            extensions::HARDLINK,
+            extensions::LIMITS,
+        ] {
+            v.extensions.insert(ext.into(), "1".into());
+        }
+        Ok(v)
+    }
+
+    async fn open(
+        &mut self,
+        id: u32,
+        filename: String,
+        pflags: OpenFlags,
+        attrs: FileAttributes,
+    ) -> Reply<Handle> {
+        let mode = attrs.permissions.unwrap_or(0o666) & 0o7777;
+        let file = blocking(move || {
+            let mut o = OpenOptions::new();
+            o.read(pflags.contains(OpenFlags::READ))
+                .write(pflags.contains(OpenFlags::WRITE))
+                .append(pflags.contains(OpenFlags::APPEND))
+                .truncate(pflags.contains(OpenFlags::TRUNCATE))
+                .mode(mode);
+            if pflags.contains(OpenFlags::EXCLUDE) {
+                o.create_new(true);
+            } else if pflags.contains(OpenFlags::CREATE) {
+                o.create(true);
+            }
+            o.open(filename)
+        })
+        .await?;
+        let handle = self.insert(Open::File(Arc::new(file)));
+        Ok(Handle { id, handle })
+    }
+
+    async fn close(&mut self, id: u32, handle: String) -> Reply<Status> {
+        match self.open.remove(&handle) {
+            Some(_) => Ok(ok(id)),
+            None => Err(StatusCode::Failure.with_message("no such handle")),
+        }
+    }
+
+    async fn read(&mut self, id: u32, handle: String, offset: u64, len: u32) -> Reply<Data> {
+        let file = self.file(&handle)?;
+        let len = len.min(MAX_IO) as usize;
+        let data = blocking(move || {
+            let mut buf = vec![0u8; len];
+            let n = file.read_at(&mut buf, offset)?;
+            buf.truncate(n);
+            Ok(buf)
+        })
+        .await?;
+        if data.is_empty() && len > 0 {
+            return Err(StatusCode::Eof.into());
+        }
+        Ok(Data { id, data })
+    }
+
+    async fn write(
+        &mut self,
+        id: u32,
+        handle: String,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Reply<Status> {
+        let file = self.file(&handle)?;
+        blocking(move || file.write_all_at(&data, offset)).await?;
+        Ok(ok(id))
+    }
+
+    async fn lstat(&mut self, id: u32, path: String) -> Reply<Attrs> {
+        let meta = blocking(move || fs::symlink_metadata(path)).await?;
+        Ok(Attrs {
+            id,
+            attrs: attributes(&meta),
+        })
+    }
+
+    async fn stat(&mut self, id: u32, path: String) -> Reply<Attrs> {
+        let meta = blocking(move || fs::metadata(path)).await?;
+        Ok(Attrs {
+            id,
+            attrs: attributes(&meta),
+        })
+    }
+
+    async fn fstat(&mut self, id: u32, handle: String) -> Reply<Attrs> {
+        let meta = match self.open.get(&handle) {
+            Some(Open::File(f)) => {
+                let f = f.clone();
+                blocking(move || f.metadata()).await?
+            }
+            Some(Open::Dir(path, _)) => {
+                let path = path.clone();
+                blocking(move || fs::metadata(path)).await?
+            }
+            None => return Err(StatusCode::Failure.with_message("no such handle")),
+        };
+        Ok(Attrs {
+            id,
+            attrs: attributes(&meta),
+        })
+    }
+
+    async fn setstat(&mut self, id: u32, path: String, attrs: FileAttributes) -> Reply<Status> {
+        blocking(move || set_attributes(Path::new(&path), None, &attrs)).await?;
+        Ok(ok(id))
+    }
+
+    async fn fsetstat(&mut self, id: u32, handle: String, attrs: FileAttributes) -> Reply<Status> {
+        let file = self.file(&handle)?;
+        blocking(move || set_attributes(Path::new(""), Some(&file), &attrs)).await?;
+        Ok(ok(id))
+    }
+
+    async fn opendir(&mut self, id: u32, path: String) -> Reply<Handle> {
+        let dir = PathBuf::from(&path);
+        let names = blocking(move || {
+            let mut names: VecDeque<String> = [".".to_string(), "..".to_string()].into();
+            for e in fs::read_dir(&path)? {
+                // A name that is not UTF-8 cannot be said in this protocol: left out.
+                if let Ok(name) = e?.file_name().into_string() {
+                    names.push_back(name);
+                }
+            }
+            Ok(names)
+        })
+        .await?;
+        let handle = self.insert(Open::Dir(dir, names));
+        Ok(Handle { id, handle })
+    }
+
+    async fn readdir(&mut self, id: u32, handle: String) -> Reply<Name> {
+        let Some(Open::Dir(dir, names)) = self.open.get_mut(&handle) else {
+            return Err(StatusCode::Failure.with_message("no such open directory"));
+        };
+        if names.is_empty() {
+            return Err(StatusCode::Eof.into());
+        }
+        let take = names.len().min(ENTRIES_PER_ANSWER);
+        let batch: Vec<String> = names.drain(..take).collect();
+        let dir = dir.clone();
+        let files = blocking(move || {
+            Ok(batch
+                .into_iter()
+                .filter_map(|name| {
+                    // An entry removed since OPENDIR is left out.
+                    let meta = fs::symlink_metadata(dir.join(&name)).ok()?;
+                    Some(entry(name, attributes(&meta)))
+                })
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        Ok(Name { id, files })
+    }
+
+    async fn remove(&mut self, id: u32, filename: String) -> Reply<Status> {
+        blocking(move || fs::remove_file(filename)).await?;
+        Ok(ok(id))
+    }
+
+    async fn mkdir(&mut self, id: u32, path: String, attrs: FileAttributes) -> Reply<Status> {
+        let mode = attrs.permissions.unwrap_or(0o777) & 0o7777;
+        blocking(move || fs::DirBuilder::new().mode(mode).create(path)).await?;
+        Ok(ok(id))
+    }
+
+    async fn rmdir(&mut self, id: u32, path: String) -> Reply<Status> {
+        blocking(move || fs::remove_dir(path)).await?;
+        Ok(ok(id))
+    }
+
+    async fn realpath(&mut self, id: u32, path: String) -> Reply<Name> {
+        let real = blocking(move || real_path(&path)).await?;
+        Ok(Name {
+            id,
+            files: vec![Entry::dummy(real)],
+        })
+    }
+
+    async fn rename(&mut self, id: u32, oldpath: String, newpath: String) -> Reply<Status> {
+        // SFTP v3's rename does not replace an existing target (OpenSSH's
+        // sftp-server neither); `posix-rename@openssh.com` does.
+        blocking(move || {
+            if fs::symlink_metadata(&newpath).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{newpath} exists"),
+                ));
+            }
+            fs::rename(oldpath, newpath)
+        })
+        .await?;
+        Ok(ok(id))
+    }
+
+    async fn readlink(&mut self, id: u32, path: String) -> Reply<Name> {
+        let target = blocking(move || {
+            fs::read_link(path)?
+                .into_os_string()
+                .into_string()
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, "the link's target is not UTF-8")
+                })
+        })
+        .await?;
+        Ok(Name {
+            id,
+            files: vec![Entry::dummy(target)],
+        })
+    }
+
+    async fn symlink(&mut self, id: u32, linkpath: String, targetpath: String) -> Reply<Status> {
+        // OpenSSH sends the two paths in the opposite order to the draft
+        // (target first, then the link's path), and every client follows it:
+        // the crate's `linkpath` is the target.
+        let (target, link) = (linkpath, targetpath);
+        blocking(move || std::os::unix::fs::symlink(target, link)).await?;
+        Ok(ok(id))
+    }
+
+    async fn extended(&mut self, id: u32, request: String, data: Vec<u8>) -> Reply<Packet> {
+        let mut data = Bytes::from(data);
+        let bad = |_| StatusReply::from(StatusCode::BadMessage);
+        match request.as_str() {
+            POSIX_RENAME => {
+                // The same two paths as a hard link's.
+                let paths: HardlinkExtension =
+                    russh_sftp::de::from_bytes(&mut data).map_err(bad)?;
+                blocking(move || fs::rename(paths.oldpath, paths.newpath)).await?;
+                Ok(ok(id).into())
+            }
+            extensions::HARDLINK => {
+                let link: HardlinkExtension = russh_sftp::de::from_bytes(&mut data).map_err(bad)?;
+                blocking(move || fs::hard_link(link.oldpath, link.newpath)).await?;
+                Ok(ok(id).into())
+            }
+            extensions::FSYNC => {
+                let sync: FsyncExtension = russh_sftp::de::from_bytes(&mut data).map_err(bad)?;
+                let file = self.file(&sync.handle)?;
+                blocking(move || file.sync_all()).await?;
+                Ok(ok(id).into())
+            }
+            extensions::LIMITS => {
+                let limits = LimitsExtension {
+                    max_packet_len: MAX_PACKET,
+                    max_read_len: MAX_IO.into(),
+                    max_write_len: MAX_IO.into(),
+                    max_open_handles: 0,
+                };
+                let data = russh_sftp::ser::to_bytes(&limits)
+                    .map_err(|_| StatusReply::from(StatusCode::Failure))?
+                    .to_vec();
+                Ok(ExtendedReply { id, data }.into())
+            }
+            _ => Err(StatusCode::OpUnsupported.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_path_allows_a_missing_last_component() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let missing = base.join("new-file");
+        assert_eq!(
+            real_path(missing.to_str().unwrap()).unwrap(),
+            missing.to_str().unwrap()
+        );
+        let dotted = format!("{}/./x/..", base.display());
+        assert_eq!(real_path(&dotted).ok(), None, "x does not exist");
+        std::fs::create_dir(base.join("x")).unwrap();
+        assert_eq!(real_path(&dotted).unwrap(), base.to_str().unwrap());
+    }
+
+    #[test]
+    fn attributes_keep_the_file_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink("target", &link).unwrap();
+        let attrs = attributes(&fs::symlink_metadata(&link).unwrap());
+        assert!(attrs.is_symlink() && !attrs.is_dir());
+        let attrs = attributes(&fs::metadata(dir.path()).unwrap());
+        assert!(attrs.is_dir());
+    }
+}
