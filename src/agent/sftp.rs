@@ -69,11 +69,7 @@ pub(crate) async fn serve(
         // this loop, which stops the channel's bounded queue.
         while let Some(msg) = rx.wait().await {
             match msg {
-                ChannelMsg::Data { data } => {
-                    if to_sftp.write_all(&data).await.is_err() {
-                        break;
-                    }
-                }
+                ChannelMsg::Data { data } if to_sftp.write_all(&data).await.is_err() => break,
                 ChannelMsg::Eof => {
                     let _ = to_sftp.shutdown().await;
                 }
