@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use crate::util::*;
 
-/// A private `sshd` on 127.0.0.1 with throwaway host and client keys.
-struct Sshd {
+/// A private `sshd` on 127.0.0.1 with throwaway host and client keys; it
+/// serves `sftp` (internal-sftp) and accepts `LANG`, `LC_*` and
+/// `GIT_PROTOCOL` from clients, as distributions' configurations do.
+pub(crate) struct Sshd {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     dir: tempfile::TempDir,
 }
 
 impl Sshd {
-    fn start() -> Sshd {
+    pub(crate) fn start() -> Sshd {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         for name in ["host_key", "client_key"] {
@@ -38,7 +40,8 @@ impl Sshd {
             "ListenAddress 127.0.0.1:{port}\nHostKey {d}/host_key\nPidFile none\n\
              AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin prohibit-password\n\
              PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-             UsePAM no\nStrictModes no\nUseDNS no\nPrintMotd no\nLogLevel ERROR\nMaxStartups 100\n",
+             UsePAM no\nStrictModes no\nUseDNS no\nPrintMotd no\nLogLevel ERROR\nMaxStartups 100\n\
+             Subsystem sftp internal-sftp\nAcceptEnv LANG LC_* GIT_PROTOCOL\n",
             d = d.display()
         );
         std::fs::write(d.join("sshd_config"), config).unwrap();
@@ -69,7 +72,7 @@ impl Sshd {
         Sshd { child, port, dir }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -81,7 +84,7 @@ impl Sshd {
     }
 
     /// `mn-ssh` to this sshd with the user's key (no job secret: OpenSSH mode).
-    fn mn_ssh(&self) -> Command {
+    pub(crate) fn mn_ssh(&self) -> Command {
         let mut c = cmd(&mn_ssh());
         c.env_remove("MULTINODE_SECRET")
             .arg("-p")
