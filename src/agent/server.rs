@@ -336,11 +336,21 @@ async fn serve_channel(
             () = shared.shutdown.cancelled() => return,
         };
         match msg {
+            // Every variable a client of the job sends is taken (it could as
+            // well run `env NAME=VALUE cmd`): LANG, LC_*, GIT_PROTOCOL (git's
+            // protocol v2), exec_all's contract. Only what cannot be a
+            // variable is dropped, as sshd drops what AcceptEnv does not name.
             Some(ChannelMsg::SetEnv {
                 variable_name,
                 variable_value,
                 ..
-            }) => env.push((variable_name, variable_value)),
+            }) => {
+                if is_env_name(&variable_name) && !variable_value.contains('\0') {
+                    env.push((variable_name, variable_value));
+                } else {
+                    debug!(name = ?variable_name, "env request ignored: not a variable");
+                }
+            }
             Some(ChannelMsg::Exec { command, .. }) => break command,
             Some(ChannelMsg::RequestShell { .. }) => break b"exec sh".to_vec(),
             Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::NAME => {
@@ -356,4 +366,9 @@ async fn serve_channel(
         return;
     }
     command::run(Request { command, env }, rx, tx, handle, shared, conn).await;
+}
+
+/// A name `env` requests may set: not empty, no `=`, no NUL.
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
 }

@@ -43,8 +43,10 @@ Runs COMMAND on HOST with ssh semantics: through the job's `multinode agent`
 when MULTINODE_SECRET (or MULTINODE_SECRET_FILE) is set, else through the
 host's OpenSSH server with your keys. Accepted options: -p PORT, -l USER,
 -i KEY, -o Key=Value (Port, User, IdentityFile, ConnectTimeout,
-StrictHostKeyChecking, UserKnownHostsFile), -n, -q, -v, and the flags
-mpirun and MPICH pass (-x, -T, -F FILE, ...). See docs/mn-ssh.md.
+StrictHostKeyChecking, UserKnownHostsFile, SendEnv, SetEnv), -s (a
+subsystem: mn-ssh -s HOST sftp), -G, -n, -q, -v, and the flags mpirun,
+MPICH, scp, sftp, rsync and git pass (-x, -T, -F FILE, ...). Forwarding
+(-L, -R, -D, -A, -X, ...) is refused. See docs/mn-ssh.md.
 ";
 
 pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
