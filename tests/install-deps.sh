@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use as real peers and tools:
-# OpenSSH (client and server), rsync and git (real clients through mn-ssh), the parallel shells multinode is compared
-# with, both MPI stacks, the shells the helper is checked with, debootstrap
-# for the cluster tests' base image. Does nothing when all are present.
+# OpenSSH (client and server), rsync and git (real clients through mn-ssh),
+# the parallel shells multinode is compared with, both MPI stacks, the
+# shells the helper is checked with, debootstrap for the cluster tests'
+# base image. Does nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
