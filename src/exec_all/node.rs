@@ -235,8 +235,19 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     let mut abandoned = false;
     loop {
         let flush_at = task.sink.flush_at();
+        // In this order: orders first; bytes already here before the timer of
+        // a partial line, which is then only due if the node really is quiet.
         tokio::select! {
-            () = flush_quiet(flush_at) => task.sink.flush_due().await,
+            biased;
+            ctl = task.control.recv() => match ctl {
+                Some(Control::Signal(signo)) => {
+                    let _ = tx.signal(signal_to_sig(signo)).await;
+                }
+                Some(Control::Abandon) | None => {
+                    abandoned = true;
+                    break;
+                }
+            },
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
                 Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
@@ -250,15 +261,7 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
                 Some(ChannelMsg::Close) | None => break,
                 Some(_) => {}
             },
-            ctl = task.control.recv() => match ctl {
-                Some(Control::Signal(signo)) => {
-                    let _ = tx.signal(signal_to_sig(signo)).await;
-                }
-                Some(Control::Abandon) | None => {
-                    abandoned = true;
-                    break;
-                }
-            },
+            () = flush_quiet(flush_at) => task.sink.flush_due().await,
         }
     }
     stdin.abort();

@@ -27,10 +27,11 @@ use crate::stdio::{Fd, FdWriter};
 
 /// A line longer than this is passed on in pieces instead of held whole.
 const MAX_PARTIAL_LINE: usize = 1024 * 1024;
-/// A partial line is written once its node has been quiet this long...
-pub const QUIET: Duration = Duration::from_millis(100);
+/// A partial line is written once its node has been quiet this long (long
+/// enough that a node streaming lines seldom stalls that long mid-line)...
+pub const QUIET: Duration = Duration::from_millis(150);
 /// ... or once it has waited this long, however its node drips.
-pub const MAX_HOLD: Duration = Duration::from_millis(500);
+pub const MAX_HOLD: Duration = Duration::from_secs(1);
 /// Blocks queued for the writer before nodes wait.
 const WRITER_QUEUE: usize = 256;
 /// Lines of each node kept for the failure report.

@@ -352,9 +352,15 @@ fn kill_9_of_exec_all_leaves_no_process_on_any_node() {
 fn heavy_output_from_16_nodes_keeps_lines_whole_and_complete() {
     let cluster = Cluster::start(16);
     let lines_per_node = 20_000;
-    let pad = "x".repeat(50);
+    // Lines of exactly 64 bytes: sed's 4 KiB writes hold whole lines, so a
+    // line is partial in transit only where SSH cuts a packet or the window
+    // ends, and the rest follows at once. (A node that stalls mid-line for
+    // the quiet time, 150 ms, has its partial line written: a loaded machine
+    // must not turn this test into a test of that.)
+    let pad = "x".repeat(44);
     let script = format!(
-        "seq 0 {} | sed \"s/.*/rank=$RANK line=& {pad}/\"; printf 'tail-%s' \"$RANK\"",
+        "r=$(printf %02d \"$RANK\"); seq -f %05g 0 {} | sed \"s/.*/rank=$r line=& {pad}/\"; \
+         printf 'tail-%s' \"$RANK\"",
         lines_per_node - 1
     );
     for label in [false, true] {
@@ -414,7 +420,7 @@ fn heavy_output_from_16_nodes_keeps_lines_whole_and_complete() {
         let expected: usize = (0..16)
             .map(|rank| {
                 (0..lines_per_node)
-                    .map(|i| format!("rank={rank} line={i} {pad}\n").len())
+                    .map(|i| format!("rank={rank:02} line={i:05} {pad}\n").len())
                     .sum::<usize>()
                     + format!("tail-{rank}").len()
             })
