@@ -505,16 +505,29 @@ impl NodeSink {
 /// `\r` alone (a progress bar's update, which keeps its `\r`); the last
 /// line, if it has no end, gets a newline.
 fn labelled(label: &[u8], block: &[u8]) -> Vec<u8> {
-    let lines = memchr::memchr2_iter(b'\n', b'\r', block).count() + 1;
+    // Most blocks have no `\r`: one fast scan says so, and the lines are cut
+    // by the single-byte search (the relay's hot path with `--label`).
+    let has_cr = memchr::memchr(b'\r', block).is_some();
+    let lines = memchr::memchr_iter(b'\n', block).count() + 1;
     let mut out = Vec::with_capacity(block.len() + lines * label.len() + 1);
     let mut start = 0;
-    for end in memchr::memchr2_iter(b'\n', b'\r', block) {
-        if block[end] == b'\r' && block.get(end + 1) == Some(&b'\n') {
-            continue;
-        }
+    let mut line = |end: usize, out: &mut Vec<u8>| {
         out.extend_from_slice(label);
         out.extend_from_slice(&block[start..=end]);
         start = end + 1;
+    };
+    if has_cr {
+        for end in memchr::memchr2_iter(b'\n', b'\r', block) {
+            if block[end] == b'\r' && block.get(end + 1) == Some(&b'\n') {
+                continue;
+            }
+            out.reserve(label.len());
+            line(end, &mut out);
+        }
+    } else {
+        for end in memchr::memchr_iter(b'\n', block) {
+            line(end, &mut out);
+        }
     }
     if start < block.len() {
         out.extend_from_slice(label);
