@@ -233,8 +233,9 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     };
     let mut status = None;
     let mut abandoned = false;
+    let mut timer = FlushTimer::new();
     loop {
-        let flush_at = task.sink.flush_at();
+        timer.arm(task.sink.flush_at());
         // In this order: orders first; bytes already here before the timer of
         // a partial line, which is then only due if the node really is quiet.
         tokio::select! {
@@ -261,7 +262,7 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
                 Some(ChannelMsg::Close) | None => break,
                 Some(_) => {}
             },
-            () = flush_quiet(flush_at) => task.sink.flush_due().await,
+            () = timer.wait() => task.sink.flush_due().await,
         }
     }
     stdin.abort();
@@ -331,6 +332,7 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
     let mut status = None;
     let mut exited_at = None;
     let mut abandoned = false;
+    let mut timer = FlushTimer::new();
     loop {
         if status.is_some() && out.done && err.done {
             break;
@@ -341,9 +343,9 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
                 None => std::future::pending().await,
             }
         };
-        let flush_at = task.sink.flush_at();
+        timer.arm(task.sink.flush_at());
         tokio::select! {
-            () = flush_quiet(flush_at) => task.sink.flush_due().await,
+            () = timer.wait() => task.sink.flush_due().await,
             chunk = out.read(), if !out.done => {
                 if let Some(chunk) = chunk { task.sink.feed(Stream::Out, &chunk).await; }
             }
@@ -391,11 +393,42 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
     task.end(outcome);
 }
 
-/// Resolves when the sink's held partial line is due (never, if none is).
-async fn flush_quiet(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// The timer of a sink's held partial line, armed lazily: once when a line
+/// starts to wait, not again for every chunk that moves its deadline on (a
+/// timer per chunk cost the relay a wake-up of the runtime's driver each).
+/// The deadline only moves later, so the timer fires at or before it; the
+/// sink then writes only what is really due, and the timer is armed again.
+struct FlushTimer {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
+}
+
+impl FlushTimer {
+    fn new() -> Self {
+        FlushTimer {
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: false,
+        }
+    }
+
+    fn arm(&mut self, due: Option<tokio::time::Instant>) {
+        match due {
+            None => self.armed = false,
+            Some(at) if !self.armed => {
+                self.sleep.as_mut().reset(at);
+                self.armed = true;
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Resolves when the timer fires (never while it is not armed).
+    async fn wait(&mut self) {
+        if !self.armed {
+            return std::future::pending().await;
+        }
+        self.sleep.as_mut().await;
+        self.armed = false;
     }
 }
 
