@@ -145,6 +145,9 @@ pub enum Script {
 
 /// Inline scripts travel as one argument: Linux limits one to 128 KiB.
 pub const MAX_INLINE_SCRIPT: usize = 100 * 1024;
+/// No script is read past this, from a file or from stdin (`exec_all - <
+/// /dev/zero` must not fill the memory).
+pub const MAX_SCRIPT: usize = 16 * 1024 * 1024;
 
 impl Script {
     /// The `sh` invocation that runs the script with `args` as `$1`...

@@ -22,7 +22,7 @@ pub(crate) struct Interface {
 
 /// The facts about this machine that resolution needs; each is I/O.
 pub(crate) trait Machine {
-    /// A hostfile's text.
+    /// A hostfile's text, at most [`super::hostfile::MAX_HOSTFILE_LEN`] bytes of UTF-8.
     fn read_file(&self, path: &Path) -> io::Result<String>;
     /// `gethostname()`.
     fn hostname(&self) -> Result<String, String>;
@@ -45,7 +45,7 @@ pub(crate) struct System;
 
 impl Machine for System {
     fn read_file(&self, path: &Path) -> io::Result<String> {
-        std::fs::read_to_string(path)
+        crate::read_limit::read_text_at_most(path, super::hostfile::MAX_HOSTFILE_LEN)
     }
 
     fn hostname(&self) -> Result<String, String> {
@@ -209,6 +209,7 @@ eth0\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
             vars.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            Default::default(),
         )
     }
 
