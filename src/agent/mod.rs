@@ -2,6 +2,7 @@
 //! their own process groups, and the job lifecycle around it.
 //!
 //! - `server`: accepting and authenticating connections, one task per channel.
+//! - `login`: the login deadline, limits on connections not logged in yet, penalties.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
@@ -13,6 +14,7 @@ mod control;
 mod init;
 mod keeper;
 mod lifecycle;
+mod login;
 mod server;
 
 use std::net::SocketAddr;
@@ -45,6 +47,8 @@ pub(crate) struct Shared {
     pub bin: std::path::PathBuf,
     /// Ends the commands' groups if this agent dies.
     pub keeper: keeper::Keeper,
+    /// Admits connections and holds them to the login deadline.
+    pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.
     pub grace: Duration,
     /// Variables every command gets on top of the agent's own environment.
@@ -101,6 +105,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode agent")?;
     let listen = listen_addr(&args, &env)?;
+    if args.login_timeout.is_zero() {
+        return Err(Error::usage(
+            "--login-timeout 0 would close every connection before it logs in; give seconds > 0 (default 30)",
+        ));
+    }
     let secret_file = args
         .secret_file
         .as_deref()
@@ -125,6 +134,8 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     init::become_init_if_pid1()?;
     // One descriptor per connection and three per running command.
     crate::process::raise_fd_limit();
+    let limits = login::Limits::new(args.login_timeout);
+    tracing::debug!(?limits, "login limits");
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -142,6 +153,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
             keeper: keeper::Keeper::start(&bin, grace)?,
+            gate: login::Gate::new(limits),
             grace,
             base_env: {
                 let mut vars = job.as_ref().map(crate::env::contract).unwrap_or_default();

@@ -4,6 +4,7 @@ mod runner;
 mod util;
 
 mod agent;
+mod agent_login;
 mod check;
 mod env;
 mod exec_all;
