@@ -88,6 +88,7 @@ pub(crate) async fn run(
         }
     };
     let pgid = child.pgid();
+    shared.keeper.register(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     let stdin = child.child_mut().stdin.take();
     let stdout = child.child_mut().stdout.take();

@@ -149,10 +149,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             ))
         })?;
         info!(%listen, "agent listening");
+        let (keeper, keeper_child) = keeper::Keeper::start(&bin, grace)?;
         let shared = Arc::new(Shared {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
-            keeper: keeper::Keeper::start(&bin, grace)?,
+            keeper,
             gate: login::Gate::new(limits),
             grace,
             base_env: {
@@ -174,17 +175,24 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         });
         let config = Arc::new(server::ssh_config(&shared));
         let server = tokio::spawn(server::serve(listener, shared.clone(), config));
-        let result = match job {
-            None => lifecycle::serve_until_stopped(&shared).await,
-            Some(job) => {
-                let plan = lifecycle::Plan {
-                    job,
-                    argv: args.job,
-                    idle_timeout,
-                    wait_timeout,
-                };
-                lifecycle::run(&shared, plan).await
+        let serving = async {
+            match job {
+                None => lifecycle::serve_until_stopped(&shared).await,
+                Some(job) => {
+                    let plan = lifecycle::Plan {
+                        job,
+                        argv: args.job,
+                        idle_timeout,
+                        wait_timeout,
+                    };
+                    lifecycle::run(&shared, plan).await
+                }
             }
+        };
+        let result = tokio::select! {
+            result = serving => result,
+            // Without a keeper the no-orphan guarantee is gone: stop serving.
+            error = shared.keeper.watch(keeper_child) => Err(error),
         };
         // End every command (their groups get SIGTERM, grace, SIGKILL), then wait for them.
         shared.shutdown.cancel();

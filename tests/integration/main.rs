@@ -8,6 +8,7 @@ mod agent_login;
 mod check;
 mod env;
 mod exec_all;
+mod hardening;
 mod lifecycle;
 mod lifecycle_join;
 mod mpi;
