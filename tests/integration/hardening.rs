@@ -5,6 +5,7 @@
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -323,4 +324,60 @@ fn secrets_are_bytes_and_trailing_newlines_do_not_count_on_either_side() {
         .stdin(Stdio::null());
     let out = c.output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `multinode hosts` on 100 names whose every DNS answer takes 1 s, through
+/// the C library's resolver and a real (tiny, slow) DNS server in a private
+/// network namespace: one after another that is 100 s; at once, a few.
+#[test]
+fn host_names_are_resolved_at_once_through_a_slow_dns_server() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/with-slow-dns.sh");
+    let mut child = cmd(&script)
+        .arg("1")
+        .arg(multinode())
+        .args(["hosts", "--hosts", "n[0000-0099]", "--format", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("tests/fixtures/with-slow-dns.sh (unshare, ip, python3)");
+    let start = Instant::now();
+    let ended = eventually(Duration::from_secs(40), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let out = child.wait_with_output().unwrap();
+    let took = start.elapsed();
+    assert!(
+        ended,
+        "100 names at 1 s each still resolving after {took:?}: one after another?"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 100);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["host"], format!("n{i:04}"));
+        assert_eq!(row["address"], format!("10.77.0.{}", i + 1), "{row}");
+    }
+    // 64 names at once: two rounds of lookups, the head's, and this machine's name.
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let report = stderr(&out);
+    let most: usize = report
+        .split("at most ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no report from the DNS server: {report}"));
+    assert!(
+        most >= 32,
+        "the DNS server saw at most {most} queries at once"
+    );
 }
