@@ -236,42 +236,55 @@ impl Gate {
     fn release_at(&self, source: Source, penalty: Option<Duration>, now: Instant) {
         let mut table = self.lock();
         table.pending = table.pending.saturating_sub(1);
-        if penalty.is_some() && table.sources.len() >= MAX_SOURCES {
-            table
-                .sources
-                .retain(|_, e| e.pending > 0 || e.penalty_until.is_some_and(|u| u > now));
+        if let Some(entry) = table.sources.get_mut(&source) {
+            entry.pending = entry.pending.saturating_sub(1);
         }
-        let crowded = table.sources.len() >= MAX_SOURCES;
+        if let Some(add) = penalty {
+            penalize(&mut table, source, add, now);
+        }
         let Some(entry) = table.sources.get_mut(&source) else {
             return;
         };
-        entry.pending = entry.pending.saturating_sub(1);
         entry.expire(now);
-        match penalty {
-            Some(_) if crowded && entry.penalty_until.is_none() => {
-                debug!(%source, "too many sources remembered: penalty not recorded");
-            }
-            Some(add) => {
-                let until =
-                    (entry.penalty_until.unwrap_or(now).max(now) + add).min(now + PENALTY_MAX);
-                entry.penalty_until = Some(until);
-                if !entry.blocked && until - now >= PENALTY_MIN {
-                    entry.blocked = true;
-                    warn!(
-                        %source,
-                        "refusing connections from {source} for {} s: repeated failed logins",
-                        (until - now).as_secs()
-                    );
-                }
-            }
-            None => {}
-        }
         if entry.idle() {
             if entry.refused > 0 {
                 info!(%source, refused = entry.refused, "no connection from {source} pending any more");
             }
             table.sources.remove(&source);
         }
+    }
+
+    /// Adds to a source's penalty while its connection is still open: the
+    /// next connection, made as soon as this one is closed, already pays it.
+    fn penalize_at(&self, source: Source, add: Duration, now: Instant) {
+        penalize(&mut self.lock(), source, add, now);
+    }
+}
+
+fn penalize(table: &mut Table, source: Source, add: Duration, now: Instant) {
+    if table.sources.len() >= MAX_SOURCES {
+        table
+            .sources
+            .retain(|_, e| e.pending > 0 || e.penalty_until.is_some_and(|u| u > now));
+    }
+    let crowded = table.sources.len() >= MAX_SOURCES;
+    let Some(entry) = table.sources.get_mut(&source) else {
+        return;
+    };
+    entry.expire(now);
+    if crowded && entry.penalty_until.is_none() {
+        debug!(%source, "too many sources remembered: penalty not recorded");
+        return;
+    }
+    let until = (entry.penalty_until.unwrap_or(now).max(now) + add).min(now + PENALTY_MAX);
+    entry.penalty_until = Some(until);
+    if !entry.blocked && until - now >= PENALTY_MIN {
+        entry.blocked = true;
+        warn!(
+            %source,
+            "refusing connections from {source} for {} s: repeated failed logins",
+            (until - now).as_secs()
+        );
     }
 }
 
@@ -308,10 +321,17 @@ impl Login {
     }
 
     /// The deadline passed: true, unless the connection logged in first.
+    /// The source's penalty grows now, before the connection is closed.
     pub(crate) fn time_out(&self) -> bool {
-        self.state
+        let won = self
+            .state
             .compare_exchange(PENDING, TIMED_OUT, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_ok();
+        if won {
+            self.gate
+                .penalize_at(self.source, PENALTY_TIMEOUT, Instant::now());
+        }
+        won
     }
 
     pub(crate) fn logged_in(&self) -> bool {
@@ -328,7 +348,8 @@ impl Drop for Login {
     fn drop(&mut self) {
         let penalty = match self.state.load(Ordering::Acquire) {
             LOGGED_IN => return,
-            TIMED_OUT => Some(PENALTY_TIMEOUT),
+            // Penalized when it timed out.
+            TIMED_OUT => None,
             _ if self.rejected.load(Ordering::Relaxed) > 0 => Some(PENALTY_AUTH_FAILED),
             // Closed before offering a wrong key: a port check, or a client
             // that found another job's host key. No penalty.
@@ -440,6 +461,12 @@ mod tests {
         let gate = gate(10, 10);
         let late = gate.admit(ip("10.0.0.1")).unwrap();
         assert!(late.time_out());
+        // Penalized at once, while its connection is still open.
+        assert!(
+            gate.lock().sources[&Source::of(ip("10.0.0.1"))]
+                .penalty_until
+                .is_some()
+        );
         assert!(!late.log_in());
         assert!(!late.logged_in());
         let early = gate.admit(ip("10.0.0.1")).unwrap();

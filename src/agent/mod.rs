@@ -3,6 +3,7 @@
 //!
 //! - `server`: accepting and authenticating connections, one task per channel.
 //! - `login`: the login deadline, limits on connections not logged in yet, penalties.
+//! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).

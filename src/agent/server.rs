@@ -118,19 +118,19 @@ async fn connection(
         login: login.clone(),
         peer,
     };
-    // Before the session runs, its future owns the stream: dropping it closes the socket.
-    let session = match tokio::time::timeout_at(
-        deadline,
-        russh::server::run_stream(config, stream, handler),
-    )
-    .await
-    {
-        Ok(Ok(session)) => session,
-        Ok(Err(e)) => {
-            info!(%peer, error = %e, "connection closed before logging in");
-            return;
-        }
-        Err(_) => {
+    // Before the session runs, its future owns the stream: dropping it closes
+    // the socket (after the penalty is recorded, so a reconnection pays it).
+    let handshake = russh::server::run_stream(config, stream, handler);
+    tokio::pin!(handshake);
+    let session = tokio::select! {
+        started = &mut handshake => match started {
+            Ok(session) => session,
+            Err(e) => {
+                info!(%peer, error = %e, "connection closed before logging in");
+                return;
+            }
+        },
+        () = tokio::time::sleep_until(deadline) => {
             login.time_out();
             info!(%peer, "no SSH banner within {} s: connection closed", login.timeout().as_secs_f64());
             return;
