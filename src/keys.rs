@@ -71,7 +71,8 @@ impl Secret {
     }
 
     /// Finds the secret: `--secret-file`, else `MULTINODE_SECRET` (its bytes,
-    /// UTF-8 or not), else `MULTINODE_SECRET_FILE`. `None` when none of them is set.
+    /// UTF-8 or not), else `MULTINODE_SECRET_FILE` (a path, UTF-8 or not).
+    /// `None` when none of them is set.
     pub fn find(secret_file: Option<&Path>, env: &EnvMap) -> Result<Option<Self>, Error> {
         if let Some(path) = secret_file {
             return Self::from_file(path).map(Some);
@@ -79,8 +80,9 @@ impl Secret {
         if let Some(value) = env.get_bytes(SECRET_VAR) {
             return Self::new(value.to_vec(), SECRET_VAR).map(Some);
         }
-        if let Some(path) = env.get(SECRET_FILE_VAR) {
-            return Self::from_file(Path::new(path)).map(Some);
+        if let Some(path) = env.get_bytes(SECRET_FILE_VAR) {
+            use std::os::unix::ffi::OsStrExt;
+            return Self::from_file(Path::new(std::ffi::OsStr::from_bytes(path))).map(Some);
         }
         Ok(None)
     }

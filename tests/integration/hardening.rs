@@ -279,6 +279,9 @@ fn secrets_are_bytes_and_trailing_newlines_do_not_count_on_either_side() {
     );
     let file = dir.path().join("secret");
     std::fs::write(&file, &with_newline).unwrap();
+    // A path that is not UTF-8 names a file all the same.
+    let odd_path = dir.path().join(OsStr::from_bytes(b"secret-\xff"));
+    std::fs::write(&odd_path, &with_newline).unwrap();
     let run = |var: Option<&[u8]>, file: Option<&std::path::Path>| {
         let mut c = cmd(&mn_ssh());
         c.env_remove("MULTINODE_SECRET")
@@ -297,6 +300,10 @@ fn secrets_are_bytes_and_trailing_newlines_do_not_count_on_either_side() {
         ("the same bytes", run(Some(bytes), None)),
         ("the bytes and a newline", run(Some(&with_newline), None)),
         ("a file of the bytes and a newline", run(None, Some(&file))),
+        (
+            "the same file at a path that is not UTF-8",
+            run(None, Some(&odd_path)),
+        ),
     ] {
         assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
         assert_eq!(stdout(&out), "in\n", "{what}");
