@@ -277,12 +277,17 @@ pub async fn end_group(pgid: Pid, grace: Duration) {
         return;
     }
     signal_group(pgid, Signal::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
+    kill_group_at(pgid, tokio::time::Instant::now() + grace).await;
+}
+
+/// Waits until the group is empty or `deadline` has come, then SIGKILLs
+/// whatever is left: for a group that already has its signal.
+pub async fn kill_group_at(pgid: Pid, deadline: tokio::time::Instant) {
     while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
         if !group_alive(pgid) {
             return;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     signal_group(pgid, Signal::SIGKILL);
 }
