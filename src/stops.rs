@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::error::Error;
 
@@ -80,7 +80,10 @@ impl Stops {
             let signo = self.next().await;
             let now = Instant::now();
             if is_repeat(self.last, signo, now) {
-                tracing::debug!(signo, "the same signal again at once: taken as the same one");
+                tracing::debug!(
+                    signo,
+                    "the same signal again at once: taken as the same one"
+                );
                 continue;
             }
             self.last = Some((signo, now));
@@ -91,7 +94,9 @@ impl Stops {
 
 /// Whether `signo` at `now` repeats `last` (same signal, within [`REPEAT_WINDOW`]).
 fn is_repeat(last: Option<(i32, Instant)>, signo: i32, now: Instant) -> bool {
-    last.is_some_and(|(prev, at)| prev == signo && now.saturating_duration_since(at) < REPEAT_WINDOW)
+    last.is_some_and(|(prev, at)| {
+        prev == signo && now.saturating_duration_since(at) < REPEAT_WINDOW
+    })
 }
 
 impl Drop for Stops {
@@ -111,8 +116,16 @@ mod tests {
         let t0 = Instant::now();
         let term = (libc::SIGTERM, t0);
         assert!(!is_repeat(None, libc::SIGTERM, t0));
-        assert!(is_repeat(Some(term), libc::SIGTERM, t0 + Duration::from_millis(2)));
-        assert!(!is_repeat(Some(term), libc::SIGINT, t0 + Duration::from_millis(2)));
+        assert!(is_repeat(
+            Some(term),
+            libc::SIGTERM,
+            t0 + Duration::from_millis(2)
+        ));
+        assert!(!is_repeat(
+            Some(term),
+            libc::SIGINT,
+            t0 + Duration::from_millis(2)
+        ));
         assert!(!is_repeat(Some(term), libc::SIGTERM, t0 + REPEAT_WINDOW));
     }
 
