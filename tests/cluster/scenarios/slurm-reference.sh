@@ -8,7 +8,8 @@
 # ran once on each node, in its own container, with RANK = its index in
 # SLURM_JOB_NODELIST, --nnodes=4, the head's (node1's) address, from Slurm's
 # own variables (node[1-4], 2(x4)); its lines are in the job's output file;
-# nothing is left on any node.
+# nothing is left on any node. Also the page's scontrol line for 8 slots a
+# node.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 # shellcheck source=../slurm.sh
@@ -67,4 +68,10 @@ run_job() {
 run_job slurm-agents.sbatch
 sed 's/^/  | /' "$MN_TMP/slurm-agents.sbatch.out"
 run_job slurm-nodeid.sbatch
+
+# The page's line for 8 slots a node, with Slurm's scontrol.
+line=$(mn_doc_block "$MN_ROOT/docs/slurm.md" slurm-hostlist-8.sh)
+got=$(docker exec -e 'SLURM_JOB_NODELIST=node[1-4]' "$(mn_ctr ctl)" \
+    sh -c "$line"' && echo "$MULTINODE_HOSTLIST"')
+check_eq "docs/slurm.md's 8-slot host list" "node1:8,node2:8,node3:8,node4:8" "$got"
 finish
