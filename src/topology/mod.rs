@@ -11,6 +11,7 @@
 //! - `hostfile`: Open MPI, MPICH and plain hostfiles; `LSB_MCPU_HOSTS`.
 //! - `slots`: positive counts.
 //! - `resolve`: the sources, in order, and the contradictions between them.
+//! - `kubernetes`: Indexed Job / JobSet, Kubeflow PyTorchJob, MPI Operator.
 //! - `this_node`: which node this machine is.
 //! - `route`, `address`: the default route, interface choice, head and local addresses.
 //! - `placement`: all of the above for this node; the rows of `multinode hosts`.
@@ -26,6 +27,7 @@ mod host_slots;
 mod hostfile;
 mod hostlist;
 mod hosts;
+mod kubernetes;
 pub(crate) mod machine;
 mod placement;
 mod resolve;
