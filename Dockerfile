@@ -7,7 +7,9 @@
 # docker/build-base-image.sh.
 #
 # No ENTRYPOINT: the cluster tests run `multinode agent -- JOB` themselves.
-FROM multinode-base:bookworm
+# BASE: the base image's tag (docker/build-image.sh passes MULTINODE_BASE_IMAGE).
+ARG BASE=multinode-base:bookworm
+FROM ${BASE}
 
 COPY multinode /usr/local/bin/multinode
 # The binary dispatches on argv[0].

@@ -23,13 +23,16 @@ IMAGE=${MULTINODE_BASE_IMAGE:-multinode-base:bookworm}
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What the cluster tests need: both MPI stacks (side by side through Debian's
-# alternatives), a C compiler for MPI test programs, process and network tools.
+# alternatives), a C compiler for MPI test programs, process and network tools,
+# and Slurm with its authentication service (the slurm-* scenarios run
+# slurmctld and slurmd in containers of this image; no daemon is started here).
 PACKAGES=(
     openmpi-bin libopenmpi-dev
     mpich libmpich-dev
     gcc libc6-dev
     procps iproute2 iputils-ping
     python3
+    slurm-wlm munge
 )
 LABEL=org.multinode.base.recipe
 
@@ -162,6 +165,9 @@ EOF
 : >"$rootfs/etc/hostname"
 : >"$rootfs/etc/resolv.conf"
 : >"$rootfs/etc/machine-id"
+# munge's postinst makes a key; an image must not carry one (every Slurm
+# cluster of the tests makes its own).
+rm -f "$rootfs/etc/munge/munge.key"
 
 log "docker import"
 new_id=$(tar -C "$rootfs" --numeric-owner --exclude='./dev/*' --exclude='./proc/*' \
@@ -203,8 +209,12 @@ out=$(mpiexec.mpich -n 2 /tmp/hello-mpich </dev/null)
 [ "$out" = "size=2 sum=1" ] || { echo "mpiexec.mpich: got '$out'"; exit 1; }
 python3 -c 'import json'
 ip -V >/dev/null; ping -V >/dev/null; ps -p 1 >/dev/null
+# (the Slurm clients want a cluster's configuration even for --version)
+slurmctld -V >/dev/null; slurmd -V >/dev/null; command -v sbatch srun scancel scontrol sacct >/dev/null
+munged --version >/dev/null; id munge >/dev/null; id slurm >/dev/null
+[ ! -e /etc/munge/munge.key ]
 [ "$LANG" = C.UTF-8 ]
-echo "checks passed; mpirun -> $(readlink -f "$(command -v mpirun)"), mpicc -> $(readlink -f "$(command -v mpicc)")"
+echo "checks passed; mpirun -> $(readlink -f "$(command -v mpirun)"), mpicc -> $(readlink -f "$(command -v mpicc)"), $(slurmd -V)"
 EOF
 )
 if ! docker run --rm --network none "$new_id" bash -c "$check" >"$work/check.log" 2>&1 ||

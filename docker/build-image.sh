@@ -13,6 +13,8 @@
 # Environment:
 #   MULTINODE_IMAGE  tag to build (default multinode:test)
 #   MULTINODE_BIN    a binary to use as is (skips cargo)
+#   MULTINODE_BASE_IMAGE  the base image's tag (default multinode-base:bookworm;
+#                    built by docker/build-base-image.sh when out of date)
 #   MULTINODE_MUSL   0: build for glibc even when musl is available
 #   CARGO_BUILD_JOBS and the other cargo variables are honoured.
 set -euo pipefail
@@ -78,6 +80,7 @@ version=$("$bin" --version 2>/dev/null | awk '{ print $2 }') || version=unknown
 old_id=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 log "docker build -t $IMAGE -f Dockerfile <staging: multinode, generic-helper>"
 docker build --force-rm -t "$IMAGE" -f Dockerfile \
+    --build-arg "BASE=${MULTINODE_BASE_IMAGE:-multinode-base:bookworm}" \
     --label "org.multinode.version=$version" \
     --label "org.multinode.binary=$kind" \
     "$stage"

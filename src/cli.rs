@@ -187,6 +187,9 @@ pub struct AgentArgs {
     /// The head waits this long for every worker to answer (seconds).
     #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = seconds)]
     pub wait_timeout: Duration,
+    /// A connection that has not logged in this long after it was accepted is closed (seconds).
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    pub login_timeout: Duration,
     /// JOB to run on the head once every worker answers.
     #[arg(last = true, value_name = "JOB")]
     pub job: Vec<OsString>,

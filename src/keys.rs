@@ -19,10 +19,17 @@ use sha2::{Digest, Sha256};
 
 use crate::cli::KeygenArgs;
 use crate::error::Error;
+use crate::read_limit::read_file_at_most;
 use crate::topology::EnvMap;
 
 /// Secrets shorter than this are refused: they could be guessed.
 pub const MIN_SECRET_LEN: usize = 16;
+/// Secrets longer than this are refused, and a secret file is never read
+/// past it (`--secret-file /dev/zero` must not fill the memory).
+pub const MAX_SECRET_LEN: usize = 64 * 1024;
+/// The variable holding the secret itself, and the one naming a file.
+const SECRET_VAR: &str = "MULTINODE_SECRET";
+const SECRET_FILE_VAR: &str = "MULTINODE_SECRET_FILE";
 
 const CLIENT_LABEL: &[u8] = b"multinode/v1/client-key\0";
 const HOST_LABEL: &[u8] = b"multinode/v1/host-key\0";
@@ -38,8 +45,21 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
-    /// Checks the length; `source` names where it came from, for the error.
-    pub fn new(bytes: Vec<u8>, source: &str) -> Result<Self, Error> {
+    /// The one rule for every source: the bytes as given, less every trailing
+    /// `\r` and `\n` (a file written by `echo`, a variable set from one), of
+    /// [`MIN_SECRET_LEN`] to [`MAX_SECRET_LEN`] bytes, any bytes allowed
+    /// (UTF-8 or not). `source` names where it came from, for the error.
+    pub fn new(mut bytes: Vec<u8>, source: &str) -> Result<Self, Error> {
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        if bytes.len() > MAX_SECRET_LEN {
+            return Err(Error::usage(format!(
+                "the job secret from {source} is {} bytes; at most {MAX_SECRET_LEN} (64 KiB) \
+                 are allowed (for example: export MULTINODE_SECRET=$(head -c 32 /dev/urandom | base64))",
+                bytes.len()
+            )));
+        }
         if bytes.len() < MIN_SECRET_LEN {
             return Err(Error::usage(format!(
                 "the job secret from {source} is {} bytes; it needs at least {MIN_SECRET_LEN} \
@@ -50,17 +70,19 @@ impl Secret {
         Ok(Secret(bytes))
     }
 
-    /// Finds the secret: `--secret-file`, else `MULTINODE_SECRET`, else
-    /// `MULTINODE_SECRET_FILE`. `None` when none of them is set.
+    /// Finds the secret: `--secret-file`, else `MULTINODE_SECRET` (its bytes,
+    /// UTF-8 or not), else `MULTINODE_SECRET_FILE` (a path, UTF-8 or not).
+    /// `None` when none of them is set.
     pub fn find(secret_file: Option<&Path>, env: &EnvMap) -> Result<Option<Self>, Error> {
         if let Some(path) = secret_file {
             return Self::from_file(path).map(Some);
         }
-        if let Some(value) = env.get("MULTINODE_SECRET") {
-            return Self::new(value.as_bytes().to_vec(), "MULTINODE_SECRET").map(Some);
+        if let Some(value) = env.get_bytes(SECRET_VAR) {
+            return Self::new(value.to_vec(), SECRET_VAR).map(Some);
         }
-        if let Some(path) = env.get("MULTINODE_SECRET_FILE") {
-            return Self::from_file(Path::new(path)).map(Some);
+        if let Some(path) = env.get_bytes(SECRET_FILE_VAR) {
+            use std::os::unix::ffi::OsStrExt;
+            return Self::from_file(Path::new(std::ffi::OsStr::from_bytes(path))).map(Some);
         }
         Ok(None)
     }
@@ -76,16 +98,13 @@ impl Secret {
     }
 
     fn from_file(path: &Path) -> Result<Self, Error> {
-        let mut bytes = fs::read(path).map_err(|e| {
+        let bytes = read_file_at_most(path, MAX_SECRET_LEN as u64).map_err(|e| {
             Error::usage(format!(
-                "cannot read the secret file {}: {e}",
+                "cannot read the secret file {}: {e}; a secret file holds the secret alone \
+                 ({MIN_SECRET_LEN} bytes to 64 KiB)",
                 path.display()
             ))
         })?;
-        // A file written by `echo` ends with a newline that is not part of the secret.
-        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            bytes.pop();
-        }
         Self::new(bytes, &path.display().to_string())
     }
 
@@ -222,6 +241,59 @@ mod tests {
             JobKeys::derive(&from_file).client_public(),
             JobKeys::derive(&direct).client_public()
         );
+    }
+
+    /// One rule for both sources: `S\n`, `S\r\n` and `S` give the same keys
+    /// whether they come from a file or from MULTINODE_SECRET.
+    #[test]
+    fn trailing_newlines_are_dropped_alike_from_a_file_and_the_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let plain = JobKeys::derive(&secret("0123456789abcdef"));
+        for written in [
+            "0123456789abcdef",
+            "0123456789abcdef\n",
+            "0123456789abcdef\r\n\n",
+        ] {
+            fs::write(&path, written).unwrap();
+            let from_file = Secret::find(Some(&path), &EnvMap::default())
+                .unwrap()
+                .unwrap();
+            let env = crate::topology::machine::fake::env(&[("MULTINODE_SECRET", written)]);
+            let from_var = Secret::find(None, &env).unwrap().unwrap();
+            for found in [from_file, from_var] {
+                assert_eq!(
+                    JobKeys::derive(&found).client_public(),
+                    plain.client_public(),
+                    "{written:?}"
+                );
+            }
+        }
+        // Only trailing ones: inner and leading bytes are the secret's.
+        let inner = secret("\n0123456789\nabcdef");
+        assert_ne!(
+            JobKeys::derive(&inner).client_public(),
+            plain.client_public()
+        );
+    }
+
+    #[test]
+    fn secrets_are_at_most_64_kib_from_either_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        fs::write(&path, vec![b'x'; MAX_SECRET_LEN]).unwrap();
+        assert!(Secret::find(Some(&path), &EnvMap::default()).is_ok());
+        fs::write(&path, vec![b'x'; MAX_SECRET_LEN + 1]).unwrap();
+        let err = Secret::find(Some(&path), &EnvMap::default()).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("larger than 64 KiB"), "{err}");
+        let long = "x".repeat(MAX_SECRET_LEN + 1);
+        let env = crate::topology::machine::fake::env(&[("MULTINODE_SECRET", &long)]);
+        let err = Secret::find(None, &env).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("at most 65536"), "{err}");
+        let err = Secret::find(Some(Path::new("/dev/zero")), &EnvMap::default()).unwrap_err();
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
+//! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
 //! - [`stops`]: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
@@ -32,6 +33,7 @@ pub mod topology;
 pub mod transport;
 
 mod logging;
+mod read_limit;
 mod run;
 
 pub use run::{Personality, run_from_args, run_personality};

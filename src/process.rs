@@ -161,6 +161,14 @@ pub struct GroupChild {
     child: Child,
     pgid: Pid,
     armed: bool,
+    /// When the group first had a signal that ends it (see [`ends`]).
+    signalled: std::cell::Cell<Option<tokio::time::Instant>>,
+}
+
+/// Whether `sig` asks a command to end: SIGTERM, SIGINT, SIGHUP. The grace
+/// period of a group counts from the first of these it gets.
+pub fn ends(sig: Signal) -> bool {
+    matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP)
 }
 
 impl GroupChild {
@@ -177,6 +185,7 @@ impl GroupChild {
             child,
             pgid,
             armed: true,
+            signalled: std::cell::Cell::new(None),
         })
     }
 
@@ -190,7 +199,15 @@ impl GroupChild {
 
     /// Sends `sig` to the whole group. A group already gone is not an error.
     pub fn signal(&self, sig: Signal) {
+        if ends(sig) && self.signalled.get().is_none() {
+            self.signalled.set(Some(tokio::time::Instant::now()));
+        }
         signal_group(self.pgid, sig);
+    }
+
+    /// When the group first had a signal that ends it, if it had one.
+    pub fn signalled_at(&self) -> Option<tokio::time::Instant> {
+        self.signalled.get()
     }
 
     /// Waits for the leader.
@@ -198,18 +215,20 @@ impl GroupChild {
         self.child.wait().await.map(Outcome::from_status)
     }
 
-    /// Ends the whole group: SIGTERM, up to `grace` for the leader to exit,
-    /// then SIGKILL to whatever is left of the group. Returns how the leader ended.
+    /// Ends the whole group: SIGTERM, then SIGKILL to whatever is left of
+    /// the group `grace` later (the leader's exit does not restart the
+    /// grace). Returns how the leader ended.
     pub async fn terminate(&mut self, grace: Duration) -> io::Result<Outcome> {
+        let deadline = tokio::time::Instant::now() + grace;
         self.signal(Signal::SIGTERM);
-        let outcome = match tokio::time::timeout(grace, self.child.wait()).await {
+        let outcome = match tokio::time::timeout_at(deadline, self.child.wait()).await {
             Ok(status) => Outcome::from_status(status?),
             Err(_) => {
                 self.signal(Signal::SIGKILL);
                 Outcome::from_status(self.child.wait().await?)
             }
         };
-        end_group(self.pgid, grace).await;
+        kill_group_at(self.pgid, deadline).await;
         Ok(outcome)
     }
 
@@ -277,12 +296,31 @@ pub async fn end_group(pgid: Pid, grace: Duration) {
         return;
     }
     signal_group(pgid, Signal::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
+    kill_group_at(pgid, tokio::time::Instant::now() + grace).await;
+}
+
+/// Ends what is left of a group whose leader exited. A group that had a
+/// signal that ends it (at `signalled`) less than `grace` ago keeps its
+/// grace: no second SIGTERM (it could cut short a handler still at work),
+/// SIGKILL to what is left at `signalled + grace`. Otherwise SIGTERM, up to
+/// `grace`, SIGKILL.
+pub async fn end_group_after(pgid: Pid, grace: Duration, signalled: Option<tokio::time::Instant>) {
+    match signalled.map(|at| at + grace) {
+        Some(deadline) if tokio::time::Instant::now() < deadline => {
+            kill_group_at(pgid, deadline).await;
+        }
+        _ => end_group(pgid, grace).await,
+    }
+}
+
+/// Waits until the group is empty or `deadline` has come, then SIGKILLs
+/// whatever is left: for a group that already has its signal.
+pub async fn kill_group_at(pgid: Pid, deadline: tokio::time::Instant) {
     while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
         if !group_alive(pgid) {
             return;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     signal_group(pgid, Signal::SIGKILL);
 }
@@ -362,6 +400,75 @@ mod tests {
                 core_dumped: false
             }
         );
+    }
+
+    /// Whether the group is gone within a second (a SIGKILLed process takes a
+    /// moment to die).
+    async fn gone_soon(pgid: Pid) -> bool {
+        for _ in 0..50 {
+            if !group_alive(pgid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// A leader that handles SIGTERM and exits during the grace does not
+    /// buy the rest of its group a new grace: what ignores SIGTERM is killed
+    /// when the first grace is over, and gets no second SIGTERM.
+    #[tokio::test]
+    async fn the_grace_counts_from_the_signal_not_from_the_leaders_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let terms = dir.path().join("terms");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!(
+            "(trap 'echo >> {t}' TERM; while :; do sleep 0.05; done) &
+             trap 'sleep 1.2; exit 0' TERM; sleep 1000 & wait",
+            t = terms.display()
+        ));
+        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let pgid = child.pgid();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let start = std::time::Instant::now();
+        let outcome = child.terminate(Duration::from_millis(1500)).await.unwrap();
+        let took = start.elapsed();
+        assert_eq!(outcome, Outcome::Exited(0));
+        assert!(gone_soon(pgid).await);
+        // A grace restarted at the leader's exit would end it at 2.7 s.
+        assert!(
+            took >= Duration::from_millis(1400) && took < Duration::from_millis(2400),
+            "the group ended {took:?} after SIGTERM, grace 1.5 s"
+        );
+        let seen = std::fs::read_to_string(&terms).unwrap_or_default();
+        assert_eq!(
+            seen.lines().count(),
+            1,
+            "SIGTERMs seen by the background job"
+        );
+    }
+
+    #[tokio::test]
+    async fn end_group_after_a_signal_keeps_its_deadline() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("(trap '' TERM; exec sleep 1000) & trap 'exit 0' TERM; sleep 1000 & wait");
+        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let pgid = child.pgid();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        child.signal(Signal::SIGTERM);
+        let at = child.signalled_at().expect("recorded");
+        child.wait().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        end_group_after(pgid, Duration::from_millis(1000), Some(at)).await;
+        let took = at.elapsed();
+        assert!(gone_soon(pgid).await);
+        // A fresh grace from now would end it at 1.8 s.
+        assert!(
+            took >= Duration::from_millis(950) && took < Duration::from_millis(1600),
+            "{took:?} after the signal, grace 1 s"
+        );
+        child.disarm();
     }
 
     #[tokio::test]

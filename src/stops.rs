@@ -1,9 +1,12 @@
 //! The signals a command handles, as one stream of signal numbers.
 //! Signals are data: the caller decides to forward, escalate or stop.
 
+use std::time::Duration;
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::error::Error;
 
@@ -19,11 +22,17 @@ pub const FORWARDED_SIGNALS: &[i32] = &[
     libc::SIGUSR2,
 ];
 
+/// The same signal again within this time counts once (see
+/// [`Stops::next_distinct`]).
+pub const REPEAT_WINDOW: Duration = Duration::from_millis(250);
+
 /// Once created, these signals no longer have their default effect: they
 /// arrive here instead, in order.
 pub struct Stops {
     rx: mpsc::UnboundedReceiver<i32>,
     listeners: Vec<JoinHandle<()>>,
+    /// The last signal [`Stops::next_distinct`] returned, and when.
+    last: Option<(i32, Instant)>,
 }
 
 impl Stops {
@@ -43,7 +52,11 @@ impl Stops {
                 }
             }));
         }
-        Ok(Stops { rx, listeners })
+        Ok(Stops {
+            rx,
+            listeners,
+            last: None,
+        })
     }
 
     /// The next signal received.
@@ -54,6 +67,36 @@ impl Stops {
             None => std::future::pending().await,
         }
     }
+
+    /// The next signal that is not a repeat: the same signal as the last one
+    /// returned, within [`REPEAT_WINDOW`] of it, is skipped. A batch system
+    /// that signals every process of a job (Slurm's `scancel` with
+    /// proctrack/cgroup) reaches a command both directly and through the
+    /// launcher that forwards it, a millisecond apart: that is one signal,
+    /// not the second one that means "kill now". A person's second Ctrl-C
+    /// comes later.
+    pub async fn next_distinct(&mut self) -> i32 {
+        loop {
+            let signo = self.next().await;
+            let now = Instant::now();
+            if is_repeat(self.last, signo, now) {
+                tracing::debug!(
+                    signo,
+                    "the same signal again at once: taken as the same one"
+                );
+                continue;
+            }
+            self.last = Some((signo, now));
+            return signo;
+        }
+    }
+}
+
+/// Whether `signo` at `now` repeats `last` (same signal, within [`REPEAT_WINDOW`]).
+fn is_repeat(last: Option<(i32, Instant)>, signo: i32, now: Instant) -> bool {
+    last.is_some_and(|(prev, at)| {
+        prev == signo && now.saturating_duration_since(at) < REPEAT_WINDOW
+    })
 }
 
 impl Drop for Stops {
@@ -61,5 +104,43 @@ impl Drop for Stops {
         for listener in &self.listeners {
             listener.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_is_the_same_signal_soon_after() {
+        let t0 = Instant::now();
+        let term = (libc::SIGTERM, t0);
+        assert!(!is_repeat(None, libc::SIGTERM, t0));
+        assert!(is_repeat(
+            Some(term),
+            libc::SIGTERM,
+            t0 + Duration::from_millis(2)
+        ));
+        assert!(!is_repeat(
+            Some(term),
+            libc::SIGINT,
+            t0 + Duration::from_millis(2)
+        ));
+        assert!(!is_repeat(Some(term), libc::SIGTERM, t0 + REPEAT_WINDOW));
+    }
+
+    #[tokio::test]
+    async fn a_signal_delivered_twice_at_once_counts_once() {
+        let mut stops = Stops::new(&[libc::SIGUSR2]).expect("stops");
+        let me = nix::unistd::getpid();
+        nix::sys::signal::kill(me, nix::sys::signal::Signal::SIGUSR2).expect("kill");
+        nix::sys::signal::kill(me, nix::sys::signal::Signal::SIGUSR2).expect("kill");
+        assert_eq!(stops.next_distinct().await, libc::SIGUSR2);
+        let again = tokio::time::timeout(Duration::from_millis(100), stops.next_distinct()).await;
+        assert!(again.is_err(), "the repeat was taken as a second signal");
+        tokio::time::sleep(REPEAT_WINDOW).await;
+        nix::sys::signal::kill(me, nix::sys::signal::Signal::SIGUSR2).expect("kill");
+        let later = tokio::time::timeout(Duration::from_secs(5), stops.next_distinct()).await;
+        assert_eq!(later.ok(), Some(libc::SIGUSR2));
     }
 }

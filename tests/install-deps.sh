@@ -3,7 +3,8 @@
 # OpenSSH (client and server), rsync and git (real clients through mn-ssh),
 # the parallel shells multinode is compared with, both MPI stacks, the
 # shells the helper is checked with, debootstrap for the cluster tests'
-# base image. Does nothing when all are present.
+# base image, PyYAML for the k8s-* cluster tests (they read the manifests of
+# docs/kubernetes.md). Does nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -11,7 +12,7 @@ PACKAGES=(
     openssh-server openssh-client pdsh clustershell pssh
     openmpi-bin libopenmpi-dev mpich libmpich-dev
     shellcheck dash debootstrap hyperfine musl-tools
-    iproute2 procps psmisc python3 gcc
+    iproute2 procps psmisc python3 python3-yaml gcc
     rsync git
 )
 

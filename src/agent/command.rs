@@ -88,6 +88,7 @@ pub(crate) async fn run(
         }
     };
     let pgid = child.pgid();
+    shared.keeper.register(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     let stdin = child.child_mut().stdin.take();
     let stdout = child.child_mut().stdout.take();
@@ -101,8 +102,11 @@ pub(crate) async fn run(
     // this loop, which stops russh's bounded channel queue, which stops the
     // TCP stream: memory stays bounded), EOF, signals, and the channel's close.
     let peer_closed = CancellationToken::new();
+    // When the client first asked the group to end (its grace counts from then).
+    let signalled = Arc::new(std::sync::OnceLock::new());
     let inbound = {
         let peer_closed = peer_closed.clone();
+        let signalled = signalled.clone();
         tokio::spawn(async move {
             let mut stdin = stdin;
             while let Some(msg) = rx.wait().await {
@@ -117,7 +121,12 @@ pub(crate) async fn run(
                     }
                     ChannelMsg::Eof => stdin = None,
                     ChannelMsg::Signal { signal } => match signal_number(&signal) {
-                        Some(signo) => process::signal_group(pgid, signo),
+                        Some(signo) => {
+                            if process::ends(signo) {
+                                signalled.get_or_init(tokio::time::Instant::now);
+                            }
+                            process::signal_group(pgid, signo);
+                        }
                         None => debug!(?signal, "unknown signal name ignored"),
                     },
                     ChannelMsg::Close => break,
@@ -148,7 +157,7 @@ pub(crate) async fn run(
                 debug!(channel = %id, "pipes still open after the command exited: ending its group");
             }
             // Nothing the command started outlives it.
-            process::end_group(pgid, shared.grace).await;
+            process::end_group_after(pgid, shared.grace, signalled.get().copied()).await;
             if !drained && tokio::time::timeout(DRAIN_LIMIT, &mut pumps).await.is_err() {
                 debug!(channel = %id, "output still open after the group ended: dropping it");
             }

@@ -3,85 +3,215 @@
 //! SIGKILL, when nothing in the agent can run any more.
 //!
 //! Each command registers its group from the child, between fork and exec,
-//! by writing `+PGID` to a pipe whose only reader is the keeper; the agent
-//! writes `-PGID` once the group is over. When the agent dies, the pipe's
-//! write end closes and the keeper reads EOF: it sends SIGTERM to every group
-//! still registered, waits the grace period, and SIGKILLs what is left. One
-//! keeper per agent costs one process; a supervisor per command would cost
-//! an exec per command.
+//! by writing `+PGID` to a socket whose only reader is the keeper; the agent
+//! registers it again once the spawn returned, and writes `-PGID` once the
+//! group is over. When the agent dies, the socket's other end closes and the
+//! keeper reads EOF: it sends SIGTERM to every group still registered, waits
+//! the grace period, and SIGKILLs what is left. One keeper per agent costs
+//! one process; a supervisor per command would cost an exec per command.
+//!
+//! A keeper that dies while the agent lives (`kill -9`, the OOM killer) is
+//! seen at once ([`Keeper::watch`] waits on it, which also reaps it), logged,
+//! and replaced: the new keeper's socket takes the old one's descriptor
+//! number, and every group still running is registered with it. A keeper
+//! that keeps dying (more than [`MAX_RESTARTS`] times in [`RESTART_WINDOW`])
+//! or cannot be started stops the agent with an error: without a keeper, its
+//! commands could outlive it.
 
-use std::collections::HashSet;
-use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::collections::{HashSet, VecDeque};
+use std::io::BufRead;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigHandler, Signal};
+use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, send, socketpair};
 use nix::unistd::Pid;
+use tracing::{error, warn};
 
 use crate::error::Error;
 use crate::process;
 
-/// The agent's end of the keeper's pipe.
+/// A keeper may die this many times within [`RESTART_WINDOW`] and be replaced.
+pub(crate) const MAX_RESTARTS: usize = 5;
+pub(crate) const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// The agent's end of the keeper's socket, and the groups registered on it.
 pub(crate) struct Keeper {
-    pipe: std::sync::Mutex<std::fs::File>,
+    bin: PathBuf,
+    grace: Duration,
+    /// The descriptor commands register on: the same number for the agent's
+    /// whole life (a new keeper's socket is put in its place with `dup3`),
+    /// so a `pre_exec` taken before a restart still names the current one.
     fd: RawFd,
+    state: std::sync::Mutex<State>,
+}
+
+struct State {
+    /// Owns [`Keeper::fd`].
+    socket: OwnedFd,
+    /// Groups registered and not yet over, for a new keeper.
+    live: HashSet<i32>,
 }
 
 impl Keeper {
-    /// Starts `bin keep-groups --grace GRACE` with the read end of a pipe as
-    /// its stdin, in its own process group (signals for the agent's terminal
-    /// or group do not reach it).
-    pub(crate) fn start(bin: &Path, grace: Duration) -> Result<Self, Error> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| Error::Failed(format!("cannot create the keeper's pipe: {e}")))?;
-        std::process::Command::new(bin)
-            .arg("keep-groups")
-            .arg("--grace")
-            .arg(format!("{:.3}", grace.as_secs_f64()))
-            .stdin(Stdio::from(read))
-            .stdout(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| Error::Failed(format!("cannot start the group keeper: {e}")))?;
-        let fd = write.as_raw_fd();
-        Ok(Keeper {
-            pipe: std::sync::Mutex::new(std::fs::File::from(write)),
-            fd,
-        })
+    /// Starts `bin keep-groups --grace GRACE` with one end of a socket pair
+    /// as its stdin, in its own process group (signals for the agent's
+    /// terminal or group do not reach it). The child is for [`Keeper::watch`].
+    pub(crate) fn start(
+        bin: &Path,
+        grace: Duration,
+    ) -> Result<(Self, tokio::process::Child), Error> {
+        let (socket, child) = spawn(bin, grace)?;
+        let keeper = Keeper {
+            bin: bin.to_path_buf(),
+            grace,
+            fd: socket.as_raw_fd(),
+            state: std::sync::Mutex::new(State {
+                socket,
+                live: HashSet::new(),
+            }),
+        };
+        Ok((keeper, child))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("not poisoned: no panics while held")
     }
 
     /// Makes the child spawned by `cmd` register its pid (its future process
-    /// group) with the keeper before it execs. The pipe is close-on-exec, so
-    /// the command itself never holds it.
+    /// group) with the keeper before it execs. The socket is close-on-exec,
+    /// so the command itself never holds it.
     pub(crate) fn register_on_spawn(&self, cmd: &mut tokio::process::Command) {
         let fd = self.fd;
-        // SAFETY: runs between fork and exec; getpid and write are
-        // async-signal-safe, and the buffer is on the stack.
+        // SAFETY: runs between fork and exec; getpid and send are
+        // async-signal-safe, and the buffer is on the stack. MSG_NOSIGNAL:
+        // a dead keeper gives EPIPE, not a SIGPIPE that would kill the
+        // command (std resets SIGPIPE to its default before this runs).
         unsafe {
             cmd.pre_exec(move || {
                 let mut buf = [0u8; 24];
-                let len = format_registration(&mut buf, libc::getpid());
-                libc::write(fd, buf.as_ptr().cast(), len);
+                let len = format_line(&mut buf, b'+', libc::getpid());
+                libc::send(fd, buf.as_ptr().cast(), len, libc::MSG_NOSIGNAL);
                 Ok(())
             });
         }
     }
 
+    /// The group was spawned: registered again from here, so a keeper
+    /// started since the fork knows it too.
+    pub(crate) fn register(&self, pgid: Pid) {
+        let mut state = self.lock();
+        state.live.insert(pgid.as_raw());
+        write_line(&state.socket, b'+', pgid.as_raw());
+    }
+
     /// The group is over: the keeper need not end it.
     pub(crate) fn forget(&self, pgid: Pid) {
-        let mut pipe = self
-            .pipe
-            .lock()
-            .expect("not poisoned: no panics while held");
-        let _ = writeln!(pipe, "-{}", pgid.as_raw());
+        let mut state = self.lock();
+        state.live.remove(&pgid.as_raw());
+        write_line(&state.socket, b'-', pgid.as_raw());
+    }
+
+    /// Waits on the keeper; when it dies, logs it, reaps it and starts
+    /// another. Returns only when no keeper can be kept: the agent must
+    /// then stop.
+    pub(crate) async fn watch(&self, mut child: tokio::process::Child) -> Error {
+        let mut deaths: VecDeque<Instant> = VecDeque::new();
+        loop {
+            let pid = child.id();
+            let status = child.wait().await;
+            let how = match status {
+                Ok(status) => process::Outcome::from_status(status).to_string(),
+                Err(e) => e.to_string(),
+            };
+            let now = Instant::now();
+            deaths.push_back(now);
+            while deaths
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > RESTART_WINDOW)
+            {
+                deaths.pop_front();
+            }
+            if deaths.len() > MAX_RESTARTS {
+                return Error::Failed(format!(
+                    "the group keeper (multinode keep-groups) died {} times within {} s, last \
+                     {how}; stopping the agent, whose commands could otherwise outlive it",
+                    deaths.len(),
+                    RESTART_WINDOW.as_secs()
+                ));
+            }
+            error!(
+                pid,
+                "the group keeper (multinode keep-groups) died ({how}): starting another"
+            );
+            child = match self.restart() {
+                Ok(child) => child,
+                Err(e) => {
+                    return Error::Failed(format!(
+                        "the group keeper (multinode keep-groups) died ({how}) and cannot be \
+                         restarted: {e}; stopping the agent, whose commands could otherwise outlive it"
+                    ));
+                }
+            };
+        }
+    }
+
+    /// A new keeper in the old one's place, told every live group.
+    fn restart(&self) -> Result<tokio::process::Child, Error> {
+        let (socket, child) = spawn(&self.bin, self.grace)?;
+        let mut state = self.lock();
+        // Closes the dead keeper's socket and puts the new one at the same
+        // number, in one step: a command forking meanwhile sees one or the other.
+        nix::unistd::dup3(&socket, &mut state.socket, nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::Failed(format!("cannot hand the new keeper its socket: {e}")))?;
+        drop(socket);
+        for &pgid in &state.live {
+            write_line(&state.socket, b'+', pgid);
+        }
+        Ok(child)
     }
 }
 
-/// `+PID\n` into `buf` without allocating; returns its length.
-fn format_registration(buf: &mut [u8; 24], pid: libc::pid_t) -> usize {
+fn spawn(bin: &Path, grace: Duration) -> Result<(OwnedFd, tokio::process::Child), Error> {
+    let (agent_end, keeper_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| Error::Failed(format!("cannot create the keeper's socket: {e}")))?;
+    let child = tokio::process::Command::new(bin)
+        .arg("keep-groups")
+        .arg("--grace")
+        .arg(format!("{:.3}", grace.as_secs_f64()))
+        .stdin(Stdio::from(keeper_end))
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Error::Failed(format!("cannot start the group keeper: {e}")))?;
+    Ok((agent_end, child))
+}
+
+/// One registration line, without blocking: a stopped keeper must not stall
+/// the agent, and a dead one is replaced by [`Keeper::watch`].
+fn write_line(socket: &OwnedFd, sign: u8, pgid: i32) {
+    let mut buf = [0u8; 24];
+    let len = format_line(&mut buf, sign, pgid);
+    if let Err(e) = send(
+        socket.as_raw_fd(),
+        &buf[..len],
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    ) {
+        warn!(pgid, error = %e, "cannot tell the group keeper");
+    }
+}
+
+/// `+PID\n` or `-PID\n` into `buf` without allocating; returns its length.
+fn format_line(buf: &mut [u8; 24], sign: u8, pid: libc::pid_t) -> usize {
     let mut digits = [0u8; 20];
     let mut n = pid.unsigned_abs();
     let mut i = digits.len();
@@ -94,7 +224,7 @@ fn format_registration(buf: &mut [u8; 24], pid: libc::pid_t) -> usize {
         }
     }
     let count = digits.len() - i;
-    buf[0] = b'+';
+    buf[0] = sign;
     buf[1..=count].copy_from_slice(&digits[i..]);
     buf[count + 1] = b'\n';
     count + 2
@@ -102,7 +232,7 @@ fn format_registration(buf: &mut [u8; 24], pid: libc::pid_t) -> usize {
 
 /// `multinode keep-groups --grace S`: the keeper process itself.
 pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
-    // Only the pipe's end ends the keeper.
+    // Only the socket's end ends the keeper.
     for sig in [
         Signal::SIGINT,
         Signal::SIGTERM,
@@ -155,9 +285,9 @@ mod tests {
     #[test]
     fn registration_lines_are_formatted_without_allocation() {
         let mut buf = [0u8; 24];
-        let len = format_registration(&mut buf, 4_194_304);
+        let len = format_line(&mut buf, b'+', 4_194_304);
         assert_eq!(&buf[..len], b"+4194304\n");
-        let len = format_registration(&mut buf, 7);
-        assert_eq!(&buf[..len], b"+7\n");
+        let len = format_line(&mut buf, b'-', 7);
+        assert_eq!(&buf[..len], b"-7\n");
     }
 }

@@ -31,6 +31,10 @@ const RETRY: Duration = Duration::from_millis(250);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// One release's limit when the head gives up before the job.
 const RELEASE_ON_GIVE_UP: Duration = Duration::from_secs(2);
+/// After a signal was passed to JOB, how long past the grace period the rest
+/// of JOB's group has to end on its own (exec_all's SIGKILL to its nodes and
+/// its report) before it is SIGKILLed.
+const SIGNALLED_JOB_MARGIN: Duration = Duration::from_secs(3);
 
 pub(crate) struct Plan {
     pub job: Job,
@@ -103,11 +107,13 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
         ))
     })?;
     let mut signals = 0;
+    let mut first_signal = None;
     let outcome = loop {
         tokio::select! {
             status = child.wait() => break status,
-            sig = stops.next() => {
+            sig = stops.next_distinct() => {
                 signals += 1;
+                first_signal.get_or_insert_with(tokio::time::Instant::now);
                 let sent = if signals == 1 {
                     Signal::try_from(sig).unwrap_or(Signal::SIGTERM)
                 } else {
@@ -119,7 +125,17 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
         }
     };
     // The leader is gone; nothing it started outlives it.
-    crate::process::end_group(child.pgid(), shared.grace).await;
+    match first_signal {
+        // The group has the signal already. A shell that ran exec_all dies of
+        // it at once while exec_all is still ending its nodes: another
+        // SIGTERM would be a second signal to exec_all (SIGKILL everywhere, no
+        // grace). Let the group end, then SIGKILL what is left.
+        Some(at) => {
+            let deadline = at + shared.grace + SIGNALLED_JOB_MARGIN;
+            crate::process::kill_group_at(child.pgid(), deadline).await;
+        }
+        None => crate::process::end_group(child.pgid(), shared.grace).await,
+    }
     child.disarm();
     let outcome = outcome.map_err(|e| Error::Failed(format!("cannot wait for the job: {e}")))?;
     info!(%outcome, "job ended: releasing the workers");

@@ -2,6 +2,8 @@
 //! their own process groups, and the job lifecycle around it.
 //!
 //! - `server`: accepting and authenticating connections, one task per channel.
+//! - `login`: the login deadline, limits on connections not logged in yet, penalties.
+//! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
@@ -14,6 +16,7 @@ mod control;
 mod init;
 mod keeper;
 mod lifecycle;
+mod login;
 mod server;
 mod sftp;
 
@@ -47,6 +50,8 @@ pub(crate) struct Shared {
     pub bin: std::path::PathBuf,
     /// Ends the commands' groups if this agent dies.
     pub keeper: keeper::Keeper,
+    /// Admits connections and holds them to the login deadline.
+    pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.
     pub grace: Duration,
     /// Variables every command gets on top of the agent's own environment.
@@ -103,6 +108,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode agent")?;
     let listen = listen_addr(&args, &env)?;
+    if args.login_timeout.is_zero() {
+        return Err(Error::usage(
+            "--login-timeout 0 would close every connection before it logs in; give seconds > 0 (default 30)",
+        ));
+    }
     let secret_file = args
         .secret_file
         .as_deref()
@@ -127,6 +137,8 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     init::become_init_if_pid1()?;
     // One descriptor per connection and three per running command.
     crate::process::raise_fd_limit();
+    let limits = login::Limits::new(args.login_timeout);
+    tracing::debug!(?limits, "login limits");
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -140,10 +152,12 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             ))
         })?;
         info!(%listen, "agent listening");
+        let (keeper, keeper_child) = keeper::Keeper::start(&bin, grace)?;
         let shared = Arc::new(Shared {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
-            keeper: keeper::Keeper::start(&bin, grace)?,
+            keeper,
+            gate: login::Gate::new(limits),
             grace,
             base_env: {
                 let mut vars = job.as_ref().map(crate::env::contract).unwrap_or_default();
@@ -164,17 +178,24 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         });
         let config = Arc::new(server::ssh_config(&shared));
         let server = tokio::spawn(server::serve(listener, shared.clone(), config));
-        let result = match job {
-            None => lifecycle::serve_until_stopped(&shared).await,
-            Some(job) => {
-                let plan = lifecycle::Plan {
-                    job,
-                    argv: args.job,
-                    idle_timeout,
-                    wait_timeout,
-                };
-                lifecycle::run(&shared, plan).await
+        let serving = async {
+            match job {
+                None => lifecycle::serve_until_stopped(&shared).await,
+                Some(job) => {
+                    let plan = lifecycle::Plan {
+                        job,
+                        argv: args.job,
+                        idle_timeout,
+                        wait_timeout,
+                    };
+                    lifecycle::run(&shared, plan).await
+                }
             }
+        };
+        let result = tokio::select! {
+            result = serving => result,
+            // Without a keeper the no-orphan guarantee is gone: stop serving.
+            error = shared.keeper.watch(keeper_child) => Err(error),
         };
         // End every command (their groups get SIGTERM, grace, SIGKILL), then wait for them.
         shared.shutdown.cancel();

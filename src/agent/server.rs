@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use russh::server::{Auth, ChannelOpenHandle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
@@ -15,13 +14,15 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::command::{self, Request};
+use super::login::{Login, MAX_AUTH_TRIES};
 use super::{Shared, control, sftp};
 
 /// When the agent stops, how long a client may take to close its connection
 /// after its commands ended, before the agent disconnects it.
 const CLIENT_CLOSE_WAIT: Duration = Duration::from_secs(2);
-/// A connection must finish its handshake and authenticate within this time.
-const AUTH_DEADLINE: Duration = Duration::from_secs(30);
+/// After its login deadline, how long a connection's session may take to
+/// send the disconnect message before its socket is shut down, and then to end.
+const LOGIN_CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
 pub const KEEPALIVE_MAX: usize = 3;
@@ -42,6 +43,7 @@ pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
         auth_rejection_time: Duration::from_millis(200),
         // OpenSSH's first "none" probe must not pay the rejection delay.
         auth_rejection_time_initial: Some(Duration::ZERO),
+        max_auth_attempts: MAX_AUTH_TRIES,
         keys: vec![shared.keys.host.clone()],
         preferred: crate::transport::algorithms::agent_preferred(),
         // Keepalives, not inactivity, end a connection: a quiet command may run for days.
@@ -68,11 +70,15 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
+                // A source over its limits is closed at once, before any byte is read.
+                let Ok(login) = shared.gate.admit(peer.ip()) else {
+                    continue;
+                };
                 let shared2 = shared.clone();
                 let config = config.clone();
-                shared
-                    .tracker
-                    .spawn(async move { connection(stream, peer, shared2, config).await });
+                shared.tracker.spawn(async move {
+                    connection(stream, peer, Arc::new(login), shared2, config).await
+                });
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -86,46 +92,55 @@ pub(crate) async fn serve(
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
+    login: Arc<Login>,
     shared: Arc<Shared>,
     config: Arc<russh::server::Config>,
 ) {
+    let deadline = tokio::time::Instant::now() + login.timeout();
     let _ = stream.set_nodelay(true);
     set_tcp_liveness(&stream);
-    // Close-on-exec (F_DUPFD_CLOEXEC): a plain dup() would hand this socket to
-    // every command spawned while the connection lasts.
-    let watch_fd = stream.as_fd().try_clone_to_owned().ok();
+    // A second descriptor of the socket, to watch its TCP state and to shut it
+    // down: russh's session task cannot be aborted, and dropping its handle
+    // does not stop it. Close-on-exec (F_DUPFD_CLOEXEC): a plain dup() would
+    // hand this socket to every command spawned while the connection lasts.
+    let Ok(socket) = stream.as_fd().try_clone_to_owned() else {
+        warn!(%peer, "no descriptor left to watch a connection: closing it");
+        return;
+    };
     // Cancelled when this connection ends (not when the agent stops: then
     // commands end first and report how, and the connection closes after).
     let conn = CancellationToken::new();
     let channels = TaskTracker::new();
-    let authed = Arc::new(AtomicBool::new(false));
     let handler = ConnHandler {
         shared: shared.clone(),
         conn: conn.clone(),
         channels: channels.clone(),
-        authed: authed.clone(),
+        login: login.clone(),
         peer,
     };
-    let session = match tokio::time::timeout(
-        AUTH_DEADLINE,
-        russh::server::run_stream(config, stream, handler),
-    )
-    .await
-    {
-        Ok(Ok(session)) => session,
-        Ok(Err(e)) => {
-            debug!(%peer, error = %e, "handshake failed");
-            return;
-        }
-        Err(_) => {
-            debug!(%peer, "no handshake in time");
+    // Before the session runs, its future owns the stream: dropping it closes
+    // the socket (after the penalty is recorded, so a reconnection pays it).
+    let handshake = russh::server::run_stream(config, stream, handler);
+    tokio::pin!(handshake);
+    let session = tokio::select! {
+        started = &mut handshake => match started {
+            Ok(session) => session,
+            Err(e) => {
+                info!(%peer, error = %e, "connection closed before logging in");
+                return;
+            }
+        },
+        () = tokio::time::sleep_until(deadline) => {
+            login.time_out();
+            info!(%peer, "no SSH banner within {} s: connection closed", login.timeout().as_secs_f64());
             return;
         }
     };
     let handle = session.handle();
-    let auth_deadline = async {
-        tokio::time::sleep(AUTH_DEADLINE).await;
-        if authed.load(Ordering::Acquire) {
+    let login_deadline = async {
+        tokio::time::sleep_until(deadline).await;
+        if !login.time_out() {
+            // Logged in in time.
             std::future::pending::<()>().await;
         }
     };
@@ -149,11 +164,32 @@ async fn connection(
                     .await;
             }
         }
-        () = watchdog(watch_fd) => {
-            info!(%peer, "peer gone (TCP closed or unresponsive): ending its commands");
+        () = watchdog(&socket) => {
+            if login.logged_in() {
+                info!(%peer, "peer gone (TCP closed or unresponsive): ending its commands");
+            } else {
+                info!(%peer, "connection closed before logging in");
+            }
         }
-        () = auth_deadline => {
-            debug!(%peer, "not authenticated in time");
+        () = login_deadline => {
+            info!(%peer, "not logged in within {} s: closing the connection", login.timeout().as_secs_f64());
+            // Tell the client why (an OpenSSH client prints it), then close
+            // the socket whatever the session is doing: a client that does
+            // not read cannot hold it open.
+            let _ = tokio::time::timeout(
+                LOGIN_CLOSE_WAIT,
+                handle.disconnect(
+                    russh::Disconnect::ByApplication,
+                    "not logged in in time".into(),
+                    "en".into(),
+                ),
+            )
+            .await;
+            let _ = tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await;
+            let _ = nix::sys::socket::shutdown(socket.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+            if tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await.is_err() {
+                warn!(%peer, "a session outlived the shutdown of its socket");
+            }
         }
     }
     // Every command of this connection now ends its process group.
@@ -175,13 +211,10 @@ fn set_tcp_liveness(stream: &TcpStream) {
 /// Returns once the TCP connection is closed by the peer or dead. It reads the
 /// kernel's TCP state, which moves on a FIN, RST or timeout even while russh's
 /// read loop is paused by a full stdin pipe (and so cannot see it).
-async fn watchdog(fd: Option<OwnedFd>) {
-    let Some(fd) = fd else {
-        return std::future::pending().await;
-    };
+async fn watchdog(fd: &OwnedFd) {
     loop {
         tokio::time::sleep(WATCHDOG_PERIOD).await;
-        match tcp_state(&fd) {
+        match tcp_state(fd) {
             Some(TCP_ESTABLISHED) => {}
             Some(_) | None => return,
         }
@@ -211,13 +244,26 @@ struct ConnHandler {
     conn: CancellationToken,
     /// This connection's channel tasks.
     channels: TaskTracker,
-    authed: Arc<AtomicBool>,
+    login: Arc<Login>,
     peer: SocketAddr,
 }
 
 impl ConnHandler {
     fn is_job_client(&self, key: &russh::keys::PublicKey) -> bool {
         key.key_data() == self.shared.keys.client_public().key_data()
+    }
+
+    /// Every rejected key leaves a line at `-v`: a scan or a client with the
+    /// wrong secret is visible in the agent's log.
+    fn reject(&self, user: &str, key: &russh::keys::PublicKey) -> Auth {
+        self.login.rejected();
+        info!(
+            peer = %self.peer,
+            user,
+            key = %key.fingerprint(russh::keys::HashAlg::Sha256),
+            "rejected a key that is not this job's (another job's client, or a wrong secret?)"
+        );
+        Auth::reject()
     }
 }
 
@@ -226,13 +272,13 @@ impl russh::server::Handler for ConnHandler {
 
     async fn auth_publickey_offered(
         &mut self,
-        _user: &str,
+        user: &str,
         offer: PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         Ok(if self.is_job_client(offer.public_key) {
             Auth::Accept
         } else {
-            Auth::reject()
+            self.reject(user, offer.public_key)
         })
     }
 
@@ -241,15 +287,16 @@ impl russh::server::Handler for ConnHandler {
         user: &str,
         key: VerifiedPublicKey<'_>,
     ) -> Result<Auth, Self::Error> {
-        if self.is_job_client(key.public_key) {
-            debug!(peer = %self.peer, user, "authenticated");
-            self.authed.store(true, Ordering::Release);
-            self.shared.touch();
-            Ok(Auth::Accept)
-        } else {
-            warn!(peer = %self.peer, user, "rejected a key that is not this job's (wrong secret?)");
-            Ok(Auth::reject())
+        if !self.is_job_client(key.public_key) {
+            return Ok(self.reject(user, key.public_key));
         }
+        if !self.login.log_in() {
+            info!(peer = %self.peer, user, "the job's key came after the login deadline: rejected");
+            return Ok(Auth::reject());
+        }
+        debug!(peer = %self.peer, user, "authenticated");
+        self.shared.touch();
+        Ok(Auth::Accept)
     }
 
     async fn channel_open_session(

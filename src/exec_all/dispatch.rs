@@ -152,7 +152,7 @@ pub async fn run(
         };
         let signal = async {
             match stops.as_mut() {
-                Some(stops) => stops.next().await,
+                Some(stops) => stops.next_distinct().await,
                 None => std::future::pending().await,
             }
         };

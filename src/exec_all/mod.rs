@@ -16,7 +16,7 @@ pub mod script;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,12 +27,13 @@ use tokio::sync::{Semaphore, mpsc};
 pub use dispatch::CancelReason;
 use dispatch::{Dispatch, NodeRecord, RunResult};
 use node::{NodeOutcome, NodeTask};
-use script::{Export, MAX_INLINE_SCRIPT, Script};
+use script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::Outcome;
+use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::topology::EnvMap;
 use crate::transport::client::{Auth, Connector};
 
@@ -178,14 +179,18 @@ fn read_script(args: &ExecAllArgs) -> Result<(Script, Vec<OsString>), Error> {
         }
         let first = rest.remove(0);
         if first == "-" {
-            let mut text = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut text)
-                .map_err(|e| Error::Failed(format!("cannot read the script from stdin: {e}")))?;
+            let text = read_at_most(std::io::stdin().lock(), MAX_SCRIPT as u64).map_err(|e| {
+                let msg = format!("cannot read the script from stdin: {e}");
+                if e.kind() == std::io::ErrorKind::FileTooLarge {
+                    Error::Usage(msg)
+                } else {
+                    Error::Failed(msg)
+                }
+            })?;
             Script::Stdin(text)
         } else {
             let path = PathBuf::from(&first);
-            let text = std::fs::read(&path).map_err(|e| {
+            let text = read_file_at_most(&path, MAX_SCRIPT as u64).map_err(|e| {
                 Error::usage(format!(
                     "cannot read the script {}: {e} (give a file, - for stdin, or -c CMD)",
                     path.display()

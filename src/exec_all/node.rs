@@ -358,7 +358,7 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
             }
             () = grace_over => {
                 // Something left in the group holds the pipes: end it, read what is left.
-                crate::process::end_group(pgid, ctx.grace).await;
+                crate::process::end_group_after(pgid, ctx.grace, child.signalled_at()).await;
                 exited_at = None;
                 if !(out.done && err.done) {
                     out.done = true;
@@ -384,7 +384,7 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
     if abandoned && status.is_none() {
         status = child.wait().await.ok();
     }
-    crate::process::end_group(pgid, ctx.grace).await;
+    crate::process::end_group_after(pgid, ctx.grace, child.signalled_at()).await;
     child.disarm();
     let outcome = match status {
         Some(outcome) => NodeOutcome::Finished(outcome),

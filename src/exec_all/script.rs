@@ -51,6 +51,10 @@ pub const PER_HOST_VARS: &[&str] = &[
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_NODE_RANK",
+    // Kubernetes: each pod's own index or role (torchrun reads PET_NODE_RANK).
+    "JOB_COMPLETION_INDEX",
+    "PET_NODE_RANK",
+    "K_MPI_JOB_ROLE",
     // The job secret stays where it is: every agent already has its own.
     "MULTINODE_SECRET",
     "MULTINODE_SECRET_FILE",
@@ -145,6 +149,9 @@ pub enum Script {
 
 /// Inline scripts travel as one argument: Linux limits one to 128 KiB.
 pub const MAX_INLINE_SCRIPT: usize = 100 * 1024;
+/// No script is read past this, from a file or from stdin (`exec_all - <
+/// /dev/zero` must not fill the memory).
+pub const MAX_SCRIPT: usize = 16 * 1024 * 1024;
 
 impl Script {
     /// The `sh` invocation that runs the script with `args` as `$1`...
@@ -256,9 +263,15 @@ mod tests {
             ("CUDA_VISIBLE_DEVICES", "0"),
             ("MULTINODE_SECRET", "s"),
             ("RANK", "0"),
+            ("JOB_COMPLETION_INDEX", "0"),
+            ("PET_NODE_RANK", "0"),
+            ("PET_NNODES", "4"),
         ]);
         let sent = Export::All.select(&head);
-        assert_eq!(sent, vars(&[("PATH", "/a"), ("NCCL_DEBUG", "INFO")]));
+        assert_eq!(
+            sent,
+            vars(&[("PATH", "/a"), ("NCCL_DEBUG", "INFO"), ("PET_NNODES", "4")])
+        );
         assert!(Export::None.select(&head).is_empty());
         let only = Export::parse("NCCL_DEBUG,X=1").unwrap().select(&head);
         assert_eq!(only, vars(&[("NCCL_DEBUG", "INFO"), ("X", "1")]));

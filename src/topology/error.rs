@@ -199,6 +199,9 @@ pub enum TopologyError {
         "cannot resolve head host '{host}': {reason}; set MULTINODE_NODE_IP to the head's address"
     )]
     Unresolvable { host: String, reason: String },
+    /// A Kubernetes job shape with a missing or contradicting piece.
+    #[error(transparent)]
+    Kube(#[from] super::kubernetes::KubeError),
 }
 
 impl From<TopologyError> for Error {

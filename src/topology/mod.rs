@@ -11,6 +11,7 @@
 //! - `hostfile`: Open MPI, MPICH and plain hostfiles; `LSB_MCPU_HOSTS`.
 //! - `slots`: positive counts.
 //! - `resolve`: the sources, in order, and the contradictions between them.
+//! - `kubernetes`: Indexed Job / JobSet, Kubeflow PyTorchJob, MPI Operator.
 //! - `this_node`: which node this machine is.
 //! - `route`, `address`: the default route, interface choice, head and local addresses.
 //! - `placement`: all of the above for this node; the rows of `multinode hosts`.
@@ -26,6 +27,7 @@ mod host_slots;
 mod hostfile;
 mod hostlist;
 mod hosts;
+mod kubernetes;
 pub(crate) mod machine;
 mod placement;
 mod resolve;
@@ -92,16 +94,50 @@ impl Topology {
 }
 
 /// A snapshot of the process environment, so resolution is testable.
+///
+/// Values that are not UTF-8 are kept apart: [`EnvMap::get`] does not see
+/// them (a host list or a port must be text), [`EnvMap::get_bytes`] does
+/// (the job secret may be any bytes).
 #[derive(Debug, Clone, Default)]
-pub struct EnvMap(pub BTreeMap<String, String>);
+pub struct EnvMap(pub BTreeMap<String, String>, NotUtf8);
+
+/// The variables whose value is not UTF-8; their values never show in `Debug`.
+#[derive(Clone, Default)]
+struct NotUtf8(BTreeMap<String, Vec<u8>>);
+
+impl std::fmt::Debug for NotUtf8 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
 
 impl EnvMap {
     pub fn from_process() -> Self {
-        EnvMap(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
-        )
+        use std::os::unix::ffi::OsStringExt;
+        let mut env = EnvMap::default();
+        for (name, value) in std::env::vars_os() {
+            let Ok(name) = name.into_string() else {
+                continue;
+            };
+            match value.into_string() {
+                Ok(value) => {
+                    env.0.insert(name, value);
+                }
+                Err(value) => {
+                    env.1.0.insert(name, value.into_vec());
+                }
+            }
+        }
+        env
+    }
+
+    /// A variable's bytes, UTF-8 or not; set-but-empty counts as unset.
+    pub fn get_bytes(&self, name: &str) -> Option<&[u8]> {
+        match self.0.get(name) {
+            Some(value) => Some(value.as_bytes()),
+            None => self.1.0.get(name).map(Vec::as_slice),
+        }
+        .filter(|v| !v.is_empty())
     }
 
     /// A variable's value; set-but-empty counts as unset.

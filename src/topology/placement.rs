@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::address::{IfaceChoice, first_reachable, head_address, local_address};
 use super::error::TopologyError;
-use super::machine::Machine;
+use super::machine::{Machine, lookup_all};
 use super::resolve::{TOPOLOGY_VARS, from_flags, resolve_topology};
 use super::this_node::find_rank;
 use super::{EnvMap, Topology};
@@ -112,28 +112,38 @@ pub(crate) fn host_rows(
             &topology.nodes[r].host,
         )
     });
+    let mut names = Vec::new();
     for row in &mut rows {
-        row.address = if row.rank == 0 {
-            found(
+        if row.rank == 0 {
+            row.address = found(
                 head_address(&topology, rank, local_ip, &job_env, machine),
                 &row.host,
-            )
+            );
         } else if Some(row.rank) == rank {
-            local_ip
+            row.address = local_ip;
         } else if let Ok(ip) = row.host.parse() {
-            Some(ip)
+            row.address = Some(ip);
         } else {
-            // Only the head's address is in the contract: the others are
-            // shown when DNS gives a reachable one, and logged otherwise.
-            match machine.lookup(&row.host) {
-                Ok(addrs) => first_reachable(&addrs).or_else(|| {
-                    tracing::debug!(host = %row.host, ?addrs, "no reachable address");
-                    None
-                }),
-                Err(reason) => {
-                    tracing::debug!(host = %row.host, reason, "cannot resolve");
-                    None
-                }
+            names.push(row.rank);
+        }
+    }
+    // Only the head's address is in the contract: the others are shown when
+    // DNS gives a reachable one, and logged otherwise. Looked up at once.
+    let hosts: Vec<&str> = names
+        .iter()
+        .map(|&r| topology.nodes[r].host.as_str())
+        .collect();
+    let answers = lookup_all(machine, &hosts);
+    for (&rank, answer) in names.iter().zip(answers) {
+        let row = &mut rows[rank];
+        row.address = match answer {
+            Ok(addrs) => first_reachable(&addrs).or_else(|| {
+                tracing::debug!(host = %row.host, ?addrs, "no reachable address");
+                None
+            }),
+            Err(reason) => {
+                tracing::debug!(host = %row.host, reason, "cannot resolve");
+                None
             }
         };
     }

@@ -1,6 +1,6 @@
 //! The topology from its sources, in order: `--hosts`, `--hostfile`,
-//! `MULTINODE_HOSTLIST` / `MULTINODE_HOSTLIST_NOSLOTS`, Slurm, PBS, LSF, else
-//! this machine alone.
+//! `MULTINODE_HOSTLIST` / `MULTINODE_HOSTLIST_NOSLOTS`, Slurm, PBS, LSF, the
+//! Kubernetes shapes (`kubernetes`), else this machine alone.
 //!
 //! Command-line flags override the environment's topology: the values that
 //! describe that topology (`MULTINODE_TOTAL_SLOTS`, `_NNODES`, `_HEAD`,
@@ -169,6 +169,9 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyErr
     if let Some(hosts) = env.get("LSB_MCPU_HOSTS") {
         return topology("LSB_MCPU_HOSTS".into(), parse_lsb_mcpu_hosts(hosts), |n| n);
     }
+    if let Some(topo) = super::kubernetes::from_env(env, machine)? {
+        return Ok(topo);
+    }
     this_machine(env, machine)
 }
 
@@ -182,13 +185,20 @@ fn this_machine(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, Topolog
     validate_host(&host).map_err(|e| TopologyError::LocalHostname {
         reason: e.to_string(),
     })?;
-    let slots = cuda_visible_devices(env)
-        .or_else(|| machine.nvidia_gpus())
-        .unwrap_or(1);
     Ok(Topology {
-        nodes: vec![Node { host, slots }],
+        nodes: vec![Node {
+            host,
+            slots: local_slots(env, machine),
+        }],
         source: "this machine (no hostlist is set)".to_string(),
     })
+}
+
+/// This machine's GPUs: `CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`, else 1.
+pub(super) fn local_slots(env: &EnvMap, machine: &dyn Machine) -> u32 {
+    cuda_visible_devices(env)
+        .or_else(|| machine.nvidia_gpus())
+        .unwrap_or(1)
 }
 
 /// How many devices `CUDA_VISIBLE_DEVICES` lists, if any.
@@ -367,6 +377,49 @@ mod tests {
         assert_eq!(
             resolve(&hosts_flag("f"), &all).map(|(s, _)| s).as_deref(),
             Ok("--hosts")
+        );
+    }
+
+    #[test]
+    fn kubernetes_shapes_come_after_the_batch_systems_in_order() {
+        let m = FakeMachine {
+            hostname: "train-0".into(),
+            fqdn: Some("train-0.t.ns.svc".into()),
+            files: [(
+                "/etc/mpi/hostfile".to_string(),
+                "l.t.ns.svc slots=1\n".to_string(),
+            )]
+            .into(),
+            ..FakeMachine::gpu01()
+        };
+        let all = [
+            ("LSB_MCPU_HOSTS", "l 1 k 1"),
+            ("JOB_COMPLETION_INDEX", "0"),
+            ("MULTINODE_NNODES", "2"),
+            ("PET_NNODES", "2"),
+            ("MASTER_ADDR", "p-master-0"),
+        ];
+        let source = |vars: &[(&str, &str)]| {
+            resolve_topology(&TopologyArgs::default(), &env(vars), &m).map(|t| t.source)
+        };
+        assert_eq!(source(&all).ok().as_deref(), Some("LSB_MCPU_HOSTS"));
+        assert_eq!(
+            source(&all[1..]).ok().as_deref(),
+            Some("JOB_COMPLETION_INDEX")
+        );
+        assert_eq!(source(&all[3..]).ok().as_deref(), Some("PET_NNODES"));
+        assert_eq!(
+            source(&[]).ok().as_deref(),
+            Some("the MPI Operator's hostfile '/etc/mpi/hostfile'")
+        );
+        let m = FakeMachine {
+            files: Default::default(),
+            ..m
+        };
+        let topo = resolve_topology(&TopologyArgs::default(), &EnvMap::default(), &m);
+        assert_eq!(
+            topo.map(|t| t.source).ok().as_deref(),
+            Some("this machine (no hostlist is set)")
         );
     }
 

@@ -37,7 +37,7 @@ impl Identity {
             || self
                 .fqdn
                 .as_deref()
-                .is_some_and(|f| host.eq_ignore_ascii_case(f))
+                .is_some_and(|f| host.eq_ignore_ascii_case(f) || leads(host, f))
     }
 
     /// `gpu01, gpu01.example.org, addresses 10.0.0.1, fd00::1`
@@ -50,6 +50,17 @@ impl Identity {
         parts.push(format!("addresses {}", addrs.join(", ")));
         parts.join(", ")
     }
+}
+
+/// Whether `host` is the leading labels of `fqdn` (`gpu01.rack1` of
+/// `gpu01.rack1.example.org`): a name that a DNS search domain completes, as
+/// Kubernetes' `<pod>.<service>.<namespace>.svc` does.
+fn leads(host: &str, fqdn: &str) -> bool {
+    fqdn.len() > host.len()
+        && fqdn.as_bytes()[host.len()] == b'.'
+        && fqdn
+            .get(..host.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(host))
 }
 
 /// Ranks whose entry names this machine.
@@ -241,8 +252,12 @@ mod tests {
         assert_eq!(rank(&["fd00::9", "fd00::1"], None, &[]), Ok(1));
         // Exact addresses, not subnets.
         assert!(rank(&["10.0.0.2", "10.0.0.3"], None, &[]).is_err());
-        // A different domain is a different machine.
+        // A name that a search domain completes to this machine's FQDN.
+        assert_eq!(rank(&["gpu00.cluster", "GPU01.cluster"], None, &[]), Ok(1));
+        // A different domain is a different machine; a label is matched whole.
         assert!(rank(&["gpu01.other.example", "x"], None, &[]).is_err());
+        assert!(rank(&["gpu01.clus", "x"], None, &[]).is_err());
+        assert!(rank(&["gpu01.cluster.example.org", "x"], None, &[]).is_err());
     }
 
     #[test]

@@ -88,6 +88,9 @@ mn_network() {
 # a real cluster, and no name lookup ever leaves the machine.
 
 MN_NODES=(node0 node1 node2 node3)
+# Hosts of the cluster that are not nodes of the job (Slurm's controller):
+# they get addresses after the nodes, and are in every /etc/hosts too.
+MN_EXTRA_HOSTS=()
 MN_SLOTS=2
 MN_HOSTLIST=$(printf "%s:$MN_SLOTS," "${MN_NODES[@]}")
 MN_HOSTLIST=${MN_HOSTLIST%,}
@@ -129,8 +132,9 @@ mn_cluster_network() {
             --label "org.multinode.test-scenario=$MN_SCENARIO" \
             --subnet "$subnet" "$name" >/dev/null 2>"$MN_TMP/network.err"; then
             MN_NET=$name
-            for n in "${!MN_NODES[@]}"; do
-                MN_IP[${MN_NODES[$n]}]=$prefix.$((10 + n))
+            local all=("${MN_NODES[@]}" "${MN_EXTRA_HOSTS[@]}")
+            for n in "${!all[@]}"; do
+                MN_IP[${all[$n]}]=$prefix.$((10 + n))
             done
             return 0
         fi
@@ -140,12 +144,20 @@ mn_cluster_network() {
     return 1
 }
 
+# The --add-host options that name every host of the cluster, one a line.
+mn_add_hosts() {
+    local h
+    for h in "${MN_NODES[@]}" "${MN_EXTRA_HOSTS[@]}"; do
+        printf -- '--add-host\n%s:%s\n' "$h" "${MN_IP[$h]}"
+    done
+}
+
 # mn_node HOST [DOCKER-RUN-OPTIONS...] -- [AGENT-OPTIONS...] [-- JOB...]
 # Starts HOST's container, detached: `multinode agent -v AGENT-OPTIONS -- JOB`
 # (for example `mn_node node1 -- --idle-timeout 5 -- sh -c 'exec_all ...'`).
 # MN_NODE_SECRET, when set, replaces the job secret on this node.
 mn_node() {
-    local host=$1 h opts=() hosts=()
+    local host=$1 opts=() hosts=()
     shift
     while (($#)) && [[ $1 != -- ]]; do
         opts+=("$1")
@@ -153,9 +165,7 @@ mn_node() {
     done
     (($#)) && shift
     [[ -n $MN_NET ]] || mn_cluster_network
-    for h in "${MN_NODES[@]}"; do
-        hosts+=(--add-host "$h:${MN_IP[$h]}")
-    done
+    mapfile -t hosts < <(mn_add_hosts)
     mn_docker -d --name "$(mn_ctr "$host")" --hostname "$host" \
         --network "$MN_NET" --network-alias "$host" --ip "${MN_IP[$host]}" "${hosts[@]}" \
         -e "MULTINODE_SECRET=${MN_NODE_SECRET:-$MN_SECRET}" "${MN_JOB_ENV[@]}" \
@@ -302,4 +312,17 @@ mn_all_have() {
     for host in "$@"; do
         mn_has_proc "$host" "$pattern" || return 1
     done
+}
+
+# mn_doc_block FILE NAME: the text of the fenced code block that follows the
+# line `<!-- test: NAME -->` in FILE (a page of docs/), so that a scenario
+# runs what the page shows, byte for byte. Fails when there is no such block.
+mn_doc_block() {
+    awk -v name="$2" '
+        $0 == "<!-- test: " name " -->" { want = 1; next }
+        want && !inside && /^```/ { inside = 1; next }
+        inside && /^```/ { found = 1; exit }
+        inside { print }
+        END { exit !found }
+    ' "$1"
 }

@@ -193,3 +193,85 @@ fn workers_end_their_commands_and_exit_when_the_head_dies() {
         sleepers(&tag)
     );
 }
+
+/// `scancel` sends SIGTERM to every agent of the step (a pod's deletion, to
+/// each pod's). The
+/// reference script is a shell running exec_all: the shell dies of the
+/// signal at once, while exec_all passes it to every node. Each node's
+/// command gets SIGTERM once and its grace: here it "saves a checkpoint" for
+/// a second, which it could not do if the signal turned into a SIGKILL.
+/// The same SIGTERM reaching exec_all twice at once (a batch system that
+/// signals every process of the job, and the agent passing it on) is one
+/// signal, not the second one that means SIGKILL. A process that ignores
+/// SIGTERM is killed when the grace (3 s) is over, counted from the signal:
+/// the shell's exit after its checkpoint does not start a new one.
+#[test]
+fn a_sigterm_to_the_head_gives_every_node_its_grace() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29973;
+    let dir = tempfile::tempdir().unwrap();
+    let tag = sleep_tag();
+    let deaf = sleep_tag();
+    let script = format!(
+        "mn-exec-all -c '(trap \"\" TERM; exec sleep {deaf}) &
+         trap \"sleep 1; echo saved > {dir}/ckpt.$RANK; exit 0\" TERM; sleep {tag} & wait'",
+        dir = dir.path().display()
+    );
+    let job = ["sh", "-c", &script];
+    let mut workers: Vec<Child> = (1..3)
+        .map(|r| node(&hosts, r, port, &[], &job).spawn().unwrap())
+        .collect();
+    let mut head = node(&hosts, 0, port, &[], &job).spawn().unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || sleepers(&tag).len() == 3
+            && sleepers(&deaf).len() == 3),
+        "the job did not start on every node"
+    );
+    let start = Instant::now();
+    // As scancel does: SIGTERM to every agent of the step.
+    for agent in workers.iter().chain(std::iter::once(&head)) {
+        let pid = nix::unistd::Pid::from_raw(agent.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+    // What proctrack/cgroup adds: exec_all gets the same signal directly.
+    let exec_all = pids_matching(&tag).into_iter().filter(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"mn-exec-all\0-c\0"))
+    });
+    for pid in exec_all {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    assert!(eventually(Duration::from_secs(20), || sleepers(&deaf).is_empty()));
+    // A grace restarted when the shells' group is ended (their exit after 1 s,
+    // then 1 s for the pipes) would end them at 5 s.
+    let deaf_took = start.elapsed();
+    assert!(
+        deaf_took < Duration::from_millis(4500),
+        "the processes that ignore SIGTERM lived {deaf_took:?} (grace 3 s)"
+    );
+    assert_eq!(
+        wait_exit(&mut head, Duration::from_secs(20)),
+        Some(143),
+        "the head exits as its job did: killed by SIGTERM"
+    );
+    let took = start.elapsed();
+    for rank in 0..3 {
+        let saved = std::fs::read_to_string(dir.path().join(format!("ckpt.{rank}")));
+        assert_eq!(
+            saved.ok().as_deref(),
+            Some("saved\n"),
+            "rank {rank} had no time to save its checkpoint"
+        );
+    }
+    assert!(sleepers(&tag).is_empty(), "a job process outlived the job");
+    // The checkpoints took 1 s; the grace is 3 s and then the agent waits
+    // 3 s more at most (generous bounds for a loaded machine).
+    assert!(took < Duration::from_secs(10), "the head took {took:?}");
+    for worker in &mut workers {
+        // Stopped by the signal (0), or released by the head first (0 too).
+        assert_eq!(wait_exit(worker, Duration::from_secs(10)), Some(0));
+    }
+}

@@ -4,10 +4,12 @@ mod runner;
 mod util;
 
 mod agent;
+mod agent_login;
 mod bytepipe;
 mod check;
 mod env;
 mod exec_all;
+mod hardening;
 mod lifecycle;
 mod lifecycle_join;
 mod mpi;

@@ -517,3 +517,88 @@ RANK  HOST       SLOTS  ADDRESS
         "RANK  HOST   SLOTS  ADDRESS\n0     gpu01  1      -\n1     gpu02  1      -\n"
     );
 }
+
+/// The Kubernetes shapes through the binary (the Indexed Job's pod names
+/// need a pod's host name and FQDN: the Docker cluster's `k8s-*` scenarios
+/// run it with the names Kubernetes gives).
+#[test]
+fn kubernetes_shapes() {
+    let pytorch: Vars = &[
+        ("PET_NNODES", "3"),
+        ("PET_NODE_RANK", "1"),
+        ("PET_NPROC_PER_NODE", "2"),
+        ("MASTER_ADDR", "bert-master-0"),
+        ("MASTER_PORT", "23456"),
+        ("WORLD_SIZE", "6"),
+        ("RANK", "1"),
+    ];
+    assert_eq!(
+        hosts(&[], pytorch),
+        pairs(&[
+            ("bert-master-0", 2),
+            ("bert-worker-0", 2),
+            ("bert-worker-1", 2)
+        ])
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hostfile = write(
+        &dir,
+        "hostfile",
+        "mpi-launcher.mpi.default.svc slots=4\nmpi-worker-0.mpi.default.svc slots=4\n",
+    );
+    assert_eq!(
+        hosts(&[], &[("MULTINODE_MPI_HOSTFILE", &hostfile)]),
+        pairs(&[
+            ("mpi-launcher.mpi.default.svc", 4),
+            ("mpi-worker-0.mpi.default.svc", 4)
+        ])
+    );
+    // Earlier sources win: Slurm's variables in a pod are Slurm's job.
+    let mut both = pytorch.to_vec();
+    both.push(("SLURM_JOB_NODELIST", "s[1-2]"));
+    assert_eq!(hosts(&[], &both), pairs(&[("s1", 1), ("s2", 1)]));
+
+    let me = hostname();
+    let index = if me.ends_with("-7") { "8" } else { "7" };
+    let not_indexed = format!(
+        "JOB_COMPLETION_INDEX={index} but this pod's host name '{me}' does not end in '-{index}' as an Indexed Job's pods do (<job>-<index>); set MULTINODE_HOSTLIST"
+    );
+    let cases: &[(Vars, &str)] = &[
+        (
+            &[("JOB_COMPLETION_INDEX", index), ("MULTINODE_NNODES", "9")],
+            &not_indexed,
+        ),
+        (
+            &[("JOB_COMPLETION_INDEX", "1")],
+            "JOB_COMPLETION_INDEX=1 (a Kubernetes Indexed Job) but the node count is unknown; set MULTINODE_NNODES to the Job's completions",
+        ),
+        (
+            &[
+                ("JOB_COMPLETION_INDEX", "1"),
+                ("MULTINODE_NNODES", "4"),
+                ("PET_NNODES", "2"),
+            ],
+            "MULTINODE_NNODES=4 but PET_NNODES=2; they must agree: unset one of them",
+        ),
+        (
+            &[("PET_NNODES", "1:4"), ("MASTER_ADDR", "bert-master-0")],
+            "PET_NNODES='1:4' is an elastic range; multinode needs a fixed node count: set PET_NNODES=N or MULTINODE_HOSTLIST",
+        ),
+        (
+            &[
+                ("PET_NNODES", "2"),
+                ("MASTER_ADDR", "bert-master-0"),
+                ("RANK", "1"),
+                ("PET_NODE_RANK", "0"),
+            ],
+            "PET_NODE_RANK=0 but RANK=1; they must agree: unset one of them",
+        ),
+        (
+            &[("MULTINODE_MPI_HOSTFILE", "/nonexistent/hostfile")],
+            "cannot read MULTINODE_MPI_HOSTFILE '/nonexistent/hostfile': No such file or directory (os error 2)",
+        ),
+    ];
+    for (vars, message) in cases {
+        assert_eq!(run_usage_error(&["env"], vars), *message, "{vars:?}");
+    }
+}
