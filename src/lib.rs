@@ -26,6 +26,7 @@ pub mod exec_all;
 pub mod exit_code;
 pub mod keys;
 pub mod process;
+pub mod snapshot;
 pub(crate) mod stdio;
 pub mod stops;
 pub mod supervise;
