@@ -30,6 +30,7 @@ pub mod exit_code;
 pub mod keys;
 pub mod process;
 pub mod protocol;
+pub mod snapshot;
 pub(crate) mod stdio;
 pub mod stops;
 pub mod supervise;

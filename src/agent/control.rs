@@ -1,5 +1,5 @@
 //! The agent's answers to its own requests (`#multinode:ping`, `release`,
-//! `wait-release`; what they mean: `protocol::control`).
+//! `wait-release`, `snapshot`; what they mean: `protocol::control`).
 
 use std::sync::Arc;
 
@@ -39,6 +39,13 @@ pub(crate) async fn run(
             let _ = tx.close().await;
             shared.released.cancel();
             return;
+        }
+        Control::Snapshot => {
+            let snap = super::snapshot::take(&shared).await;
+            let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
+            line.push(b'\n');
+            let _ = tx.data_bytes(line).await;
+            0
         }
         Control::WaitRelease => {
             // Only a release answers: an agent that stops without one (its job

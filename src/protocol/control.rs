@@ -7,6 +7,8 @@
 //! - `#multinode:release`: the job is over; the agent ends its commands and exits.
 //! - `#multinode:wait-release`: answers exit 0 once this agent is released
 //!   (a worker holds one of these open to the head to notice it leave).
+//! - `#multinode:snapshot`: prints one JSON line, the snapshot of the
+//!   commands this agent runs (`agent/snapshot.rs`).
 
 const PREFIX: &[u8] = b"#multinode:";
 
@@ -15,6 +17,7 @@ pub enum Control {
     Ping,
     Release,
     WaitRelease,
+    Snapshot,
 }
 
 pub fn parse(command: &[u8]) -> Option<Control> {
@@ -23,6 +26,7 @@ pub fn parse(command: &[u8]) -> Option<Control> {
         b"ping" => Some(Control::Ping),
         b"release" => Some(Control::Release),
         b"wait-release" => Some(Control::WaitRelease),
+        b"snapshot" => Some(Control::Snapshot),
         _ => None,
     }
 }
@@ -33,6 +37,7 @@ pub fn command(control: Control) -> &'static str {
         Control::Ping => "#multinode:ping",
         Control::Release => "#multinode:release",
         Control::WaitRelease => "#multinode:wait-release",
+        Control::Snapshot => "#multinode:snapshot",
     }
 }
 
@@ -59,7 +64,12 @@ mod tests {
         );
         assert_eq!(parse(b"#multinode:rm -rf"), None);
         assert_eq!(parse(b"echo #multinode:ping"), None);
-        for c in [Control::Ping, Control::Release, Control::WaitRelease] {
+        for c in [
+            Control::Ping,
+            Control::Release,
+            Control::WaitRelease,
+            Control::Snapshot,
+        ] {
             assert_eq!(parse(command(c).as_bytes()), Some(c));
         }
     }
