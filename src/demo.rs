@@ -10,10 +10,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cli::{DemoArgs, TopologyArgs};
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Script;
 use crate::exec_all::{RunOptions, finish_output, run_blocking};
-use crate::topology::EnvMap;
 
 const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
 head $MULTINODE_NODE_IP, slots $MULTINODE_TOTAL_SLOTS in all\"";

@@ -15,9 +15,13 @@ use std::net::IpAddr;
 pub use render::{render_json, render_sh};
 
 use crate::cli::{EnvArgs, EnvFormat, TopologyArgs};
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::topology::machine::System;
-use crate::topology::{EnvMap, Placement, Topology, resolve_placement, shorten};
+use crate::topology::{Placement, Topology, resolve_placement, shorten};
+
+/// This node's own address in the contract.
+const LOCAL_IP_VAR: &str = "MULTINODE_LOCAL_IP";
 
 /// The agents' port when `MULTINODE_AGENT_PORT` is not set.
 pub const DEFAULT_AGENT_PORT: u16 = 29922;
@@ -160,7 +164,7 @@ pub fn contract_for_rank(job: &Job, rank: usize) -> Vec<(String, String)> {
         ("MULTINODE_NNODES", topo.nodes.len().to_string()),
         ("MULTINODE_HEAD", head),
         ("MULTINODE_NODE_IP", job.head_ip.to_string()),
-        ("MULTINODE_LOCAL_IP", local_ip),
+        (LOCAL_IP_VAR, local_ip),
         ("RANK", rank.to_string()),
         ("MULTINODE_NODE_RANK", rank.to_string()),
         ("MULTINODE_AGENT_PORT", job.agent_port.to_string()),
@@ -171,6 +175,17 @@ pub fn contract_for_rank(job: &Job, rank: usize) -> Vec<(String, String)> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect()
+}
+
+/// Fills in `MULTINODE_LOCAL_IP` in the contract of a node that was reached
+/// at `reached`, when [`contract_for_rank`] left it empty (a host name): the
+/// address a launcher reached the node at is its own, as the job sees it.
+pub fn fill_reached_address(vars: &mut [(String, String)], reached: IpAddr) {
+    for (name, value) in vars {
+        if name == LOCAL_IP_VAR && value.is_empty() {
+            *value = reached.to_string();
+        }
+    }
 }
 
 /// `multinode env`: this node's contract as `export` lines or one JSON object.
@@ -198,6 +213,19 @@ pub(crate) fn print_stdout(text: &str) -> Result<i32, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reached_address_fills_only_an_empty_local_ip() {
+        let mut vars = vec![
+            (LOCAL_IP_VAR.to_string(), String::new()),
+            ("RANK".to_string(), String::new()),
+        ];
+        fill_reached_address(&mut vars, "10.0.0.7".parse().unwrap());
+        assert_eq!(vars[0].1, "10.0.0.7");
+        assert_eq!(vars[1].1, "", "other variables are left alone");
+        fill_reached_address(&mut vars, "10.0.0.8".parse().unwrap());
+        assert_eq!(vars[0].1, "10.0.0.7", "a known address is kept");
+    }
     use crate::topology::Node;
     use crate::topology::machine::fake::{env, ip};
 

@@ -18,9 +18,9 @@ use russh::keys::{PrivateKey, PublicKey};
 use sha2::{Digest, Sha256};
 
 use crate::cli::KeygenArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::read_limit::read_file_at_most;
-use crate::topology::EnvMap;
 
 /// Secrets shorter than this are refused: they could be guessed.
 pub const MIN_SECRET_LEN: usize = 16;

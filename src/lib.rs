@@ -2,6 +2,7 @@
 //!
 //! - [`cli`]: the clap definitions of every command.
 //! - [`topology`]: hostlist syntaxes, scheduler sources, which node this is, the head's address.
+//! - [`environ`]: the process environment as a map, read once and passed in.
 //! - [`env`]: the environment contract, rendered for `sh` and JSON.
 //! - [`keys`]: the client and host keys derived from the job secret.
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
@@ -24,6 +25,7 @@ pub mod check;
 pub mod cli;
 mod demo;
 pub mod env;
+pub mod environ;
 pub mod error;
 pub mod exec_all;
 pub mod exit_code;

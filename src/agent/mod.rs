@@ -34,9 +34,9 @@ use tracing::info;
 pub use keeper::keep_groups;
 
 use crate::cli::AgentArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
-use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
 pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;

@@ -17,8 +17,8 @@ use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query,
 use super::probe::{Probe, RunOutput};
 use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
+use crate::environ::EnvMap;
 use crate::error::Error;
-use crate::topology::EnvMap;
 
 /// `nvidia-smi` may take this long (it takes seconds on a node without
 /// persistence mode; a hung GPU makes it hang).

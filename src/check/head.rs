@@ -15,11 +15,12 @@ use super::rendezvous;
 use super::report::{render_json, render_table};
 use crate::cli::{CheckArgs, TableFormat};
 use crate::env::{Job, resolve_job};
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::exec_all::{NodeCapture, collect};
 use crate::exit_code;
 use crate::process::Outcome;
-use crate::topology::{EnvMap, Topology, shorten};
+use crate::topology::{Topology, shorten};
 
 /// Every node's `check --local` gets this long. Its own parts are bounded
 /// well below it (the slowest, `nvidia-smi`, by 10 s).

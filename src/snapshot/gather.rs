@@ -11,10 +11,10 @@ use tracing::debug;
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
-use crate::topology::EnvMap;
 use crate::transport::client::{Auth, Connector, Target};
 
 /// A node's agent gets this long to answer, once connected: its own tools

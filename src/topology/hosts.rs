@@ -1,9 +1,9 @@
 //! `multinode hosts`: the expanded topology, one node a line.
 
-use super::EnvMap;
 use super::machine::System;
 use super::placement::{HostRow, host_rows};
 use crate::cli::{HostsArgs, TableFormat};
+use crate::environ::EnvMap;
 use crate::error::Error;
 
 /// Prints the topology as a table (`RANK HOST SLOTS ADDRESS`) or a JSON array

@@ -4,13 +4,14 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+use super::Topology;
 use super::address::{IfaceChoice, first_reachable, head_address, local_address};
 use super::error::TopologyError;
 use super::machine::{Machine, lookup_all};
 use super::resolve::{TOPOLOGY_VARS, from_flags, resolve_topology};
 use super::this_node::find_rank;
-use super::{EnvMap, Topology};
 use crate::cli::TopologyArgs;
+use crate::environ::EnvMap;
 
 /// The topology, this node's rank, the head's address and this node's own.
 #[derive(Debug, Clone, PartialEq, Eq)]

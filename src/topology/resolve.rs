@@ -17,8 +17,9 @@ use super::hostfile::{parse_hostfile, parse_lsb_mcpu_hosts};
 use super::hostlist::{expand, validate_host};
 use super::machine::Machine;
 use super::tasks_per_node::parse_tasks_per_node;
-use super::{EnvMap, Node, Topology};
+use super::{Node, Topology};
 use crate::cli::TopologyArgs;
+use crate::environ::EnvMap;
 
 /// The variables that describe the environment's topology.
 pub(crate) const TOPOLOGY_VARS: [&str; 7] = [
