@@ -13,7 +13,7 @@
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
-//! - [`stops`]: the signals a command handles, as one stream.
+//! - [`signals`]: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
 //! - [`supervise`]: the small parent of every local command, ending it when `multinode` dies.
 //! - [`exit_code`]: the exit codes `multinode` chooses, named.
@@ -32,9 +32,9 @@ pub mod exit_code;
 pub mod keys;
 pub mod process;
 pub mod protocol;
+pub mod signals;
 pub mod snapshot;
 pub(crate) mod stdio;
-pub mod stops;
 pub mod supervise;
 pub mod topology;
 pub mod transport;

@@ -125,7 +125,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     } else {
         // The head may be starting too: wait for its name as long as it waits for us.
         Some(crate::env::resolve_job_waiting(
-            &args.topology,
+            &args.topology.inputs(),
             &env,
             args.wait_timeout,
         )?)

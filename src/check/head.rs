@@ -38,7 +38,7 @@ pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
         ));
     }
     let env = EnvMap::from_process();
-    let job = resolve_job(&args.topology, &env)?;
+    let job = resolve_job(&args.topology.inputs(), &env)?;
     if job.rank != 0 {
         let head = job.topology.nodes.first().map_or("?", |n| n.host.as_str());
         return Err(Error::usage(format!(
@@ -57,7 +57,7 @@ pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
         TableFormat::Table => render_table(&results),
         TableFormat::Json => render_json(&results),
     };
-    crate::env::print_stdout(&text)?;
+    crate::stdio::print_stdout(&text)?;
     Ok(if failed(&results, args.strict) {
         exit_code::CHECK_FAILED
     } else {

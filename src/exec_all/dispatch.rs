@@ -10,7 +10,7 @@ use tracing::{debug, info};
 use super::output::Writer;
 use super::types::{CancelReason, Control, End, Event, NodeOutcome, NodeRecord, RunResult};
 use crate::exit_code;
-use crate::stops::{STOP_SIGNALS, Stops};
+use crate::signals::{STOP_SIGNALS, Stops};
 
 pub struct Dispatch {
     pub fail_fast: bool,

@@ -48,7 +48,7 @@ use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let (script, rest) = read_script(&args)?;
-    let job = crate::env::resolve_job(&args.topology, &env)?;
+    let job = crate::env::resolve_job(&args.topology.inputs(), &env)?;
     let n = job.topology.nodes.len();
     let options = RunOptions {
         forward_stdin: matches!(script, Script::Inline(_)),

@@ -22,8 +22,8 @@ use crate::error::Error;
 use crate::exit_code;
 use crate::process::Outcome;
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
+use crate::signals::{FORWARDED_SIGNALS, Stops};
 use crate::stdio::{self, Fd, StdioWriter};
-use crate::stops::{FORWARDED_SIGNALS, Stops};
 
 /// After this many signals the remote side did not end on, `mn-ssh` gives up
 /// and closes the channel (the agent then ends the remote group).

@@ -6,19 +6,17 @@
 //! node's processes). [`render_sh`] and [`render_json`] print them.
 //! docs/environment.md describes every variable.
 
+pub(crate) mod programs;
 mod render;
-pub(crate) mod wrapper;
 
-use std::io::Write;
 use std::net::IpAddr;
 
 pub use render::{render_json, render_sh};
 
-use crate::cli::{EnvArgs, EnvFormat, TopologyArgs};
 use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::topology::machine::System;
-use crate::topology::{Placement, Topology, resolve_placement, shorten};
+use crate::topology::{Inputs, Placement, Topology, resolve_placement, shorten};
 
 /// This node's own address in the contract.
 const LOCAL_IP_VAR: &str = "MULTINODE_LOCAL_IP";
@@ -54,9 +52,9 @@ pub struct Job {
 /// (see docs/environment.md for the order of sources and the rules).
 ///
 /// Errors are [`Error::Usage`]: one line naming the bad input and what to do.
-pub fn resolve_job(args: &TopologyArgs, env: &EnvMap) -> Result<Job, Error> {
+pub fn resolve_job(args: &Inputs, env: &EnvMap) -> Result<Job, Error> {
     let placement = resolve_placement(args, env, &System)?;
-    let invocation = wrapper::Invocation::current();
+    let invocation = programs::Invocation::current();
     job_from(placement, env, &invocation)
 }
 
@@ -65,7 +63,7 @@ pub fn resolve_job(args: &TopologyArgs, env: &EnvMap) -> Result<Job, Error> {
 /// cluster's DNS does not know it), retry for up to `wait`. Every other error
 /// is returned at once.
 pub fn resolve_job_waiting(
-    args: &TopologyArgs,
+    args: &Inputs,
     env: &EnvMap,
     wait: std::time::Duration,
 ) -> Result<Job, Error> {
@@ -78,7 +76,7 @@ pub fn resolve_job_waiting(
                 tracing::debug!(%host, %reason, "the head's name does not resolve yet; retrying");
                 std::thread::sleep(std::time::Duration::from_millis(250));
             }
-            result => return job_from(result?, env, &wrapper::Invocation::current()),
+            result => return job_from(result?, env, &programs::Invocation::current()),
         }
     }
 }
@@ -86,7 +84,7 @@ pub fn resolve_job_waiting(
 fn job_from(
     placement: Placement,
     env: &EnvMap,
-    invocation: &wrapper::Invocation,
+    invocation: &programs::Invocation,
 ) -> Result<Job, Error> {
     let agent_port = agent_port(env)?;
     let wrapper = match env.get("MULTINODE_SSH_WRAPPER") {
@@ -189,25 +187,16 @@ pub fn fill_reached_address(vars: &mut [(String, String)], reached: IpAddr) {
 }
 
 /// `multinode env`: this node's contract as `export` lines or one JSON object.
-pub fn cmd_env(args: &EnvArgs) -> Result<i32, Error> {
+pub fn cmd_env(inputs: &Inputs, json: bool) -> Result<i32, Error> {
     let env = EnvMap::from_process();
-    let job = resolve_job(&args.topology, &env)?;
+    let job = resolve_job(inputs, &env)?;
     let vars = contract(&job);
-    let text = match args.format {
-        EnvFormat::Sh => render_sh(&vars),
-        EnvFormat::Json => render_json(&vars),
+    let text = if json {
+        render_json(&vars)
+    } else {
+        render_sh(&vars)
     };
-    print_stdout(&text)
-}
-
-/// Writes `text` to stdout in one piece; a closed pipe (`| head`) is a normal end.
-pub(crate) fn print_stdout(text: &str) -> Result<i32, Error> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Ok(crate::exit_code::SUCCESS),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::exit_code::SUCCESS),
-        Err(e) => Err(Error::Failed(format!("cannot write to stdout: {e}"))),
-    }
+    crate::stdio::print_stdout(&text)
 }
 
 #[cfg(test)]
@@ -254,8 +243,8 @@ mod tests {
         }
     }
 
-    fn invocation() -> wrapper::Invocation {
-        wrapper::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
+    fn invocation() -> programs::Invocation {
+        programs::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
     }
 
     fn job(vars: &[(&str, &str)]) -> Result<Job, String> {
@@ -341,7 +330,7 @@ mod tests {
 
     #[test]
     fn a_missing_mn_ssh_is_an_error_only_when_needed() {
-        let lonely = wrapper::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
+        let lonely = programs::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
         assert_eq!(
             job_from(placement(), &EnvMap::default(), &lonely).map_err(|e| e.to_string()).err(),
             Some("mn-ssh not found beside /nowhere/multinode; install it next to multinode or set MULTINODE_SSH_WRAPPER".to_string())
