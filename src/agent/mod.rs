@@ -31,10 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
-pub use control::PingReply;
-pub(crate) use control::{Control, command as control_command};
 pub use keeper::keep_groups;
-pub use server::{KEEPALIVE_INTERVAL, KEEPALIVE_MAX};
 
 use crate::cli::AgentArgs;
 use crate::error::Error;
@@ -43,7 +40,6 @@ use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
 pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;
-pub use command::CWD_VAR;
 
 /// What every connection and command of an agent shares.
 pub(crate) struct Shared {

@@ -9,11 +9,11 @@ use tokio::task::JoinSet;
 use tracing::debug;
 
 use super::{NodeSnapshot, fold, render_json, render_table};
-use crate::agent::Control;
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
+use crate::protocol::control::Control;
 use crate::topology::EnvMap;
 use crate::transport::client::{Auth, Connector, Target};
 
