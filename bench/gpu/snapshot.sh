@@ -10,7 +10,8 @@
 # Two "nodes" on loopback agents, 127.0.0.2 owning GPU 0 and 127.0.0.3 GPU 1.
 # A. a rank stuck in a CUDA kernel that never ends (bench/gpu/spin.py) while
 #    the other waits for it in a collective: `multinode ps` from the head
-#    must show the stuck rank's Python stack and its GPU at 100 %.
+#    must show the stuck rank's Python stack and its GPU at 100 %. Runs on
+#    one GPU too (`nvidia-h200`, MN_GPU_STEPS=A): rank 1 then uses no GPU.
 # B. the reference script (bench/gpu/reference-hang.sh) with
 #    /workspace/train.py = bench/gpu/hang.py: rank 1 stops calling the
 #    all-reduce and sleeps, rank 0 waits inside NCCL. `multinode ps` must name
@@ -95,8 +96,10 @@ cp bench/gpu/hang.py /workspace/train.py
 
 if want A; then
     echo "=== A. rank 0 stuck in a CUDA spin kernel, rank 1 waiting for it in all_reduce"
-    agent 1 1 -- true
-    head_env CUDA_VISIBLE_DEVICES=0 timeout 120 multinode agent --listen "127.0.0.2:$PORT" -- \
+    # With one GPU, both "nodes" see GPU 0 and rank 1 leaves it alone.
+    if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then gpu1=1 waiter_gpu=1; else gpu1=0 waiter_gpu=0; fi
+    agent 1 "$gpu1" -- true
+    head_env CUDA_VISIBLE_DEVICES=0 MN_SPIN_WAITER_GPU=$waiter_gpu timeout 120 multinode agent --listen "127.0.0.2:$PORT" -- \
         mn-exec-all --timeout 40 --snapshot-on-timeout --report "$out/spin-report.json" \
         -c "exec python3 $repo/bench/gpu/spin.py" >"$out/spin.txt" 2>&1 &
     head=$!

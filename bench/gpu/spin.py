@@ -24,8 +24,11 @@ def spin_forever():
 
 
 def wait_for_rank0():
-    # This rank's GPU holds a tensor, idle.
-    keep = torch.ones(1 << 20, device="cuda")
+    # This rank's GPU holds a tensor, idle (on a machine of two GPUs; with
+    # one, rank 0's GPU is left to rank 0).
+    keep = None
+    if os.environ.get("MN_SPIN_WAITER_GPU", "1") == "1":
+        keep = torch.ones(1 << 20, device="cuda")
     print(f"rank {RANK} WAITING in all_reduce for rank 0", flush=True)
     t = torch.ones(1)
     dist.all_reduce(t)  # rank 0 never comes
