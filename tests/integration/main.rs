@@ -10,6 +10,7 @@ mod check;
 mod env;
 mod exec_all;
 mod hardening;
+mod layers;
 mod lifecycle;
 mod lifecycle_join;
 mod mpi;
