@@ -282,7 +282,13 @@ mod tests {
     #[test]
     fn waiting_for_the_gpu_counts_as_waiting_for_the_others() {
         let snaps = vec![
-            node(0, "R", 100.0, Some(&["synchronize", "train_step", "main"]), None),
+            node(
+                0,
+                "R",
+                100.0,
+                Some(&["synchronize", "train_step", "main"]),
+                None,
+            ),
             node(1, "S", 0.0, Some(&["straggle", "train_step", "main"]), None),
         ];
         let groups = fold(&snaps);
