@@ -164,7 +164,7 @@ pub struct ExecAllArgs {
     #[arg(long, hide = true)]
     pub relay_report: bool,
     /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    #[arg(trailing_var_arg = true, num_args = 0..)]
     pub script_and_args: Vec<OsString>,
 }
 

@@ -58,6 +58,17 @@ pub(crate) fn split_slots(element: &str) -> Result<(HostPart<'_>, Option<&str>),
         });
     }
     if host.contains(':') {
+        // `gpu01:2;gpu02:2`, `gpu01:2 gpu02:2`: two entries, wrongly separated.
+        if let Some(sep) = host.chars().find(|c| *c == ';' || c.is_whitespace()) {
+            return Err(ParseError::BadSeparator {
+                list: shorten(element),
+                sep: if sep == ';' {
+                    "';'".into()
+                } else {
+                    "whitespace".into()
+                },
+            });
+        }
         return Err(ParseError::BadChar {
             host: shorten(host),
             what: "':'".to_string(),
@@ -211,6 +222,14 @@ mod tests {
         );
         assert!(err("a[1-600000]:1,b[1-600000]").contains("more than 1000000 hosts"));
         assert!(err("a;b:1").contains("contains ';'"));
+        assert_eq!(
+            err("gpu01:2;gpu02:2"),
+            "'gpu01:2;gpu02:2' separates its hosts with ';'; separate them with ',': host1:2,host2:2"
+        );
+        assert_eq!(
+            err("gpu01:2 gpu02:2"),
+            "'gpu01:2 gpu02:2' separates its hosts with whitespace; separate them with ',': host1:2,host2:2"
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
         _ => {}
     }
     let inv = ssh_args::parse(&args).map_err(|e| Error::Usage(e.to_string()))?;
-    crate::logging::init(inv.verbose);
+    crate::logging::init("mn-ssh", inv.verbose, false);
     let env = EnvMap::from_process();
     let (connector, target) = prepare(&inv, &env)?;
     if inv.print_config {
@@ -142,7 +142,9 @@ pub fn prepare(inv: &SshInvocation, env: &EnvMap) -> Result<(Connector, Target),
                 port: inv.port.unwrap_or(22),
                 user,
             };
-            let auth = Auth::OpenSsh(Arc::new(openssh_auth(inv, env)?));
+            let mut auth = openssh_auth(inv, env)?;
+            auth.for_want_of_secret = env.get("MULTINODE_TRANSPORT").is_none();
+            let auth = Auth::OpenSsh(Arc::new(auth));
             Ok((Connector::new(auth, timeout), target))
         }
     }
@@ -225,6 +227,7 @@ fn openssh_auth(inv: &SshInvocation, env: &EnvMap) -> Result<OpenSshAuth, Error>
         identities,
         known_hosts,
         policy,
+        for_want_of_secret: false,
     })
 }
 

@@ -12,6 +12,7 @@ mod exec_all;
 mod hardening;
 mod lifecycle;
 mod lifecycle_join;
+mod messages;
 mod mpi;
 mod nodeset;
 mod openssh;
