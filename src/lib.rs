@@ -7,6 +7,7 @@
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
+//! - [`helper`]: `multinode install-helper`, the generic-helper built into the binary.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
@@ -24,6 +25,7 @@ pub mod env;
 pub mod error;
 pub mod exec_all;
 pub mod exit_code;
+pub mod helper;
 pub mod keys;
 pub mod process;
 pub(crate) mod stdio;

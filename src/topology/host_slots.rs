@@ -27,22 +27,21 @@ pub(crate) enum HostPart<'a> {
 ///
 /// Checks IPv6 literals; does not expand the hostlist expression.
 pub(crate) fn split_slots(element: &str) -> Result<(HostPart<'_>, Option<&str>), ParseError> {
-    if let Some(inner) = element.strip_prefix('[') {
-        if let Some((addr, rest)) = inner.split_once(']') {
-            if addr.contains(':') {
-                let ip = addr.parse::<Ipv6Addr>().map_err(|_| ParseError::BadIpv6 {
-                    text: shorten(addr),
-                })?;
-                return match rest.strip_prefix(':') {
-                    Some(slots) => Ok((HostPart::Ipv6(ip), Some(slots))),
-                    None if rest.is_empty() => Ok((HostPart::Ipv6(ip), None)),
-                    None => Err(ParseError::BadChar {
-                        host: shorten(element),
-                        what: format!("'{}' after the IPv6 address", shorten(rest)),
-                    }),
-                };
-            }
-        }
+    if let Some(inner) = element.strip_prefix('[')
+        && let Some((addr, rest)) = inner.split_once(']')
+        && addr.contains(':')
+    {
+        let ip = addr.parse::<Ipv6Addr>().map_err(|_| ParseError::BadIpv6 {
+            text: shorten(addr),
+        })?;
+        return match rest.strip_prefix(':') {
+            Some(slots) => Ok((HostPart::Ipv6(ip), Some(slots))),
+            None if rest.is_empty() => Ok((HostPart::Ipv6(ip), None)),
+            None => Err(ParseError::BadChar {
+                host: shorten(element),
+                what: format!("'{}' after the IPv6 address", shorten(rest)),
+            }),
+        };
     }
     let Some((host, slots)) = element.rsplit_once(':') else {
         return Ok((HostPart::Expr(element), None));

@@ -249,24 +249,24 @@ fn check_against_env(topology: &Topology, env: &EnvMap) -> Result<(), TopologyEr
         origin: topology.source.clone(),
     };
     let total = topology.total_slots();
-    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")? {
-        if n != total {
-            return Err(contradiction(
-                "MULTINODE_TOTAL_SLOTS",
-                v,
-                format!("{total} slot(s)"),
-            ));
-        }
+    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")?
+        && n != total
+    {
+        return Err(contradiction(
+            "MULTINODE_TOTAL_SLOTS",
+            v,
+            format!("{total} slot(s)"),
+        ));
     }
     let count = topology.nodes.len();
-    if let Some((n, v)) = number("MULTINODE_NNODES")? {
-        if usize::try_from(n).ok() != Some(count) {
-            return Err(contradiction(
-                "MULTINODE_NNODES",
-                v,
-                format!("{count} node(s)"),
-            ));
-        }
+    if let Some((n, v)) = number("MULTINODE_NNODES")?
+        && usize::try_from(n).ok() != Some(count)
+    {
+        return Err(contradiction(
+            "MULTINODE_NNODES",
+            v,
+            format!("{count} node(s)"),
+        ));
     }
     if let (Some(v), Some(head)) = (env.get("MULTINODE_HEAD"), topology.nodes.first()) {
         let v_host = v.trim_start_matches('[').trim_end_matches(']');

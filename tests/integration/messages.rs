@@ -138,3 +138,110 @@ fn an_unset_secret_is_named_when_openssh_fails() {
     assert_eq!(out.code, 255, "{out:?}");
     assert!(!out.stderr.contains("MULTINODE_SECRET"), "{out:?}");
 }
+
+/// A port of the demo's that is taken: one line that advises `--port` (the
+/// demo's agents ignore MULTINODE_AGENT_PORT), exit 2, and no run with a node
+/// answered by someone else.
+#[test]
+fn demo_with_its_port_in_use_stops_and_advises_port() {
+    let taken = std::net::TcpListener::bind("127.0.0.3:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let line = one_error_line(
+        Path::new(BIN),
+        "multinode",
+        &["demo", "--nodes", "3", "--port", &port],
+        &[("PATH", "/usr/bin:/bin")],
+        2,
+    );
+    assert_eq!(
+        line,
+        format!(
+            "cannot listen on 127.0.0.3:{port} for the demo's agents: Address already in use (os error 98); \
+             is another demo or agent running? choose another port with --port"
+        )
+    );
+}
+
+/// A head whose JOB is not executable, or not found, says what to do, and
+/// exits as a shell would.
+#[test]
+fn a_job_that_cannot_run_says_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("job.sh"), "#!/bin/sh\nexit 0\n").expect("write");
+    let ip = fresh_loopback();
+    let hostlist = format!("{ip}:1");
+    let listen = format!("{ip}:29922");
+    for (job, code, hint) in [
+        (
+            "./job.sh",
+            126,
+            "Permission denied (os error 13); make it executable (chmod +x ./job.sh) or name its interpreter (sh ./job.sh)",
+        ),
+        (
+            "./nojob.sh",
+            127,
+            "No such file or directory (os error 2); check the path (a relative one starts from the current directory)",
+        ),
+        (
+            "nojob",
+            127,
+            "No such file or directory (os error 2); it is not on PATH: give its path",
+        ),
+    ] {
+        let out = crate::util::cmd(&crate::util::multinode())
+            .current_dir(dir.path())
+            .env("MULTINODE_HOSTLIST", &hostlist)
+            .env("MULTINODE_NODE_RANK", "0")
+            .args(["agent", "--listen", &listen, "--", job])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run the agent");
+        assert_eq!(out.status.code(), Some(code), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("multinode: error: cannot run {job}: {hint}\n")
+        );
+    }
+}
+
+/// `mn-ssh --help` is clap's rendering (the same layout as every other
+/// command's), names no file of the repository, and the help of exec_all
+/// states each default once.
+#[test]
+fn help_texts_stand_on_their_own() {
+    let out = run_program(&mn_ssh(), &["--help"], &[]);
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{out:?}");
+    assert!(
+        out.stdout
+            .contains("\nUsage: mn-ssh [OPTIONS] [USER@]HOST [COMMAND [ARGS...]]\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("\n  -p <PORT>"), "{}", out.stdout);
+    assert!(!out.stdout.contains("docs/"), "{}", out.stdout);
+    let out = run_program(&mn_exec_all(), &["--help"], &[("MULTINODE_FANOUT", "64")]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let line = |flag: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("no {flag} in {}", out.stdout))
+            .to_string()
+    };
+    assert!(
+        line("--fanout").contains("[env: MULTINODE_FANOUT] [default: 256]"),
+        "{}",
+        line("--fanout")
+    );
+    assert_eq!(
+        line("--export").matches("default").count(),
+        1,
+        "{}",
+        line("--export")
+    );
+    assert!(
+        line("--iface").contains("this node's (MULTINODE_LOCAL_IP)"),
+        "{}",
+        line("--iface")
+    );
+}

@@ -315,7 +315,7 @@ pub(crate) fn bytes(n: u64) -> String {
     ];
     for (unit, size) in UNITS {
         if n >= size {
-            return if n % size == 0 {
+            return if n.is_multiple_of(size) {
                 format!("{} {unit}", n / size)
             } else {
                 format!("{:.1} {unit}", n as f64 / size as f64)
