@@ -54,9 +54,10 @@ mn_docker --rm --network none -v "$MN_TMP/page:/page:ro" "$MN_IMAGE" timeout 150
     bash /page/one-machine.sh >/tmp/one-machine.out 2>&1
     echo "sequence-rc=$?"
     sed "s/^/out: /" /tmp/one-machine.out
-    # The workers were started with & by that bash: they must be gone too.
-    for i in $(seq 50); do pgrep -f "multinode agent" >/dev/null || break; sleep 0.1; done
-    echo "agents-left=$(pgrep -fc "multinode agent")"
+    # The workers were started with & by that bash: they must be gone too
+    # (every process named multinode: the agents, their keepers, supervise).
+    for i in $(seq 50); do pgrep -x multinode >/dev/null || break; sleep 0.1; done
+    echo "agents-left=$(pgrep -xc multinode)"
 ' >"$MN_TMP/run.out" 2>&1 || rc=$?
 check_eq "container exit" 0 "$rc"
 fact() { sed -n "s/^$1=//p" "$MN_TMP/run.out"; }
