@@ -34,7 +34,9 @@ sed -n 's/^\$ //p' "$MN_TMP/one-machine.console" >"$MN_TMP/page/one-machine.sh"
 grep -v '^\$ ' "$MN_TMP/one-machine.console" | sort >"$MN_TMP/one-machine.want"
 
 rc=0
-mn_docker --rm --network none -v "$MN_TMP/page:/page:ro" "$MN_IMAGE" timeout 150 bash -c '
+# --init: a PID 1 that reaps, as a login shell would (the workers exit after
+# the bash that started them).
+mn_docker --rm --init --network none -v "$MN_TMP/page:/page:ro" "$MN_IMAGE" timeout 150 bash -c '
     rm -rf /multinode
     # A user who may not write /multinode, then root.
     setpriv --reuid=65534 --regid=65534 --clear-groups bash /page/denied.sh \
