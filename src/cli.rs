@@ -49,6 +49,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Install the generic-helper that job scripts source (. /multinode/generic-helper).
     InstallHelper(InstallHelperArgs),
+    /// What every node of the running job is doing: processes, stacks, GPUs.
+    Ps(PsArgs),
     /// Internal: run COMMAND and end its process group when the parent dies.
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -185,6 +187,10 @@ pub struct ExecAllArgs {
     /// End the run after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub timeout: Option<Duration>,
+    /// Before --timeout ends the run, print what every node is doing (as
+    /// `multinode ps`) and put it in the --report.
+    #[arg(long)]
+    pub snapshot_on_timeout: bool,
     /// Give up on a node that does not connect within SECONDS (exit code 255).
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
     pub connect_timeout: Duration,
@@ -306,6 +312,20 @@ pub struct InstallHelperArgs {
     /// Directory to write generic-helper into (created if missing).
     #[arg(value_name = "DIR", default_value = "/multinode")]
     pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+    /// Read the job secret from FILE instead of MULTINODE_SECRET.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Give up on a node whose agent does not answer the connection within SECONDS.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    pub connect_timeout: Duration,
 }
 
 #[derive(Debug, Args)]

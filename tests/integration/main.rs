@@ -17,4 +17,5 @@ mod messages;
 mod mpi;
 mod nodeset;
 mod openssh;
+mod snapshot;
 mod topology;
