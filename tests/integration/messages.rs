@@ -245,3 +245,48 @@ fn help_texts_stand_on_their_own() {
         line("--iface")
     );
 }
+
+/// `multinode install-helper DIR`: writes the helper the repository holds,
+/// says what it did, can be run again; a DIR that is a file is named, exit 2.
+#[test]
+fn install_helper_writes_the_helper_and_can_run_again() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("multinode");
+    let dir_s = dir.to_str().expect("UTF-8");
+    let run = || run_program(Path::new(BIN), &["install-helper", dir_s], &[]);
+    let out = run();
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (
+            0,
+            format!("{dir_s}/generic-helper: installed\n").as_str(),
+            ""
+        )
+    );
+    let want = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/helpers/generic-helper"
+    ))
+    .expect("the repository's helper");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("generic-helper")).expect("written"),
+        want
+    );
+    let out = run();
+    assert_eq!(
+        out.stdout,
+        format!("{dir_s}/generic-helper: already up to date\n")
+    );
+    std::fs::write(dir.join("generic-helper"), "# an older helper\n").expect("write");
+    assert_eq!(run().stdout, format!("{dir_s}/generic-helper: updated\n"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("generic-helper")).expect("written"),
+        want
+    );
+    let file = dir.join("generic-helper");
+    let file_s = file.to_str().expect("UTF-8");
+    assert_eq!(
+        run_usage_error(&["install-helper", file_s], &[]),
+        format!("{file_s} is not a directory; give a directory: multinode install-helper DIR")
+    );
+}
