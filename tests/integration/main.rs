@@ -11,6 +11,7 @@ mod docs;
 mod env;
 mod exec_all;
 mod hardening;
+mod layers;
 mod lifecycle;
 mod lifecycle_join;
 mod messages;

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{CheckResult, Inputs, Tally, bytes};
 use crate::check::facts::NodeFacts;
-use crate::check::nccl::NcclList;
+use crate::topology::nccl::NcclList;
 
 /// `/dev/shm` below this is warned about (1 GiB, what NVIDIA's container
 /// guides give with `--shm-size`).
