@@ -10,6 +10,7 @@
 //! - `protocol`: what an agent and its clients agree on: control requests, shared variables, keepalives, signal names.
 //! - `exec_all`: one script on every node: fan-out, output relay, fail-fast, report.
 //! - `demo`: `multinode demo`, agents on 127.0.0.x and a real run on them.
+//! - `helper`: `multinode install-helper`, the generic-helper built into the binary.
 //! - `check`: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - `process`: spawning commands as group leaders and ending their whole group.
@@ -35,6 +36,7 @@ pub(crate) mod environ;
 pub(crate) mod error;
 pub(crate) mod exec_all;
 pub(crate) mod exit_code;
+mod helper;
 pub mod keys;
 pub(crate) mod process;
 pub(crate) mod protocol;
