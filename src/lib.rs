@@ -9,6 +9,7 @@
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
+//! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
 //! - [`stops`]: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
@@ -24,6 +25,7 @@ pub mod env;
 pub mod error;
 pub mod exec_all;
 pub mod exit_code;
+pub(crate) mod exit_info;
 pub mod keys;
 pub mod process;
 pub(crate) mod stdio;

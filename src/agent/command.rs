@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::Shared;
+use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome};
 use crate::transport::signals::{signal_number, signal_to_sig};
 
@@ -59,10 +60,15 @@ pub(crate) async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
+    let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let mut wants_exit_info = false;
     for (name, value) in &req.env {
-        if name == CWD_VAR {
+        if name == exit_info::REQUEST_VAR {
+            wants_exit_info = value == "1";
+        } else if name == CWD_VAR {
             if std::path::Path::new(value).is_dir() {
                 cmd.current_dir(value);
+                cwd = value.into();
             } else {
                 let msg = format!(
                     "multinode agent: warning: no directory {value} here; staying in the agent's\n"
@@ -74,6 +80,7 @@ pub(crate) async fn run(
         }
     }
 
+    let watch = wants_exit_info.then(|| exit_info::Watch::start(&cwd));
     let mut child = match GroupChild::spawn(&mut cmd) {
         Ok(child) => child,
         Err(e) => {
@@ -164,6 +171,9 @@ pub(crate) async fn run(
             child.disarm();
             shared.keeper.forget(pgid);
             debug!(channel = %id, %outcome, "command ended");
+            if let Some(watch) = &watch {
+                send_exit_info(&tx, watch, &outcome).await;
+            }
             send_outcome(&tx, &handle, outcome).await;
             let _ = tx.eof().await;
             let _ = tx.close().await;
@@ -185,6 +195,9 @@ pub(crate) async fn run(
                 && !conn.is_cancelled()
                 && let Ok(outcome) = outcome
             {
+                if let Some(watch) = &watch {
+                    send_exit_info(&tx, watch, &outcome).await;
+                }
                 send_outcome(&tx, &handle, outcome).await;
                 let _ = tx.eof().await;
             }
@@ -226,6 +239,16 @@ async fn pump(
             return;
         }
     }
+}
+
+/// What the node saw of the command's end (OOM kills, a core), for a client
+/// that asked: one message on its own extended data stream (see `exit_info`).
+async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, outcome: &Outcome) {
+    let info = watch.finish(exit_info::may_have_dumped(outcome));
+    debug!(channel = %tx.id(), ?info, "exit info");
+    let _ = tx
+        .extended_data_bytes(exit_info::EXT_EXIT_INFO, bytes::Bytes::from(info.to_message()))
+        .await;
 }
 
 async fn send_outcome(
