@@ -2,6 +2,12 @@
 //! status: whether the kernel OOM-killed a process of the node's cgroup (or
 //! container) while the command ran, and where a core file went.
 //!
+//! The OOM kills are counted by the kernel per cgroup (`oom_kill` in cgroup
+//! v2's `memory.events`, or v1's `memory.oom_control`); the count of the
+//! node's cgroup before and after the command tells whether the kernel killed
+//! something there meanwhile (another command of the same cgroup that was
+//! killed at the same time would count too).
+//!
 //! Only the node itself can tell, so it is measured there: by the agent for
 //! its commands, by exec_all for the one it runs locally. The agent sends it
 //! to a client that asked for it (the [`REQUEST_VAR`] `env` request) as one
@@ -30,9 +36,9 @@ const MAX_DIR_ENTRIES: usize = 10_000;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitInfo {
     /// OOM kills counted in the node's cgroup while the command ran
-    /// (`memory.events` `oom_kill`, after minus before); `None`: not readable.
+    /// (`oom_kill`, after minus before); `None`: not readable.
     pub oom_kills: Option<u64>,
-    /// The `memory.events` file that was read.
+    /// The file that was read (`memory.events` or `memory.oom_control`).
     pub cgroup: Option<String>,
     /// A core file written while the command ran, or where the kernel piped
     /// it (`core_pattern` `|HANDLER`).
@@ -118,18 +124,47 @@ pub fn may_have_dumped(outcome: &crate::process::Outcome) -> bool {
     }
 }
 
-/// This process's cgroup v2 `memory.events`, if there is one to read.
+/// The file that counts this process's cgroup's OOM kills: cgroup v2's
+/// `memory.events`, or the v1 memory controller's `memory.oom_control` (both
+/// have an `oom_kill N` line). A container sees its own cgroup at the root of
+/// `/sys/fs/cgroup`, so that is tried when the full path is not there.
 fn own_memory_events() -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = Path::new("/sys/fs/cgroup")
-        .join(cgroup_v2_path(&text)?.trim_start_matches('/'))
-        .join("memory.events");
-    path.is_file().then_some(path)
+    let root = Path::new("/sys/fs/cgroup");
+    let candidates = match cgroup_v1_memory_path(&text) {
+        Some(path) => {
+            let memory = root.join("memory");
+            [
+                memory.join(path.trim_start_matches('/')).join("memory.oom_control"),
+                memory.join("memory.oom_control"),
+            ]
+        }
+        None => {
+            let path = cgroup_v2_path(&text)?;
+            [
+                root.join(path.trim_start_matches('/')).join("memory.events"),
+                root.join("memory.events"),
+            ]
+        }
+    };
+    candidates
+        .into_iter()
+        .find(|p| read_oom_kills(p).is_some())
 }
 
 /// The cgroup v2 path in `/proc/self/cgroup` (the `0::PATH` line).
 fn cgroup_v2_path(text: &str) -> Option<&str> {
     text.lines().find_map(|l| l.strip_prefix("0::"))
+}
+
+/// The path of the v1 memory controller in `/proc/self/cgroup`
+/// (`N:memory:PATH`), when it is mounted as v1.
+fn cgroup_v1_memory_path(text: &str) -> Option<&str> {
+    text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "memory").then_some(path)
+    })
 }
 
 fn read_oom_kills(path: &Path) -> Option<u64> {
@@ -192,6 +227,11 @@ mod tests {
             Some("/system.slice/docker-1.scope")
         );
         assert_eq!(cgroup_v2_path("4:memory:/x\n"), None);
+        let hybrid = "5:devices:/\n4:memory:/docker/abc\n0::/\n";
+        assert_eq!(cgroup_v1_memory_path(hybrid), Some("/docker/abc"));
+        assert_eq!(cgroup_v1_memory_path("0::/user.slice\n"), None);
+        // cgroup v1's memory.oom_control has the same line.
+        assert_eq!(oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), Some(3));
         let events = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n";
         assert_eq!(oom_kills(events), Some(2));
         assert_eq!(oom_kills("low 0\n"), None);

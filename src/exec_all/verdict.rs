@@ -129,7 +129,7 @@ pub fn render(v: &Verdict) -> String {
         (Some(true), Some(cgroup)) => format!("yes (oom_kill rose in {cgroup})"),
         (Some(true), None) => "yes".into(),
         (Some(false), _) => "no".into(),
-        (None, _) => "unknown (the node cannot tell: no multinode agent there, or no readable cgroup v2 memory.events)".into(),
+        (None, _) => "unknown (the node cannot tell: no multinode agent there, or no readable cgroup OOM counter)".into(),
     };
     if v.error.is_none() {
         let _ = writeln!(out, "  OOM-killed: {oom}");
