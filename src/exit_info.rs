@@ -108,7 +108,16 @@ pub fn dumps_core(signo: i32) -> bool {
     use libc::*;
     matches!(
         signo,
-        SIGQUIT | SIGILL | SIGTRAP | SIGABRT | SIGBUS | SIGFPE | SIGSEGV | SIGSYS | SIGXCPU | SIGXFSZ
+        SIGQUIT
+            | SIGILL
+            | SIGTRAP
+            | SIGABRT
+            | SIGBUS
+            | SIGFPE
+            | SIGSEGV
+            | SIGSYS
+            | SIGXCPU
+            | SIGXFSZ
     )
 }
 
@@ -135,21 +144,22 @@ fn own_memory_events() -> Option<PathBuf> {
         Some(path) => {
             let memory = root.join("memory");
             [
-                memory.join(path.trim_start_matches('/')).join("memory.oom_control"),
+                memory
+                    .join(path.trim_start_matches('/'))
+                    .join("memory.oom_control"),
                 memory.join("memory.oom_control"),
             ]
         }
         None => {
             let path = cgroup_v2_path(&text)?;
             [
-                root.join(path.trim_start_matches('/')).join("memory.events"),
+                root.join(path.trim_start_matches('/'))
+                    .join("memory.events"),
                 root.join("memory.events"),
             ]
         }
     };
-    candidates
-        .into_iter()
-        .find(|p| read_oom_kills(p).is_some())
+    candidates.into_iter().find(|p| read_oom_kills(p).is_some())
 }
 
 /// The cgroup v2 path in `/proc/self/cgroup` (the `0::PATH` line).
@@ -163,7 +173,10 @@ fn cgroup_v1_memory_path(text: &str) -> Option<&str> {
     text.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        controllers.split(',').any(|c| c == "memory").then_some(path)
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
     })
 }
 
@@ -231,7 +244,10 @@ mod tests {
         assert_eq!(cgroup_v1_memory_path(hybrid), Some("/docker/abc"));
         assert_eq!(cgroup_v1_memory_path("0::/user.slice\n"), None);
         // cgroup v1's memory.oom_control has the same line.
-        assert_eq!(oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), Some(3));
+        assert_eq!(
+            oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"),
+            Some(3)
+        );
         let events = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n";
         assert_eq!(oom_kills(events), Some(2));
         assert_eq!(oom_kills("low 0\n"), None);
@@ -249,11 +265,20 @@ mod tests {
         // An absolute directory in the pattern; files older than the command do not count.
         let abs = format!("{}/core-%e", dir.path().display());
         assert_eq!(
-            find_core(&abs, Path::new("/"), SystemTime::now() + std::time::Duration::from_secs(60)),
+            find_core(
+                &abs,
+                Path::new("/"),
+                SystemTime::now() + std::time::Duration::from_secs(60)
+            ),
             None
         );
         assert_eq!(
-            find_core("|/usr/lib/systemd/systemd-coredump %P %u", dir.path(), before).as_deref(),
+            find_core(
+                "|/usr/lib/systemd/systemd-coredump %P %u",
+                dir.path(),
+                before
+            )
+            .as_deref(),
             Some("piped to /usr/lib/systemd/systemd-coredump (core_pattern)")
         );
     }

@@ -247,7 +247,10 @@ async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, ou
     let info = watch.finish(exit_info::may_have_dumped(outcome));
     debug!(channel = %tx.id(), ?info, "exit info");
     let _ = tx
-        .extended_data_bytes(exit_info::EXT_EXIT_INFO, bytes::Bytes::from(info.to_message()))
+        .extended_data_bytes(
+            exit_info::EXT_EXIT_INFO,
+            bytes::Bytes::from(info.to_message()),
+        )
         .await;
 }
 

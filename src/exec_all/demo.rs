@@ -100,6 +100,9 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
         forward_output: true,
         forward_stdin: false,
         fanout: super::DEFAULT_FANOUT,
+        output_dir: None,
+        timestamps: false,
+        group: false,
     };
     // The secret reaches the agents through their environment; mn-ssh in this
     // process's children finds it the same way.

@@ -10,6 +10,7 @@ use tracing::{debug, info};
 use super::node::{Control, End, Event, NodeOutcome};
 use super::output::{OutputStats, Writer};
 use crate::exit_code;
+use crate::exit_info::ExitInfo;
 use crate::stops::{STOP_SIGNALS, Stops};
 
 /// Why the run is ending early. Ordered: the most serious reason wins.
@@ -40,6 +41,9 @@ pub struct NodeRecord {
     pub ended: Option<SystemTime>,
     pub outcome: Option<NodeOutcome>,
     pub stats: OutputStats,
+    /// What the node saw of its script's end (OOM kills, a core); `None`
+    /// when it cannot tell (not an agent) or the script never ran.
+    pub exit_info: Option<ExitInfo>,
 }
 
 impl NodeRecord {
@@ -52,6 +56,7 @@ impl NodeRecord {
             ended: None,
             outcome: None,
             stats: OutputStats::default(),
+            exit_info: None,
         }
     }
 
@@ -166,13 +171,14 @@ pub async fn run(
                         node.address = address;
                         running += 1;
                     }
-                    Event::Ended(End { outcome, stats, ended, subtree }) => {
+                    Event::Ended(End { outcome, stats, ended, subtree, exit_info }) => {
                         debug!(rank, host = %node.host, ?outcome, "node ended");
                         if node.started.is_none() {
                             node.started = Some(ended);
                         }
                         node.ended = Some(ended);
                         node.stats = stats;
+                        node.exit_info = exit_info;
                         let failed = !outcome.success();
                         node.outcome = Some(outcome);
                         remaining -= 1;

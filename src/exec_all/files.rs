@@ -95,7 +95,10 @@ mod tests {
     #[test]
     fn a_failing_file_is_reported_once_and_left() {
         let mut files = NodeFiles {
-            out: Some((PathBuf::from("/dev/full"), File::create("/dev/full").unwrap())),
+            out: Some((
+                PathBuf::from("/dev/full"),
+                File::create("/dev/full").unwrap(),
+            )),
             err: None,
             failure: None,
         };
@@ -109,6 +112,9 @@ mod tests {
     #[test]
     fn an_unwritable_directory_is_one_clear_line() {
         let e = prepare(Path::new("/proc/no/such")).unwrap_err();
-        assert!(e.starts_with("cannot create the --output directory /proc/no/such"), "{e}");
+        assert!(
+            e.starts_with("cannot create the --output directory /proc/no/such"),
+            "{e}"
+        );
     }
 }

@@ -39,7 +39,11 @@ pub fn render(nodes: &[NodeOutput<'_>], cut_at: usize) -> Vec<u8> {
     for (ranks, bytes, cut) in groups(nodes) {
         let who = match ranks.as_slice() {
             [rank] => format!("rank {rank} ({})", hosts[rank]),
-            _ => format!("ranks {} ({} nodes)", super::ranks_spec(&ranks), ranks.len()),
+            _ => format!(
+                "ranks {} ({} nodes)",
+                super::ranks_spec(&ranks),
+                ranks.len()
+            ),
         };
         let rule = "-".repeat(who.len().clamp(16, 72));
         out.extend_from_slice(format!("{rule}\n{who}\n{rule}\n").as_bytes());
@@ -110,6 +114,8 @@ disk full
             cut: true,
         }];
         let text = String::from_utf8(render(&nodes, 4 << 20)).unwrap();
-        assert!(text.ends_with("partial\n(output cut: only the first 4 MiB of each node is kept)\n"));
+        assert!(
+            text.ends_with("partial\n(output cut: only the first 4 MiB of each node is kept)\n")
+        );
     }
 }

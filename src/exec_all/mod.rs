@@ -5,14 +5,22 @@
 //! - `output`: whole lines from every node through one writer thread.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
 //! - `report`: the failure table and `--report FILE`.
+//! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
+//! - `nccl_line`: which output lines are NCCL's warnings and errors.
+//! - `files`: `--output DIR`, a file per rank and stream.
+//! - `group`: `--group`, identical outputs printed once with their ranks.
 //! - `demo`: `multinode demo`, a real multi-node run on one machine.
 
 pub mod demo;
 mod dispatch;
+mod files;
+mod group;
+mod nccl_line;
 mod node;
 mod output;
 mod report;
 pub mod script;
+mod verdict;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -87,6 +95,12 @@ pub(crate) struct RunOptions {
     pub fanout: usize,
     /// Give exec_all's stdin to the nodes (file and `-c` scripts).
     pub forward_stdin: bool,
+    /// `--output DIR`: each node's streams also to DIR/RANK.out and .err.
+    pub output_dir: Option<PathBuf>,
+    /// `--timestamps`: every line prefixed with the time it came.
+    pub timestamps: bool,
+    /// `--group`: output gathered, printed at the end grouped by content.
+    pub group: bool,
 }
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
@@ -118,9 +132,13 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         max_connecting: args.max_connecting,
         forward_output: true,
         fanout: args.fanout,
+        output_dir: args.output.clone(),
+        timestamps: args.timestamps,
+        group: args.group,
     };
     let report_path = args.report.clone();
-    let result = run_blocking(&job, &env, options)?;
+    let grouped = options.group;
+    let mut result = run_blocking(&job, &env, options)?;
     if args.relay_report {
         // This exec_all runs a group for a head: its report goes back on stderr.
         let report = report::build(&result);
@@ -138,8 +156,47 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
             ))
         })?;
     }
+    if grouped
+        && let Err(code) = print_groups(&result)
+        && result.exit_code == 0
+    {
+        result.exit_code = code;
+    }
     finish_output(&result);
     Ok(result.exit_code)
+}
+
+/// `--group`: every node's gathered stdout, then stderr, grouped by content.
+/// A stdout that cannot be written is exit code 141, as for live output.
+fn print_groups(result: &RunResult) -> Result<(), i32> {
+    use crate::stdio::{Fd, write_all};
+    let nodes = |err: bool| -> Vec<group::NodeOutput<'_>> {
+        result
+            .nodes
+            .iter()
+            .map(|n| {
+                let (bytes, total) = if err {
+                    (&n.stats.captured_err, n.stats.bytes_err)
+                } else {
+                    (&n.stats.captured_out, n.stats.bytes_out)
+                };
+                group::NodeOutput {
+                    rank: n.rank,
+                    host: &n.host,
+                    bytes,
+                    cut: total > bytes.len() as u64,
+                }
+            })
+            .collect()
+    };
+    let out = write_all(Fd::Out, &group::render(&nodes(false), output::CAPTURE_MAX));
+    let _ = write_all(Fd::Err, &group::render(&nodes(true), output::CAPTURE_MAX));
+    out.map_err(|e| {
+        if let Some(line) = crate::stdio::failure_line(program_name(), Fd::Out, &e) {
+            crate::stdio::eprint(&line);
+        }
+        crate::stdio::failure_code()
+    })
 }
 
 /// What the user reads last: why output stopped (unless a pipe was simply
@@ -147,6 +204,11 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
 pub(crate) fn finish_output(result: &RunResult) {
     if let Some(line) = &result.output_failure {
         crate::stdio::eprint(line);
+    }
+    for node in &result.nodes {
+        if let Some(why) = &node.stats.file_failure {
+            crate::stdio::eprint(&format!("{}: warning: {why}\n", program_name()));
+        }
     }
     if result.exit_code != 0 {
         crate::stdio::eprint(&report::table(result));
@@ -315,6 +377,17 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     if selected.is_empty() {
         return Err(Error::usage("--nodes/--exclude leave no node to run on"));
     }
+    let remote = selected.iter().filter(|&&r| r != job.rank).count();
+    if options.group && remote > options.fanout {
+        return Err(Error::usage(format!(
+            "--group gathers every node's output here, so it needs every node reached directly: \
+             {remote} other nodes but --fanout {}; raise --fanout to {remote}",
+            options.fanout
+        )));
+    }
+    if let Some(dir) = &options.output_dir {
+        files::prepare(dir).map_err(Error::Usage)?;
+    }
     let ctx = Arc::new(RunCtx {
         command: match &transport {
             Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
@@ -375,14 +448,21 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
             rx
         });
         let label = options.label.then(|| format!("{rank} {host}: "));
-        let forward = options.forward_output && (forward_all || rank == 0);
-        let sink = output::NodeSink::new(
+        let forward = options.forward_output && !options.group && (forward_all || rank == 0);
+        let mut sink = output::NodeSink::new(
             writer.clone(),
             label,
             forward,
-            !options.forward_output,
+            !options.forward_output || options.group,
             shared,
         );
+        if options.timestamps {
+            sink = sink.with_timestamps();
+        }
+        // A relay's exec_all writes the files of its group itself.
+        if let (Some(dir), 1) = (&options.output_dir, group.len()) {
+            sink = sink.with_files(files::NodeFiles::create(dir, rank).map_err(Error::Usage)?);
+        }
         // A relay's lines come labelled by its own exec_all, and its stderr ends with its report.
         let (sink, relay) = if group.len() > 1 {
             let command = relay_command(&group, &options, &ctx, &exported);
@@ -513,6 +593,15 @@ fn relay_command(
     if options.label {
         cmd.extend_from_slice(b" --label");
     }
+    if options.timestamps {
+        cmd.extend_from_slice(b" --timestamps");
+    }
+    if let Some(dir) = &options.output_dir {
+        cmd.extend_from_slice(b" --output ");
+        cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
+            dir.as_os_str(),
+        )));
+    }
     if !options.fail_fast {
         cmd.extend_from_slice(b" --no-fail-fast");
     }
@@ -579,6 +668,9 @@ pub async fn collect(
         forward_output: false,
         forward_stdin: false,
         fanout: DEFAULT_FANOUT,
+        output_dir: None,
+        timestamps: false,
+        group: false,
     };
     let result = run(job, &env, options).await?;
     Ok(result

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
+use super::files::NodeFiles;
 use crate::stdio::{Fd, FdWriter};
 
 /// A line longer than this is passed on in pieces instead of held whole.
@@ -239,6 +240,10 @@ pub struct OutputStats {
     pub captured_err: Vec<u8>,
     /// A relay's report line (see [`RELAY_REPORT_MARKER`]), taken out of its stderr.
     pub relay_report: Option<String>,
+    /// The last line that looks like an NCCL warning or error (`nccl_line`).
+    pub nccl_line: Option<String>,
+    /// Why `--output`'s files of this node stopped being written.
+    pub file_failure: Option<String>,
 }
 
 /// The line a relay's exec_all ends its stderr with: this marker, then its
@@ -260,6 +265,10 @@ pub struct NodeSink {
     end_partial: bool,
     /// This node is a relay: look for its report in stderr.
     relay: bool,
+    /// `--timestamps`: every line starts with the time it came.
+    timestamps: bool,
+    /// `--output DIR`: the node's files.
+    files: Option<NodeFiles>,
     out: Partial,
     err: Partial,
     pub stats: OutputStats,
@@ -304,6 +313,8 @@ impl NodeSink {
     ) -> Self {
         NodeSink {
             relay: false,
+            timestamps: false,
+            files: None,
             hold: shared || label.is_some(),
             end_partial: shared || label.is_some(),
             writer,
@@ -322,6 +333,12 @@ impl NodeSink {
         match stream {
             Stream::Out => self.stats.bytes_out += data.len() as u64,
             Stream::Err => self.stats.bytes_err += data.len() as u64,
+        }
+        if let Some(files) = &mut self.files {
+            files.write(stream, data);
+            if files.failure.is_some() && self.stats.file_failure.is_none() {
+                self.stats.file_failure = files.failure.clone();
+            }
         }
         if self.capture {
             let kept = match stream {
@@ -430,11 +447,28 @@ impl NodeSink {
         }
     }
 
+    /// `--output DIR`: the node's bytes also go to its files, as they come.
+    pub fn with_files(mut self, files: NodeFiles) -> Self {
+        self.files = Some(files);
+        self
+    }
+
+    /// `--timestamps`: every line is prefixed with the time it came (before
+    /// the label, if any); lines are then cut as for labels.
+    pub fn with_timestamps(mut self) -> Self {
+        self.timestamps = true;
+        self.label.get_or_insert_with(Vec::new);
+        self.hold = true;
+        self.end_partial = true;
+        self
+    }
+
     /// Marks this sink as a relay's: its lines are labelled by the relay
     /// already, and its report is taken out of its stderr.
     pub fn relay(mut self) -> Self {
         self.relay = true;
         self.label = None;
+        self.timestamps = false;
         self.hold = true;
         self
     }
@@ -447,6 +481,9 @@ impl NodeSink {
             }
         }
         remember_tail(&mut self.stats.tail, &block);
+        if let Some(line) = super::nccl_line::last_in(&block) {
+            self.stats.nccl_line = Some(line);
+        }
         if self.label.is_none() {
             let partial = match stream {
                 Stream::Out => &mut self.out,
@@ -458,11 +495,22 @@ impl NodeSink {
             return;
         }
         let block = match &self.label {
+            Some(label) if self.timestamps => {
+                let mut prefix = timestamp(std::time::SystemTime::now()).into_bytes();
+                prefix.push(b' ');
+                prefix.extend_from_slice(label);
+                labelled(&prefix, &block)
+            }
             Some(label) => labelled(label, &block),
             None => block,
         };
         let _ = self.writer.tx.send(Message::Block(stream, block)).await;
     }
+}
+
+/// `2026-12-01T09:24:20.123Z`: `--timestamps`' prefix.
+pub fn timestamp(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// Where to cut `data`: after its last line end. Labelled, a `\r` that is

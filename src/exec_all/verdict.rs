@@ -107,7 +107,9 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
 fn clock(epoch_secs: f64) -> String {
     let t = UNIX_EPOCH + std::time::Duration::try_from_secs_f64(epoch_secs).unwrap_or_default();
     let stamp = humantime::format_rfc3339_millis(t).to_string();
-    stamp.split_once('T').map_or(stamp.clone(), |(_, time)| time.to_string())
+    stamp
+        .split_once('T')
+        .map_or(stamp.clone(), |(_, time)| time.to_string())
 }
 
 /// The verdict as the lines printed under the failure table.
