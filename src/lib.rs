@@ -7,6 +7,7 @@
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
+//! - `demo`: `multinode demo`, agents on 127.0.0.x and a real run on them.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
@@ -21,6 +22,7 @@
 pub mod agent;
 pub mod check;
 pub mod cli;
+mod demo;
 pub mod env;
 pub mod error;
 pub mod exec_all;

@@ -41,7 +41,7 @@ pub fn render(nodes: &[NodeOutput<'_>], cut_at: usize) -> Vec<u8> {
             [rank] => format!("rank {rank} ({})", hosts[rank]),
             _ => format!(
                 "ranks {} ({} nodes)",
-                super::ranks_spec(&ranks),
+                super::relay::ranks_spec(&ranks),
                 ranks.len()
             ),
         };

@@ -8,8 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::dispatch::RunResult;
-use super::node::NodeOutcome;
+use super::types::{NodeOutcome, RunResult};
 use crate::process::{Outcome, signal_name};
 
 /// The first failure of a run.
