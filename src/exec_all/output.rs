@@ -610,6 +610,26 @@ mod tests {
         assert_eq!((sink.stats.bytes_out, sink.stats.bytes_err), (6, 5));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_last_nccl_line_and_timestamps() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), None, true, false, true).with_timestamps();
+        sink.feed(Stream::Err, b"h:1:2 [0] NCCL WARN first\nplain\n")
+            .await;
+        sink.feed(Stream::Out, b"x: NCCL error in: y\nok\n").await;
+        sink.finish().await;
+        assert_eq!(sink.stats.nccl_line.as_deref(), Some("x: NCCL error in: y"));
+        let got = blocks(&mut rx);
+        assert_eq!(got.len(), 2);
+        for (_, text) in &got {
+            for line in text.lines() {
+                // 2026-12-01T09:24:20.123Z, a space, the line.
+                assert_eq!(&line[23..25], "Z ", "{line:?}");
+            }
+        }
+        assert!(got[1].1.ends_with("Z ok\n"), "{got:?}");
+    }
+
     fn writer(tx: mpsc::Sender<Message>) -> Writer {
         Writer {
             tx,
