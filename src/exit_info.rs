@@ -9,51 +9,19 @@
 //! killed at the same time would count too).
 //!
 //! Only the node itself can tell, so it is measured there: by the agent for
-//! its commands, by exec_all for the one it runs locally. The agent sends it
-//! to a client that asked for it (the [`REQUEST_VAR`] `env` request) as one
-//! JSON message on extended data stream [`EXT_EXIT_INFO`], after the output
-//! and before the exit status. Clients that do not ask (OpenSSH's `ssh`,
-//! `mn-ssh`) never see it; nodes that cannot tell (a stock `sshd`, an external
-//! wrapper) send nothing, and the report says "unknown".
+//! its commands, by exec_all for the one it runs locally. How the agent sends
+//! it to a client that asked is `protocol::exit_info`'s. Clients that do not
+//! ask (OpenSSH's `ssh`, `mn-ssh`) never see it; nodes that cannot tell (a
+//! stock `sshd`, an external wrapper) send nothing, and the report says
+//! "unknown".
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
+pub use crate::protocol::exit_info::ExitInfo;
 
-/// The `env` request a client sends before `exec` to ask the agent for the
-/// command's [`ExitInfo`]. It is not passed on to the command.
-pub const REQUEST_VAR: &str = "MULTINODE_EXIT_INFO";
-/// The extended data type code that carries the [`ExitInfo`] (stderr is 1;
-/// RFC 4254 leaves the others to implementations).
-pub const EXT_EXIT_INFO: u32 = 0x6d6e_0001;
-/// The most bytes of an [`ExitInfo`] message a client accepts.
-pub const MAX_MESSAGE: usize = 16 * 1024;
 /// A core file search looks at no more than this many directory entries.
 const MAX_DIR_ENTRIES: usize = 10_000;
-
-/// How a command's node saw it end.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitInfo {
-    /// OOM kills counted in the node's cgroup while the command ran
-    /// (`oom_kill`, after minus before); `None`: not readable.
-    pub oom_kills: Option<u64>,
-    /// The file that was read (`memory.events` or `memory.oom_control`).
-    pub cgroup: Option<String>,
-    /// A core file written while the command ran, or where the kernel piped
-    /// it (`core_pattern` `|HANDLER`).
-    pub core: Option<String>,
-}
-
-impl ExitInfo {
-    pub fn to_message(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("ExitInfo serialises")
-    }
-
-    pub fn from_message(bytes: &[u8]) -> Option<ExitInfo> {
-        serde_json::from_slice(bytes).ok()
-    }
-}
 
 /// Watches one command: `start` before it is spawned, `finish` once it ended.
 #[derive(Debug)]
@@ -296,16 +264,5 @@ mod tests {
             signal: libc::SIGKILL,
             core_dumped: false
         }));
-    }
-
-    #[test]
-    fn the_message_round_trips() {
-        let info = ExitInfo {
-            oom_kills: Some(1),
-            cgroup: Some("/sys/fs/cgroup/memory.events".into()),
-            core: None,
-        };
-        assert_eq!(ExitInfo::from_message(&info.to_message()), Some(info));
-        assert_eq!(ExitInfo::from_message(b"not json"), None);
     }
 }

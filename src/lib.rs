@@ -6,6 +6,7 @@
 //! - [`keys`]: the client and host keys derived from the job secret.
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
+//! - [`protocol`]: what an agent and its clients agree on: control requests, shared variables, keepalives, signal names.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
 //! - `demo`: `multinode demo`, agents on 127.0.0.x and a real run on them.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
@@ -30,6 +31,8 @@ pub mod exit_code;
 pub(crate) mod exit_info;
 pub mod keys;
 pub mod process;
+pub mod protocol;
+pub mod snapshot;
 pub(crate) mod stdio;
 pub mod stops;
 pub mod supervise;

@@ -87,6 +87,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::Supervise(args) => crate::supervise::main(args),
         Command::KeepGroups(args) => crate::agent::keep_groups(args.grace),
         Command::Check(args) => crate::check::main(args),
+        Command::Ps(args) => crate::snapshot::gather::main(args),
     }
 }
 

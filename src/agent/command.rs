@@ -20,11 +20,9 @@ use tracing::debug;
 use super::Shared;
 use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome};
-use crate::transport::signals::{signal_number, signal_to_sig};
+use crate::protocol::signals::{signal_number, signal_to_sig};
+use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 
-/// How long the pipes may stay open after the command exited (a background
-/// job holding stdout) before the rest of its group is ended.
-const PIPE_GRACE: Duration = Duration::from_secs(1);
 /// How long the last buffered output may take to reach the client once every
 /// writer is gone.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
@@ -32,8 +30,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 const PUMP_CHUNK: usize = 64 * 1024;
 /// Below this much room left in its buffer, a pump reserves a new chunk.
 const PUMP_MIN_ROOM: usize = 4 * 1024;
-/// Environment variable a client sets to choose the command's working directory.
-pub const CWD_VAR: &str = "MULTINODE_CWD";
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
@@ -63,7 +59,7 @@ pub(crate) async fn run(
     let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let mut wants_exit_info = false;
     for (name, value) in &req.env {
-        if name == exit_info::REQUEST_VAR {
+        if name == protocol::exit_info::REQUEST_VAR {
             wants_exit_info = value == "1";
         } else if name == CWD_VAR {
             if std::path::Path::new(value).is_dir() {
@@ -96,6 +92,7 @@ pub(crate) async fn run(
     };
     let pgid = child.pgid();
     shared.keeper.register(pgid);
+    shared.running.add(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     let stdin = child.child_mut().stdin.take();
     let stdout = child.child_mut().stdout.take();
@@ -170,6 +167,7 @@ pub(crate) async fn run(
             }
             child.disarm();
             shared.keeper.forget(pgid);
+            shared.running.remove(pgid);
             debug!(channel = %id, %outcome, "command ended");
             if let Some(watch) = &watch {
                 send_exit_info(&tx, watch, &outcome).await;
@@ -183,6 +181,7 @@ pub(crate) async fn run(
             let outcome = child.terminate(shared.grace).await;
             child.disarm();
             shared.keeper.forget(pgid);
+            shared.running.remove(pgid);
             debug!(
                 channel = %id,
                 ?outcome,
@@ -248,7 +247,7 @@ async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, ou
     debug!(channel = %tx.id(), ?info, "exit info");
     let _ = tx
         .extended_data_bytes(
-            exit_info::EXT_EXIT_INFO,
+            protocol::exit_info::EXT_EXIT_INFO,
             bytes::Bytes::from(info.to_message()),
         )
         .await;

@@ -7,6 +7,7 @@
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
+//! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
@@ -19,6 +20,7 @@ mod lifecycle;
 mod login;
 mod server;
 mod sftp;
+mod snapshot;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,10 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
-pub use control::PingReply;
-pub(crate) use control::{Control, command as control_command};
 pub use keeper::keep_groups;
-pub use server::{KEEPALIVE_INTERVAL, KEEPALIVE_MAX};
 
 use crate::cli::AgentArgs;
 use crate::error::Error;
@@ -41,7 +40,6 @@ use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
 pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;
-pub use command::CWD_VAR;
 
 /// What every connection and command of an agent shares.
 pub(crate) struct Shared {
@@ -50,6 +48,8 @@ pub(crate) struct Shared {
     pub bin: std::path::PathBuf,
     /// Ends the commands' groups if this agent dies.
     pub keeper: keeper::Keeper,
+    /// The process groups of the running commands, for snapshots.
+    pub running: snapshot::Running,
     /// Admits connections and holds them to the login deadline.
     pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.
@@ -157,6 +157,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
             keeper,
+            running: snapshot::Running::default(),
             gate: login::Gate::new(limits),
             grace,
             base_env: {

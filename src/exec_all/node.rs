@@ -21,11 +21,9 @@ use super::relay;
 use super::types::{Control, End, Event, NodeOutcome, RunCtx, Transport};
 use crate::exit_info::{self, ExitInfo};
 use crate::process::{GroupChild, Outcome};
+use crate::protocol::signals::{exit_outcome, signal_to_sig};
+use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 use crate::transport::client::Target;
-use crate::transport::signals::{signal_number, signal_to_sig};
-
-/// How long the pipes of a local command may stay open after it exited.
-const PIPE_GRACE: Duration = Duration::from_secs(1);
 
 /// Everything one node task needs.
 pub struct NodeTask {
@@ -151,8 +149,11 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     // sshd drops those (AcceptEnv), so they go in the command line instead.
     let (command, env) = match connector.auth() {
         crate::transport::client::Auth::Agent(_) => {
-            vars.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
-            vars.push((exit_info::REQUEST_VAR.to_string(), "1".to_string()));
+            vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
+            vars.push((
+                protocol::exit_info::REQUEST_VAR.to_string(),
+                "1".to_string(),
+            ));
             (command.to_vec(), vars)
         }
         crate::transport::client::Auth::OpenSsh(_) => (
@@ -203,21 +204,18 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
             },
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
-                Some(ChannelMsg::ExtendedData { data, ext: exit_info::EXT_EXIT_INFO }) => {
-                    if info_bytes.len() + data.len() <= exit_info::MAX_MESSAGE {
+                Some(ChannelMsg::ExtendedData { data, ext: protocol::exit_info::EXT_EXIT_INFO }) => {
+                    if info_bytes.len() + data.len() <= protocol::exit_info::MAX_MESSAGE {
                         info_bytes.extend_from_slice(&data);
                     }
                 }
                 Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
-                Some(ChannelMsg::ExitStatus { exit_status }) => {
-                    status = Some(Outcome::Exited(exit_status as i32));
-                }
-                Some(ChannelMsg::ExitSignal { signal_name, core_dumped, .. }) => {
-                    let signal = signal_number(&signal_name).map(|s| s as i32).unwrap_or(0);
-                    status = Some(Outcome::Signaled { signal, core_dumped });
-                }
                 Some(ChannelMsg::Close) | None => break,
-                Some(_) => {}
+                Some(msg) => {
+                    if let Some(outcome) = exit_outcome(&msg) {
+                        status = Some(outcome);
+                    }
+                }
             },
             () = timer.wait() => task.sink.flush_due().await,
         }

@@ -193,7 +193,7 @@ fn record(n: report::NodeReport) -> NodeRecord {
     record.stats.nccl_line = n.nccl_line;
     // The relay's report carries what each node of its group could tell.
     if n.oom_kills.is_some() || n.core.is_some() {
-        record.exit_info = Some(crate::exit_info::ExitInfo {
+        record.exit_info = Some(crate::protocol::exit_info::ExitInfo {
             oom_kills: n.oom_kills,
             cgroup: n.cgroup,
             core: n.core,

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Semaphore;
 
 use super::script::Script;
-use crate::exit_info::ExitInfo;
 use crate::process::Outcome;
+use crate::protocol::exit_info::ExitInfo;
 use crate::transport::client::Connector;
 
 /// What every node task shares.

@@ -13,13 +13,9 @@ use russh::{Channel, ChannelMsg};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use crate::agent::{Control, PingReply, control_command};
 use crate::keys::JobKeys;
-
-/// Client keepalive: a silent server is probed every 2 s and declared lost
-/// after 3 unanswered probes, so a lost node is noticed in about 8 s.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
-pub const KEEPALIVE_MAX: usize = 3;
+use crate::protocol;
+use crate::protocol::control::{Control, PingReply};
 
 /// How the client proves who it is and checks who the server is.
 #[derive(Clone)]
@@ -215,16 +211,16 @@ pub struct Connector {
 impl Connector {
     pub fn new(auth: Auth, connect_timeout: Duration) -> Self {
         let preferred = match &auth {
-            Auth::Agent(_) => super::algorithms::agent_preferred(),
+            Auth::Agent(_) => protocol::algorithms::agent_preferred(),
             Auth::OpenSsh(_) => russh::Preferred::default(),
         };
         let config = client::Config {
             preferred,
             inactivity_timeout: None,
-            keepalive_interval: Some(KEEPALIVE_INTERVAL),
-            keepalive_max: KEEPALIVE_MAX,
+            keepalive_interval: Some(protocol::CLIENT_KEEPALIVE_INTERVAL),
+            keepalive_max: protocol::KEEPALIVE_MAX,
             nodelay: true,
-            channel_buffer_size: 32,
+            channel_buffer_size: protocol::CHANNEL_BUFFER,
             ..Default::default()
         };
         Connector {
@@ -434,7 +430,9 @@ impl Connection {
 
     /// Sends an agent control request; returns its exit status and stdout.
     pub(crate) async fn control(&self, control: Control) -> Result<(u32, Vec<u8>), russh::Error> {
-        let mut channel = self.exec(control_command(control).as_bytes(), &[]).await?;
+        let mut channel = self
+            .exec(protocol::control::command(control).as_bytes(), &[])
+            .await?;
         let _ = channel.eof().await;
         let mut out = Vec::new();
         let mut status = None;

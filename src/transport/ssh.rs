@@ -15,11 +15,12 @@ use russh::ChannelMsg;
 use tracing::debug;
 
 use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Start, Target};
-use super::signals::{signal_number, signal_to_sig};
 use super::ssh_args::{self, SshInvocation};
 use crate::error::Error;
 use crate::exit_code;
 use crate::keys::{JobKeys, Secret};
+use crate::process::Outcome;
+use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::stdio::{self, Fd, StdioWriter};
 use crate::stops::{FORWARDED_SIGNALS, Stops};
 use crate::topology::EnvMap;
@@ -312,14 +313,16 @@ pub async fn run(
                     conn.close().await;
                     return Err(Error::Connection(format!("{target} refused {}", start.describe())));
                 }
-                Some(ChannelMsg::ExitStatus { exit_status }) => code = Some(exit_status as i32),
-                Some(ChannelMsg::ExitSignal { signal_name, core_dumped, .. }) => {
-                    let signo = signal_number(&signal_name).map(|s| s as i32);
-                    debug!(?signal_name, core_dumped, "remote command killed by a signal");
-                    code = Some(signo.map(exit_code::from_signal).unwrap_or(exit_code::CONNECTION_FAILED));
-                }
                 Some(ChannelMsg::Close) | None => break,
-                Some(_) => {}
+                Some(msg) => match exit_outcome(&msg) {
+                    Some(Outcome::Exited(status)) => code = Some(status),
+                    Some(outcome @ Outcome::Signaled { signal, .. }) => {
+                        debug!(%outcome, "remote command killed by a signal");
+                        // A signal this system does not know: no code a shell would give.
+                        code = Some(if signal == 0 { exit_code::CONNECTION_FAILED } else { outcome.shell_code() });
+                    }
+                    None => {}
+                },
             },
             _ = out.failed() => write_failed = true,
             signo = stops.next() => {

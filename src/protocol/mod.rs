@@ -1,0 +1,36 @@
+//! The wire protocol between a client of this job (`transport`) and an agent
+//! (`agent`): what both ends must agree on, in one place that both import
+//! (neither imports the other for it).
+//!
+//! - `control`: the agent's own requests (`#multinode:ping`, `release`, `wait-release`).
+//! - `signals`: signals by their SSH names, and a channel's exit message as an `Outcome`.
+//! - `exit_info`: what a node tells of its command's end (OOM kills, a core), and how.
+//! - `algorithms`: key exchange and cipher preferences between two `multinode` ends.
+//! - here: the variables and constants both ends share, keepalive and channel settings.
+
+pub mod algorithms;
+pub mod control;
+pub mod exit_info;
+pub mod signals;
+
+use std::time::Duration;
+
+/// Environment variable a client sets to choose the command's working directory.
+pub const CWD_VAR: &str = "MULTINODE_CWD";
+
+/// How long a command's pipes may stay open after it exited (a background
+/// job holding stdout) before the rest of its group is ended: on an agent,
+/// and for exec_all's local node, which must behave the same.
+pub const PIPE_GRACE: Duration = Duration::from_secs(1);
+
+/// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
+pub const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
+/// Client keepalive: a silent server is probed every 2 s and declared lost
+/// after [`KEEPALIVE_MAX`] unanswered probes, so a lost node is noticed in about 8 s.
+pub const CLIENT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+/// Unanswered keepalives before either end gives the connection up.
+pub const KEEPALIVE_MAX: usize = 3;
+
+/// Messages queued per channel before the TCP stream is paused (both ends):
+/// a reader that stops reading stops the sender through SSH flow control.
+pub const CHANNEL_BUFFER: usize = 32;
