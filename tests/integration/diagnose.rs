@@ -295,3 +295,66 @@ fn group_prints_identical_outputs_once_with_their_ranks() {
         );
     }
 }
+
+#[test]
+fn through_a_relay_the_verdict_and_the_files_are_the_nodes_own() {
+    let nodes = Nodes::start(4);
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let logs = dir.path().join("logs");
+    // --fanout 1: rank 1 relays for ranks 1-3 (its exec_all runs them).
+    let out = nodes
+        .exec_all()
+        .args(["--fanout", "1", "--report"])
+        .arg(&report_path)
+        .arg("--output")
+        .arg(&logs)
+        .args([
+            "-c",
+            "echo \"out $RANK\"; if [ $RANK = 3 ]; then echo 'h3:1:1 [3] NCCL WARN peer gone' >&2; exit 4; fi; exec sleep 100",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let report = report(&report_path);
+    let v = &report["verdict"];
+    assert_eq!(v["rank"], 3, "{report}");
+    assert_eq!(v["nccl_line"], "h3:1:1 [3] NCCL WARN peer gone");
+    assert!(
+        err.contains("  last NCCL warning/error: h3:1:1 [3] NCCL WARN peer gone\n"),
+        "{err}"
+    );
+    // Rank 3's agent measured its cgroup; the relay's report brought it back.
+    let expected = if oom_counter_readable() {
+        serde_json::json!(0)
+    } else {
+        serde_json::Value::Null
+    };
+    assert_eq!(report["nodes"][3]["oom_kills"], expected, "{report}");
+    for rank in 0..4 {
+        let text = std::fs::read_to_string(logs.join(format!("{rank}.out"))).unwrap();
+        assert_eq!(text, format!("out {rank}\n"), "rank {rank}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(logs.join("3.err")).unwrap(),
+        "h3:1:1 [3] NCCL WARN peer gone\n"
+    );
+}
+
+#[test]
+fn group_past_the_fanout_is_a_usage_error() {
+    let nodes = Nodes::start(1);
+    let mut c = nodes.exec_all();
+    c.env("MULTINODE_HOSTLIST", format!("{},h1,h2,h3", nodes.hosts[0]));
+    let out = c
+        .args(["--group", "--fanout", "2", "-c", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "mn-exec-all: error: --group gathers every node's output here, so it needs every node \
+         reached directly: 3 other nodes but --fanout 2; raise --fanout to 3\n"
+    );
+}
