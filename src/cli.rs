@@ -134,6 +134,10 @@ pub struct ExecAllArgs {
     /// End the run after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub timeout: Option<Duration>,
+    /// Before --timeout ends the run, print what every node is doing (as
+    /// `multinode ps`) and put it in the --report.
+    #[arg(long)]
+    pub snapshot_on_timeout: bool,
     /// Give up on a node that does not connect within SECONDS (exit code 255).
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
     pub connect_timeout: Duration,

@@ -37,6 +37,10 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 
 use dispatch::Dispatch;
+
+/// A snapshot's connection to an agent gets this long (the nodes are up:
+/// they run the script).
+const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 use node::NodeTask;
 pub use options::DEFAULT_FANOUT;
 pub(crate) use options::RunOptions;
@@ -49,6 +53,7 @@ use crate::env::Job;
 use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
+use crate::snapshot::gather::{Ask, RunNodes};
 use crate::topology::EnvMap;
 use crate::transport::client::Auth;
 
@@ -82,6 +87,7 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         output_dir: args.output.clone(),
         timestamps: args.timestamps,
         group: args.group,
+        snapshot_on_timeout: args.snapshot_on_timeout,
         ..RunOptions::new(script)
     };
     let report_path = args.report.clone();
@@ -435,11 +441,34 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     }
     drop(events_tx);
     let stdin_reader = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));
+    let snapshot = RunNodes {
+        connector: match &ctx.transport {
+            Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
+                Some(connector.clone().with_timeout(SNAPSHOT_CONNECT_TIMEOUT))
+            }
+            _ => None,
+        },
+        remote: selected
+            .iter()
+            .filter(|&&r| r != job.rank)
+            .map(|&rank| Ask {
+                rank,
+                host: job.topology.nodes[rank].host.clone(),
+                port: ctx.port,
+            })
+            .collect(),
+        local: selected
+            .contains(&job.rank)
+            .then(|| (job.rank, job.topology.nodes[job.rank].host.clone())),
+    };
     let spec = Dispatch {
         fail_fast: options.fail_fast,
         grace: options.grace,
         timeout: options.timeout,
         progress: options.forward_output && std::io::stderr().is_terminal(),
+        // Only a run that prints its output: `collect` (check) gathers it.
+        snapshot: options.forward_output.then_some(snapshot),
+        snapshot_on_timeout: options.snapshot_on_timeout,
     };
     let result = dispatch::run(&spec, records, handles, events_rx, closed_rx, writer).await;
     while tasks.join_next().await.is_some() {}

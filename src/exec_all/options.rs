@@ -44,6 +44,8 @@ pub(crate) struct RunOptions {
     pub timestamps: bool,
     /// `--group`: output gathered, printed at the end grouped by content.
     pub group: bool,
+    /// Take a snapshot of every node before `--timeout` ends the run.
+    pub snapshot_on_timeout: bool,
 }
 
 impl RunOptions {
@@ -68,6 +70,7 @@ impl RunOptions {
             output_dir: None,
             timestamps: false,
             group: false,
+            snapshot_on_timeout: false,
         }
     }
 }

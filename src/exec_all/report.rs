@@ -63,6 +63,9 @@ pub struct Report {
     pub verdict: Option<Verdict>,
     pub started: f64,
     pub nodes: Vec<NodeReport>,
+    /// What every node was doing when `--timeout` expired (`--snapshot-on-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<serde_json::Value>,
 }
 
 fn epoch(t: SystemTime) -> f64 {
@@ -134,6 +137,7 @@ pub fn build(result: &RunResult) -> Report {
         verdict: super::verdict::build(result),
         started: epoch(result.started),
         nodes,
+        snapshot: result.snapshot.clone(),
     }
 }
 
@@ -278,6 +282,7 @@ mod tests {
             first_failure: Some(1),
             started: UNIX_EPOCH + Duration::from_secs(1_000),
             output_failure: None,
+            snapshot: None,
             nodes: vec![
                 record(
                     0,

@@ -138,3 +138,78 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
         crate::exit_code::CONNECTION_FAILED
     })
 }
+
+/// What a run of exec_all needs to snapshot its nodes: the agents to ask
+/// (the native transport to agents), and its own node, which it runs itself.
+#[derive(Clone)]
+pub(crate) struct RunNodes {
+    /// `None` when the nodes are not reached through agents (OpenSSH, a wrapper).
+    pub connector: Option<Connector>,
+    pub remote: Vec<Ask>,
+    /// This node's rank and host, when it runs part of the job.
+    pub local: Option<(usize, String)>,
+}
+
+/// A snapshot of a whole run takes at most this long (the answers that
+/// came, and a note for each node that did not).
+pub(crate) const RUN_LIMIT: Duration = Duration::from_secs(12);
+
+impl RunNodes {
+    /// Every node's snapshot, in rank order; this node's from `/proc` here.
+    pub(crate) async fn take(&self) -> Vec<NodeSnapshot> {
+        let local = async {
+            let (rank, host) = self.local.clone()?;
+            let roots = super::procfs::children_of(std::process::id() as i32);
+            let mut snap = super::take(&roots, &super::Options::from_env()).await;
+            snap.rank = rank;
+            snap.host = host;
+            Some(snap)
+        };
+        let remote = async {
+            match &self.connector {
+                Some(connector) => ask_all(connector, self.remote.clone()).await,
+                None => self
+                    .remote
+                    .iter()
+                    .map(|a| NodeSnapshot {
+                        rank: a.rank,
+                        host: a.host.clone(),
+                        error: Some(
+                            "not reached through a multinode agent: no snapshot".to_string(),
+                        ),
+                        ..NodeSnapshot::default()
+                    })
+                    .collect(),
+            }
+        };
+        let all = async {
+            let (local, mut remote) = tokio::join!(local, remote);
+            remote.extend(local);
+            remote.sort_by_key(|s| s.rank);
+            remote
+        };
+        match tokio::time::timeout(RUN_LIMIT, all).await {
+            Ok(snaps) => snaps,
+            Err(_) => self
+                .local
+                .iter()
+                .map(|(rank, host)| (*rank, host.clone()))
+                .chain(self.remote.iter().map(|a| (a.rank, a.host.clone())))
+                .map(|(rank, host)| NodeSnapshot {
+                    rank,
+                    host,
+                    error: Some(format!("no snapshot within {} s", RUN_LIMIT.as_secs())),
+                    ..NodeSnapshot::default()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The table and the JSON document of a run's snapshot.
+pub(crate) fn render_both(snaps: &[NodeSnapshot]) -> (String, serde_json::Value) {
+    let groups = fold(snaps);
+    let table = render_table(&groups, snaps);
+    let json = serde_json::from_str(&render_json(&groups, snaps)).unwrap_or_default();
+    (table, json)
+}
