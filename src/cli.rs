@@ -89,6 +89,18 @@ pub struct TopologyArgs {
     pub iface: Option<String>,
 }
 
+impl TopologyArgs {
+    /// The flags as the domain takes them.
+    pub fn inputs(&self) -> crate::topology::Inputs {
+        crate::topology::Inputs {
+            hosts: self.hosts.clone(),
+            hostfile: self.hostfile.clone(),
+            node_rank: self.node_rank,
+            iface: self.iface.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct EnvArgs {
     #[command(flatten)]

@@ -9,11 +9,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::cli::{DemoArgs, TopologyArgs};
+use crate::cli::DemoArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Script;
 use crate::exec_all::{RunOptions, finish_output, run_blocking};
-use crate::topology::EnvMap;
 
 const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
 head $MULTINODE_NODE_IP, slots $MULTINODE_TOTAL_SLOTS in all\"";
@@ -66,7 +66,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     // `cargo run -- demo` builds `multinode` alone: without `mn-ssh` beside
     // it, the job's MULTINODE_SSH_WRAPPER is a link to this binary (which
     // acts as mn-ssh by that name) in a folder of the demo's own.
-    let _wrapper_dir = match crate::env::wrapper::Invocation::current().mn_ssh() {
+    let _wrapper_dir = match crate::env::programs::Invocation::current().mn_ssh() {
         Ok(_) => None,
         Err(_) => {
             let dir = WrapperDir::create(&bin)?;
@@ -75,7 +75,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
             Some(dir)
         }
     };
-    let job = crate::env::resolve_job(&TopologyArgs::default(), &env)?;
+    let job = crate::env::resolve_job(&Default::default(), &env)?;
 
     let agents = Agents::start(&bin, &hosts[1..], args.port, &secret)?;
     agents.wait_ready(Duration::from_secs(10))?;

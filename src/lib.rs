@@ -2,6 +2,7 @@
 //!
 //! - [`cli`]: the clap definitions of every command.
 //! - [`topology`]: hostlist syntaxes, scheduler sources, which node this is, the head's address.
+//! - [`environ`]: the process environment as a map, read once and passed in.
 //! - [`env`]: the environment contract, rendered for `sh` and JSON.
 //! - [`keys`]: the client and host keys derived from the job secret.
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
@@ -13,7 +14,7 @@
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
-//! - [`stops`]: the signals a command handles, as one stream.
+//! - [`signals`]: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
 //! - [`supervise`]: the small parent of every local command, ending it when `multinode` dies.
 //! - [`exit_code`]: the exit codes `multinode` chooses, named.
@@ -25,6 +26,7 @@ pub mod check;
 pub mod cli;
 mod demo;
 pub mod env;
+pub mod environ;
 pub mod error;
 pub mod exec_all;
 pub mod exit_code;
@@ -32,9 +34,9 @@ pub(crate) mod exit_info;
 pub mod keys;
 pub mod process;
 pub mod protocol;
+pub mod signals;
 pub mod snapshot;
 pub(crate) mod stdio;
-pub mod stops;
 pub mod supervise;
 pub mod topology;
 pub mod transport;

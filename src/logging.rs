@@ -13,16 +13,37 @@ pub(crate) fn init(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // Colours only for a person: a container's log, a file or a CI log gets
-    // plain text (https://no-color.org is honoured too).
-    let ansi = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let ansi = colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     // A second init (tests calling run_from_args twice) is harmless: ignore it.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
         .with_target(true)
         .try_init();
+}
+
+/// Colours only for a person: a container's log, a file or a CI log gets
+/// plain text, and so does anyone who sets `NO_COLOR` (https://no-color.org).
+fn colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_color_turns_colours_off_even_on_a_terminal() {
+        assert!(colour(true, None));
+        assert!(
+            colour(true, Some("".as_ref())),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!colour(true, Some("1".as_ref())));
+        assert!(!colour(false, None));
+    }
 }

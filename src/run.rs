@@ -6,7 +6,7 @@ use std::path::Path;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, ExecAllArgs};
+use crate::cli::{Cli, Command, EnvFormat, ExecAllArgs, TableFormat};
 use crate::error::Error;
 use crate::exit_code;
 
@@ -77,12 +77,20 @@ pub fn run_personality(personality: Personality, args: Vec<OsString>) -> i32 {
 
 fn dispatch(command: Command) -> Result<i32, Error> {
     match command {
-        Command::Env(args) => crate::env::cmd_env(&args),
-        Command::Hosts(args) => crate::topology::cmd_hosts(&args),
+        Command::Env(args) => {
+            crate::env::cmd_env(&args.topology.inputs(), args.format == EnvFormat::Json)
+        }
+        Command::Hosts(args) => crate::topology::cmd_hosts(
+            &args.topology.inputs(),
+            !args.no_resolve,
+            args.format == TableFormat::Json,
+        ),
         Command::Ssh(args) => crate::transport::ssh::main(args.args),
         Command::ExecAll(args) => crate::exec_all::main(args),
         Command::Agent(args) => crate::agent::main(args),
-        Command::Keygen(args) => crate::keys::cmd_keygen(&args),
+        Command::Keygen(args) => {
+            crate::keys::cmd_keygen(args.secret_file.as_deref(), &args.output, args.known_hosts)
+        }
         Command::Demo(args) => crate::demo::main(args),
         Command::Supervise(args) => crate::supervise::main(args),
         Command::KeepGroups(args) => crate::agent::keep_groups(args.grace),

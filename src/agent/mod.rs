@@ -34,9 +34,9 @@ use tracing::info;
 pub use keeper::keep_groups;
 
 use crate::cli::AgentArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
-use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
 pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;
@@ -125,7 +125,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     } else {
         // The head may be starting too: wait for its name as long as it waits for us.
         Some(crate::env::resolve_job_waiting(
-            &args.topology,
+            &args.topology.inputs(),
             &env,
             args.wait_timeout,
         )?)

@@ -17,8 +17,8 @@ use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query,
 use super::probe::{Probe, RunOutput};
 use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
+use crate::environ::EnvMap;
 use crate::error::Error;
-use crate::topology::EnvMap;
 
 /// `nvidia-smi` may take this long (it takes seconds on a node without
 /// persistence mode; a hung GPU makes it hang).
@@ -115,7 +115,7 @@ fn names<'a>(hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
 /// when it does not resolve, what the environment says. Errors only for bad
 /// command-line flags (the user's own input).
 pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<Plan, Error> {
-    match resolve_job(&args.topology, env) {
+    match resolve_job(&args.topology.inputs(), env) {
         Ok(job) => Ok(Plan::from_job(&job, args.port)),
         Err(e) if flags_given(&args.topology) => Err(e),
         Err(e) => {
@@ -410,7 +410,7 @@ pub(crate) fn run_local(args: &CheckArgs) -> Result<i32, Error> {
     let mut text = serde_json::to_string_pretty(&facts)
         .map_err(|e| Error::Failed(format!("cannot write the report: {e}")))?;
     text.push('\n');
-    crate::env::print_stdout(&text)
+    crate::stdio::print_stdout(&text)
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use tracing::{debug, info};
 use super::output::{Stream, Writer};
 use super::types::{CancelReason, Control, End, Event, NodeOutcome, NodeRecord, RunResult};
 use crate::exit_code;
+use crate::signals::{STOP_SIGNALS, Stops};
 use crate::snapshot::gather::{RunNodes, render_both};
-use crate::stops::{STOP_SIGNALS, Stops};
 
 pub struct Dispatch {
     pub fail_fast: bool,

@@ -50,17 +50,18 @@ use types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Transport};
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::snapshot::gather::{Ask, RunNodes};
-use crate::topology::EnvMap;
 use crate::transport::client::Auth;
+use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let (script, rest) = read_script(&args)?;
-    let job = crate::env::resolve_job(&args.topology, &env)?;
+    let job = crate::env::resolve_job(&args.topology.inputs(), &env)?;
     let n = job.topology.nodes.len();
     let options = RunOptions {
         forward_stdin: matches!(script, Script::Inline(_)),
@@ -272,18 +273,23 @@ fn transport(
     env: &EnvMap,
     connect_timeout: Duration,
 ) -> Result<(Transport, u16, String), Error> {
-    if !is_own_wrapper(&job.wrapper) && env.get("MULTINODE_TRANSPORT") != Some("agent") {
+    // An invalid MULTINODE_TRANSPORT only matters when exec_all talks SSH itself.
+    let asked_agent = matches!(
+        Requested::from_env(env),
+        Ok(Requested::Exactly(TransportKind::Agent))
+    );
+    if !is_own_wrapper(&job.wrapper) && !asked_agent {
         return Ok((Transport::External(job.wrapper.clone()), 0, String::new()));
     }
-    let probe = crate::transport::ssh_args::SshInvocation {
-        host: job.topology.nodes[0].host.clone(),
-        ..Default::default()
+    let spec = ClientSpec {
+        connect_timeout: Some(connect_timeout),
+        ..ClientSpec::default()
     };
-    let (connector, target) = crate::transport::ssh::prepare(&probe, env)?;
-    let port = match connector.auth() {
-        Auth::Agent(_) => job.agent_port,
-        Auth::OpenSsh(_) => match env.get("MULTINODE_SSH_PORT") {
-            None => target.port,
+    let route = Route::from_env(&spec, env)?;
+    let port = match route.kind {
+        TransportKind::Agent => job.agent_port,
+        TransportKind::OpenSsh => match env.get("MULTINODE_SSH_PORT") {
+            None => route.port,
             Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
                 Error::usage(format!(
                     "MULTINODE_SSH_PORT={p:?} is not a port number; set it to 1..65535 or unset it for 22"
@@ -291,11 +297,7 @@ fn transport(
             })?,
         },
     };
-    Ok((
-        Transport::Native(connector.with_timeout(connect_timeout)),
-        port,
-        target.user,
-    ))
+    Ok((Transport::Native(route.connector), port, route.user))
 }
 
 /// Plans and runs on a fresh runtime; returns when every node has ended.

@@ -138,13 +138,7 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         None => ctx.command.as_slice(),
     };
     let mut vars = task.env.clone();
-    // The contract leaves a host name's address empty; the address this node
-    // was reached at is its own, as the job sees it.
-    for (name, value) in &mut vars {
-        if name == "MULTINODE_LOCAL_IP" && value.is_empty() {
-            *value = conn.peer().ip().to_string();
-        }
-    }
+    crate::env::fill_reached_address(&mut vars, conn.peer().ip());
     // An agent takes the variables and the directory as `env` requests; a stock
     // sshd drops those (AcceptEnv), so they go in the command line instead.
     let (command, env) = match connector.auth() {

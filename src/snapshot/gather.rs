@@ -11,10 +11,10 @@ use tracing::debug;
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
-use crate::topology::EnvMap;
 use crate::transport::client::{Auth, Connector, Target};
 
 /// A node's agent gets this long to answer, once connected: its own tools
@@ -101,7 +101,7 @@ async fn ask(connector: &Connector, node: &Ask, user: String) -> Result<NodeSnap
 /// `multinode ps`: a snapshot of the job's processes on every node.
 pub fn main(args: PsArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
-    let job = resolve_job(&args.topology, &env)?;
+    let job = resolve_job(&args.topology.inputs(), &env)?;
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode ps")?;
     let connector = Connector::new(
         Auth::Agent(Arc::new(JobKeys::derive(&secret))),
@@ -130,7 +130,7 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
         TableFormat::Table => render_table(&groups, &snaps),
         TableFormat::Json => render_json(&groups, &snaps),
     };
-    crate::env::print_stdout(&text)?;
+    crate::stdio::print_stdout(&text)?;
     let unanswered = snaps.iter().filter(|s| s.error.is_some()).count();
     Ok(if unanswered == 0 {
         crate::exit_code::SUCCESS

@@ -173,7 +173,7 @@ pub enum TopologyError {
     BadIfaceSpec {
         origin: &'static str,
         spec: String,
-        reason: &'static str,
+        reason: String,
     },
     #[error(
         "no interface matches {origin}='{spec}' (this machine has: {have}); name an interface that exists"

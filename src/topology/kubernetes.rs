@@ -25,7 +25,8 @@ use super::hostfile::parse_hostfile;
 use super::hostlist::{MAX_HOSTS, validate_host};
 use super::machine::Machine;
 use super::resolve::local_slots;
-use super::{EnvMap, Node, Topology};
+use super::{Node, Topology};
+use crate::environ::EnvMap;
 
 /// Where the MPI Operator mounts its hostfile in the launcher.
 pub(crate) const MPI_OPERATOR_HOSTFILE: &str = "/etc/mpi/hostfile";

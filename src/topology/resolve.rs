@@ -17,8 +17,8 @@ use super::hostfile::{parse_hostfile, parse_lsb_mcpu_hosts};
 use super::hostlist::{expand, validate_host};
 use super::machine::Machine;
 use super::tasks_per_node::parse_tasks_per_node;
-use super::{EnvMap, Node, Topology};
-use crate::cli::TopologyArgs;
+use super::{Inputs, Node, Topology};
+use crate::environ::EnvMap;
 
 /// The variables that describe the environment's topology.
 pub(crate) const TOPOLOGY_VARS: [&str; 7] = [
@@ -32,13 +32,13 @@ pub(crate) const TOPOLOGY_VARS: [&str; 7] = [
 ];
 
 /// Whether the topology comes from command-line flags rather than the environment.
-pub(crate) fn from_flags(args: &TopologyArgs) -> bool {
+pub(crate) fn from_flags(args: &Inputs) -> bool {
     args.hosts.is_some() || args.hostfile.is_some()
 }
 
 /// The job's nodes, from the first source that is set.
 pub(crate) fn resolve_topology(
-    args: &TopologyArgs,
+    args: &Inputs,
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<Topology, TopologyError> {
@@ -286,33 +286,33 @@ mod tests {
         }
     }
 
-    fn resolve(args: &TopologyArgs, vars: &[(&str, &str)]) -> Result<(String, String), String> {
+    fn resolve(args: &Inputs, vars: &[(&str, &str)]) -> Result<(String, String), String> {
         resolve_topology(args, &env(vars), &machine())
             .map(|t| (t.source.clone(), t.hostlist()))
             .map_err(|e| e.to_string())
     }
 
     fn resolve_env(vars: &[(&str, &str)]) -> Result<(String, String), String> {
-        resolve(&TopologyArgs::default(), vars)
+        resolve(&Inputs::default(), vars)
     }
 
     fn ok(source: &str, hostlist: &str) -> Result<(String, String), String> {
         Ok((source.to_string(), hostlist.to_string()))
     }
 
-    fn hosts_flag(h: &str) -> TopologyArgs {
-        TopologyArgs {
+    fn hosts_flag(h: &str) -> Inputs {
+        Inputs {
             hosts: Some(h.into()),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         }
     }
 
     #[test]
     fn every_source() {
         assert_eq!(resolve(&hosts_flag("a:2,b"), &[]), ok("--hosts", "a:2,b:1"));
-        let hostfile = TopologyArgs {
+        let hostfile = Inputs {
             hostfile: Some(PathBuf::from("/hf")),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         assert_eq!(resolve(&hostfile, &[]), ok("--hostfile '/hf'", "h1:4,h2:2"));
         assert_eq!(
@@ -400,7 +400,7 @@ mod tests {
             ("MASTER_ADDR", "p-master-0"),
         ];
         let source = |vars: &[(&str, &str)]| {
-            resolve_topology(&TopologyArgs::default(), &env(vars), &m).map(|t| t.source)
+            resolve_topology(&Inputs::default(), &env(vars), &m).map(|t| t.source)
         };
         assert_eq!(source(&all).ok().as_deref(), Some("LSB_MCPU_HOSTS"));
         assert_eq!(
@@ -416,7 +416,7 @@ mod tests {
             files: Default::default(),
             ..m
         };
-        let topo = resolve_topology(&TopologyArgs::default(), &EnvMap::default(), &m);
+        let topo = resolve_topology(&Inputs::default(), &EnvMap::default(), &m);
         assert_eq!(
             topo.map(|t| t.source).ok().as_deref(),
             Some("this machine (no hostlist is set)")
@@ -427,7 +427,7 @@ mod tests {
     fn one_machine_default_counts_gpus() {
         let mut m = machine();
         let topo = |m: &FakeMachine, vars| {
-            resolve_topology(&TopologyArgs::default(), &env(vars), m)
+            resolve_topology(&Inputs::default(), &env(vars), m)
                 .map(|t| t.hostlist())
                 .ok()
         };
@@ -449,7 +449,7 @@ mod tests {
         );
         m.hostname = "bad host".into();
         assert!(
-            resolve_topology(&TopologyArgs::default(), &EnvMap::default(), &m)
+            resolve_topology(&Inputs::default(), &EnvMap::default(), &m)
                 .unwrap_err()
                 .to_string()
                 .starts_with(
@@ -517,10 +517,10 @@ mod tests {
             ),
             ok("--hosts", "x:1")
         );
-        let both = TopologyArgs {
+        let both = Inputs {
             hosts: Some("a".into()),
             hostfile: Some(PathBuf::from("/hf")),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         assert_eq!(
             resolve(&both, &[]),

@@ -11,6 +11,7 @@ mod diagnose;
 mod env;
 mod exec_all;
 mod hardening;
+mod layers;
 mod lifecycle;
 mod lifecycle_join;
 mod mpi;

@@ -25,7 +25,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::facts::NodeFacts;
-use super::nodeset::fold;
+use crate::topology::nodeset::fold;
 
 /// How a check came out; the order is the severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -482,7 +482,7 @@ mod tests {
         let nodes = results.iter().find(|r| r.check == "nodes").expect("nodes");
         assert_eq!(nodes.nodes.len(), 256);
         assert_eq!(
-            crate::check::nodeset::fold(&nodes.nodes),
+            crate::topology::nodeset::fold(&nodes.nodes),
             "gpu[01-99],gpu[100-256]"
         );
     }
