@@ -311,7 +311,8 @@ fn through_a_relay_the_verdict_and_the_files_are_the_nodes_own() {
         .arg(&logs)
         .args([
             "-c",
-            "echo \"out $RANK\"; if [ $RANK = 3 ]; then echo 'h3:1:1 [3] NCCL WARN peer gone' >&2; exit 4; fi; exec sleep 100",
+            // Rank 3 fails once every rank has printed (fail-fast would cut them short).
+            "echo \"out $RANK\"; if [ $RANK = 3 ]; then sleep 0.5; echo 'h3:1:1 [3] NCCL WARN peer gone' >&2; exit 4; fi; exec sleep 100",
         ])
         .output()
         .unwrap();
