@@ -10,6 +10,7 @@
 //! - [`protocol`]: what an agent and its clients agree on: control requests, shared variables, keepalives, signal names.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
 //! - `demo`: `multinode demo`, agents on 127.0.0.x and a real run on them.
+//! - `helper`: `multinode install-helper`, the generic-helper built into the binary.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
@@ -31,6 +32,7 @@ pub mod error;
 pub mod exec_all;
 pub mod exit_code;
 pub(crate) mod exit_info;
+mod helper;
 pub mod keys;
 pub mod process;
 pub mod protocol;

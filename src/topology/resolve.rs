@@ -62,6 +62,12 @@ pub(crate) fn resolve_topology(
         }
     } else {
         check_against_env(&topology, env)?;
+        // A one-node job is a legitimate job (and what a workstation runs),
+        // so this is a warning, not an error; but on a cluster a forgotten
+        // hostlist must not go unnoticed until the job has run on one node.
+        if topology.source == THIS_MACHINE {
+            tracing::warn!("{NO_HOSTLIST_WARNING}");
+        }
     }
     Ok(topology)
 }
@@ -175,6 +181,15 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyErr
     this_machine(env, machine)
 }
 
+/// The source of the topology when none is set.
+const THIS_MACHINE: &str = "this machine (no hostlist is set)";
+
+/// Said when no source of the topology is set and the job is this machine alone.
+pub(crate) const NO_HOSTLIST_WARNING: &str = "no hostlist is set (no --hosts, --hostfile, \
+MULTINODE_HOSTLIST, SLURM_JOB_NODELIST, PBS_NODEFILE, LSB_DJOB_HOSTFILE, LSB_MCPU_HOSTS or \
+Kubernetes job variables): this is a one-node job on this machine; for several nodes set \
+MULTINODE_HOSTLIST=host1:SLOTS,host2:SLOTS (to silence this, MULTINODE_HOSTLIST=$(hostname):1)";
+
 /// One node, this machine, with as many slots as it has GPUs (else 1):
 /// `CUDA_VISIBLE_DEVICES` first, since it is what the job's processes will
 /// see, else the GPUs `nvidia-smi -L` lists.
@@ -190,7 +205,7 @@ fn this_machine(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, Topolog
             host,
             slots: local_slots(env, machine),
         }],
-        source: "this machine (no hostlist is set)".to_string(),
+        source: THIS_MACHINE.to_string(),
     })
 }
 
@@ -234,24 +249,24 @@ fn check_against_env(topology: &Topology, env: &EnvMap) -> Result<(), TopologyEr
         origin: topology.source.clone(),
     };
     let total = topology.total_slots();
-    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")? {
-        if n != total {
-            return Err(contradiction(
-                "MULTINODE_TOTAL_SLOTS",
-                v,
-                format!("{total} slot(s)"),
-            ));
-        }
+    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")?
+        && n != total
+    {
+        return Err(contradiction(
+            "MULTINODE_TOTAL_SLOTS",
+            v,
+            format!("{total} slot(s)"),
+        ));
     }
     let count = topology.nodes.len();
-    if let Some((n, v)) = number("MULTINODE_NNODES")? {
-        if usize::try_from(n).ok() != Some(count) {
-            return Err(contradiction(
-                "MULTINODE_NNODES",
-                v,
-                format!("{count} node(s)"),
-            ));
-        }
+    if let Some((n, v)) = number("MULTINODE_NNODES")?
+        && usize::try_from(n).ok() != Some(count)
+    {
+        return Err(contradiction(
+            "MULTINODE_NNODES",
+            v,
+            format!("{count} node(s)"),
+        ));
     }
     if let (Some(v), Some(head)) = (env.get("MULTINODE_HEAD"), topology.nodes.first()) {
         let v_host = v.trim_start_matches('[').trim_end_matches(']');

@@ -41,6 +41,10 @@ pub struct OpenSshAuth {
     pub identities: Vec<(PathBuf, PrivateKey)>,
     pub known_hosts: Vec<PathBuf>,
     pub policy: HostKeyPolicy,
+    /// OpenSSH was chosen only because no job secret is set: a failure then
+    /// says so, since on a cluster the usual cause is a secret that was not
+    /// passed on, not a broken sshd.
+    pub for_want_of_secret: bool,
 }
 
 /// Where to connect.
@@ -94,6 +98,10 @@ pub enum ConnectError {
     UserAuth { target: String, tried: String },
     #[error("ssh handshake with {target} failed: {detail}")]
     Ssh { target: String, detail: String },
+    #[error(
+        "{0}; MULTINODE_SECRET is unset, so this tried OpenSSH, not a multinode agent: set MULTINODE_SECRET"
+    )]
+    NoSecret(Box<ConnectError>),
 }
 
 impl ConnectError {
@@ -244,12 +252,19 @@ impl Connector {
     /// within the connect timeout.
     pub async fn connect(&self, target: &Target) -> Result<Connection, ConnectError> {
         let secs = self.connect_timeout.as_secs_f64();
-        match tokio::time::timeout(self.connect_timeout, self.connect_inner(target)).await {
-            Ok(result) => result,
-            Err(_) => Err(ConnectError::Timeout {
-                target: target.to_string(),
-                secs,
-            }),
+        let result =
+            match tokio::time::timeout(self.connect_timeout, self.connect_inner(target)).await {
+                Ok(result) => result,
+                Err(_) => Err(ConnectError::Timeout {
+                    target: target.to_string(),
+                    secs,
+                }),
+            };
+        match &self.auth {
+            Auth::OpenSsh(auth) if auth.for_want_of_secret => {
+                result.map_err(|e| ConnectError::NoSecret(Box::new(e)))
+            }
+            _ => result,
         }
     }
 

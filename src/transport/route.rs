@@ -84,7 +84,10 @@ impl Route {
     pub fn from_env(spec: &ClientSpec, env: &EnvMap) -> Result<Route, Error> {
         let timeout = spec.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         let secret = Secret::find(None, env)?;
-        let kind = match Requested::from_env(env)? {
+        let requested = Requested::from_env(env)?;
+        // OpenSSH for want of a secret: a failure then says so.
+        let for_want_of_secret = matches!(requested, Requested::Auto);
+        let kind = match requested {
             Requested::Exactly(kind) => kind,
             Requested::Auto if secret.is_some() => TransportKind::Agent,
             Requested::Auto => TransportKind::OpenSsh,
@@ -114,7 +117,9 @@ impl Route {
                     Some(u) => u.clone(),
                     None => current_user(env),
                 };
-                let auth = Auth::OpenSsh(Arc::new(openssh_auth(spec, env)?));
+                let mut auth = openssh_auth(spec, env)?;
+                auth.for_want_of_secret = for_want_of_secret;
+                let auth = Auth::OpenSsh(Arc::new(auth));
                 Ok(Route {
                     kind,
                     connector: Connector::new(auth, timeout),
@@ -204,6 +209,7 @@ fn openssh_auth(spec: &ClientSpec, env: &EnvMap) -> Result<OpenSshAuth, Error> {
         identities,
         known_hosts,
         policy,
+        for_want_of_secret: false,
     })
 }
 

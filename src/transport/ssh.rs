@@ -29,22 +29,12 @@ use crate::stdio::{self, Fd, StdioWriter};
 /// and closes the channel (the agent then ends the remote group).
 const SIGNALS_BEFORE_GIVING_UP: u32 = 3;
 
-const USAGE: &str = "usage: mn-ssh [ssh options] [user@]HOST [COMMAND [ARGS...]]
-
-Runs COMMAND on HOST with ssh semantics: through the job's `multinode agent`
-when MULTINODE_SECRET (or MULTINODE_SECRET_FILE) is set, else through the
-host's OpenSSH server with your keys. Accepted options: -p PORT, -l USER,
--i KEY, -o Key=Value (Port, User, IdentityFile, ConnectTimeout,
-StrictHostKeyChecking, UserKnownHostsFile, SendEnv, SetEnv), -s (a
-subsystem: mn-ssh -s HOST sftp), -G, -n, -q, -v, and the flags mpirun,
-MPICH, scp, sftp, rsync and git pass (-x, -T, -F FILE, ...). Forwarding
-(-L, -R, -D, -A, -X, ...) is refused. See docs/mn-ssh.md.
-";
-
 pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
     match args.first().and_then(|a| a.to_str()) {
         Some("--help" | "-h") if args.len() == 1 => {
-            return Ok(stdio::print_or_code("mn-ssh", USAGE));
+            use clap::CommandFactory;
+            let help = crate::cli::SshHelp::command().render_help().to_string();
+            return Ok(stdio::print_or_code("mn-ssh", &help));
         }
         Some("--version" | "-V") if args.len() == 1 => {
             return Ok(stdio::print_or_code(
@@ -55,7 +45,7 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
         _ => {}
     }
     let inv = ssh_args::parse(&args).map_err(|e| Error::Usage(e.to_string()))?;
-    crate::logging::init(inv.verbose);
+    crate::logging::init("mn-ssh", inv.verbose, false);
     let env = EnvMap::from_process();
     let route = Route::from_env(&client_spec(&inv)?, &env)?;
     let target = Target {

@@ -11,9 +11,12 @@
 //! - `limits`: `RLIMIT_MEMLOCK`.
 //! - `fabric`: InfiniBand/RoCE, `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME`.
 //! - `gpu`: GPU counts, driver versions, CUDA toolkits against architectures.
+//! - `launch`: Open MPI's launcher variables, `/dev/shm`, settings that must
+//!   agree across nodes.
 
 mod fabric;
 mod gpu;
+mod launch;
 mod limits;
 mod reach;
 
@@ -165,6 +168,9 @@ pub(crate) fn evaluate(inputs: &Inputs) -> Vec<CheckResult> {
         gpu::gpu_count(inputs),
         gpu::gpu_driver(inputs),
         gpu::cuda_arch(inputs),
+        launch::mpi_launcher(inputs),
+        launch::dev_shm(inputs),
+        launch::same_settings(inputs),
     ]
 }
 
@@ -315,7 +321,7 @@ pub(crate) fn bytes(n: u64) -> String {
     ];
     for (unit, size) in UNITS {
         if n >= size {
-            return if n % size == 0 {
+            return if n.is_multiple_of(size) {
                 format!("{} {unit}", n / size)
             } else {
                 format!("{:.1} {unit}", n as f64 / size as f64)
@@ -370,6 +376,9 @@ mod tests {
                 "gpu-count",
                 "gpu-driver",
                 "cuda-arch",
+                "mpi-launcher",
+                "dev-shm",
+                "same-settings",
             ]
         );
         for r in &results {
