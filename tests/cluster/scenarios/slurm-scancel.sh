@@ -7,8 +7,8 @@
 # came once, with time to act: not SIGKILL at once); everything the job
 # started is gone from every node within the documented grace (3 s) plus
 # 3 s (the time to look included: see below), so well before Slurm's
-# KillWait (30 s): the TERM-deaf sleeps were ended by multinode's SIGKILL after the grace; the job is CANCELLED; nothing
-# is left on any node.
+# KillWait (30 s): the TERM-deaf sleeps were ended by multinode's SIGKILL
+# after the grace; the job is CANCELLED; nothing is left on any node.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 # shellcheck source=../slurm.sh
