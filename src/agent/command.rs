@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::Shared;
+use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome};
 use crate::protocol::signals::{signal_number, signal_to_sig};
-use crate::protocol::{CWD_VAR, PIPE_GRACE};
+use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 
 /// How long the last buffered output may take to reach the client once every
 /// writer is gone.
@@ -55,10 +56,15 @@ pub(crate) async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
+    let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let mut wants_exit_info = false;
     for (name, value) in &req.env {
-        if name == CWD_VAR {
+        if name == protocol::exit_info::REQUEST_VAR {
+            wants_exit_info = value == "1";
+        } else if name == CWD_VAR {
             if std::path::Path::new(value).is_dir() {
                 cmd.current_dir(value);
+                cwd = value.into();
             } else {
                 let msg = format!(
                     "multinode agent: warning: no directory {value} here; staying in the agent's\n"
@@ -70,6 +76,7 @@ pub(crate) async fn run(
         }
     }
 
+    let watch = wants_exit_info.then(|| exit_info::Watch::start(&cwd));
     let mut child = match GroupChild::spawn(&mut cmd) {
         Ok(child) => child,
         Err(e) => {
@@ -162,6 +169,9 @@ pub(crate) async fn run(
             shared.keeper.forget(pgid);
             shared.running.remove(pgid);
             debug!(channel = %id, %outcome, "command ended");
+            if let Some(watch) = &watch {
+                send_exit_info(&tx, watch, &outcome).await;
+            }
             send_outcome(&tx, &handle, outcome).await;
             let _ = tx.eof().await;
             let _ = tx.close().await;
@@ -184,6 +194,9 @@ pub(crate) async fn run(
                 && !conn.is_cancelled()
                 && let Ok(outcome) = outcome
             {
+                if let Some(watch) = &watch {
+                    send_exit_info(&tx, watch, &outcome).await;
+                }
                 send_outcome(&tx, &handle, outcome).await;
                 let _ = tx.eof().await;
             }
@@ -225,6 +238,19 @@ async fn pump(
             return;
         }
     }
+}
+
+/// What the node saw of the command's end (OOM kills, a core), for a client
+/// that asked: one message on its own extended data stream (see `exit_info`).
+async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, outcome: &Outcome) {
+    let info = watch.finish(exit_info::may_have_dumped(outcome));
+    debug!(channel = %tx.id(), ?info, "exit info");
+    let _ = tx
+        .extended_data_bytes(
+            protocol::exit_info::EXT_EXIT_INFO,
+            bytes::Bytes::from(info.to_message()),
+        )
+        .await;
 }
 
 async fn send_outcome(
