@@ -148,14 +148,35 @@ fn a_worker_whose_head_is_of_another_job_ends_when_that_head_does() {
     );
     // Its limit before the first contact would be 120 s.
     let mut worker = node(&hosts, 1, &[], SECRET, "true");
-    std::thread::sleep(Duration::from_secs(1));
+    // Its stderr, line by line, so the test can wait for the first contact.
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = worker.stderr.take().expect("the worker's stderr is piped");
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut err = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !err.contains("the head is of another job") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => err.push_str(&(line + "\n")),
+            Err(_) => panic!("the worker never said it met a head of another job: {err}"),
+        }
+    }
     assert!(
         worker.try_wait().unwrap().is_none(),
-        "it waits while that head is up"
+        "it met that head and waits while it is up: {err}"
     );
     drop(other_head);
     let status = exit_within(&mut worker, Duration::from_secs(5)).expect("it ends with that head");
-    let err = stderr_of(&mut worker);
+    reader.join().expect("the stderr reader");
+    err.extend(lines.try_iter().map(|line| line + "\n"));
     assert_eq!(status.code(), Some(255), "{err}");
     assert!(
         err.contains(&hosts[0]) && err.contains("MULTINODE_SECRET"),
