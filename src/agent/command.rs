@@ -59,7 +59,13 @@ pub(crate) async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
-    for (name, value) in &req.env {
+    // exec_all sends the hostlists folded; this node writes them out.
+    let mut env = req.env;
+    if let Err(e) = crate::env::hostlists::expand_wire(&mut env) {
+        let msg = format!("multinode agent: warning: {e}\n");
+        let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+    }
+    for (name, value) in &env {
         if name == CWD_VAR {
             if std::path::Path::new(value).is_dir() {
                 cmd.current_dir(value);
