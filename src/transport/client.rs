@@ -16,10 +16,37 @@ use tracing::debug;
 use crate::agent::{Control, PingReply, control_command};
 use crate::keys::JobKeys;
 
-/// Client keepalive: a silent server is probed every 2 s and declared lost
-/// after 3 unanswered probes, so a lost node is noticed in about 8 s.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+/// A server that sends nothing for this long is lost (a frozen node: its
+/// kernel still acknowledges, nothing answers). It is probed every quarter
+/// of it (an SSH keepalive, which any live server answers at once, however
+/// busy its CPUs), and lost when the fourth quarter passes with no answer.
+/// `MULTINODE_LOST_AFTER` (seconds; 0 = never) changes it.
+pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(4);
+/// The unanswered probes a lost server gets: the loss comes one interval after the last.
 pub const KEEPALIVE_MAX: usize = 3;
+/// The variable that sets how long a silent server may take.
+pub const LOST_AFTER_VAR: &str = "MULTINODE_LOST_AFTER";
+
+/// How long a silent server may take: `MULTINODE_LOST_AFTER` (seconds, 0 for
+/// never), else [`DEFAULT_LOST_AFTER`]. `None` is never.
+pub fn lost_after(env: &crate::topology::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
+    let Some(text) = env.get(LOST_AFTER_VAR) else {
+        return Ok(Some(DEFAULT_LOST_AFTER));
+    };
+    match text
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    {
+        Some(d) if d.is_zero() => Ok(None),
+        Some(d) if d >= Duration::from_millis(400) => Ok(Some(d)),
+        _ => Err(crate::error::Error::usage(format!(
+            "{LOST_AFTER_VAR}='{}' is not a number of seconds of at least 0.4 (or 0 for never); fix it, or unset it for the default {}",
+            crate::topology::shorten(text),
+            DEFAULT_LOST_AFTER.as_secs()
+        ))),
+    }
+}
 
 /// How the client proves who it is and checks who the server is.
 #[derive(Clone)]
@@ -214,23 +241,33 @@ pub struct Connector {
 
 impl Connector {
     pub fn new(auth: Auth, connect_timeout: Duration) -> Self {
-        let preferred = match &auth {
+        Connector {
+            config: Arc::new(Self::config(&auth, Some(DEFAULT_LOST_AFTER))),
+            auth,
+            connect_timeout,
+        }
+    }
+
+    /// The same, with servers lost after `lost_after` of silence (`None`: never).
+    pub fn with_lost_after(mut self, lost_after: Option<Duration>) -> Self {
+        self.config = Arc::new(Self::config(&self.auth, lost_after));
+        self
+    }
+
+    fn config(auth: &Auth, lost_after: Option<Duration>) -> client::Config {
+        let preferred = match auth {
             Auth::Agent(_) => super::algorithms::agent_preferred(),
             Auth::OpenSsh(_) => russh::Preferred::default(),
         };
-        let config = client::Config {
+        client::Config {
             preferred,
             inactivity_timeout: None,
-            keepalive_interval: Some(KEEPALIVE_INTERVAL),
+            // Lost when KEEPALIVE_MAX + 1 intervals pass with nothing received.
+            keepalive_interval: lost_after.map(|d| d / (KEEPALIVE_MAX as u32 + 1)),
             keepalive_max: KEEPALIVE_MAX,
             nodelay: true,
             channel_buffer_size: 32,
             ..Default::default()
-        };
-        Connector {
-            config: Arc::new(config),
-            auth,
-            connect_timeout,
         }
     }
 

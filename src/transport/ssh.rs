@@ -14,7 +14,7 @@ use std::time::Duration;
 use russh::ChannelMsg;
 use tracing::debug;
 
-use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Start, Target};
+use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, Start, Target, lost_after};
 use super::signals::{signal_number, signal_to_sig};
 use super::ssh_args::{self, SshInvocation};
 use crate::error::Error;
@@ -130,7 +130,10 @@ pub fn prepare(inv: &SshInvocation, env: &EnvMap) -> Result<(Connector, Target),
                 user: inv.user.clone().unwrap_or_else(|| "multinode".into()),
             };
             let auth = Auth::Agent(Arc::new(JobKeys::derive(&secret)));
-            Ok((Connector::new(auth, timeout), target))
+            Ok((
+                Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
+                target,
+            ))
         }
         TransportKind::OpenSsh => {
             let user = match &inv.user {
@@ -143,7 +146,10 @@ pub fn prepare(inv: &SshInvocation, env: &EnvMap) -> Result<(Connector, Target),
                 user,
             };
             let auth = Auth::OpenSsh(Arc::new(openssh_auth(inv, env)?));
-            Ok((Connector::new(auth, timeout), target))
+            Ok((
+                Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
+                target,
+            ))
         }
     }
 }

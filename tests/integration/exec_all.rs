@@ -907,3 +907,61 @@ fn ten_thousand_nodes_through_env_the_helper_and_exec_all() {
     }
     assert_eq!(lines[0], lines[1], "the head sees what node 0 sees");
 }
+
+#[test]
+fn a_frozen_agent_is_lost_in_under_5_seconds() {
+    // SIGSTOP: the kernel still acknowledges its TCP, nothing answers (as
+    // `docker pause`); only the keepalives can tell.
+    let cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--report", report.to_str().unwrap(), "-c"])
+        .arg(format!("exec sleep {tag}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let start = Instant::now();
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    let took = start.elapsed();
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(status.expect("exec_all must end").code(), Some(255));
+    assert!(took < Duration::from_secs(5), "lost after {took:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["nodes"][2]["status"], "lost", "{json}");
+    assert_eq!(json["nodes"][1]["status"], "killed", "{json}");
+    // Thawed, the agent sees its client gone and ends its command.
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+}
+
+#[test]
+fn a_bad_lost_after_is_one_clear_error() {
+    let cluster = Cluster::start(2);
+    for bad in ["soon", "0.1", "-1"] {
+        let out = cluster
+            .command(&mn_exec_all())
+            .env("MULTINODE_LOST_AFTER", bad)
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "mn-exec-all: error: MULTINODE_LOST_AFTER='{bad}' is not a number of seconds of at least 0.4 (or 0 for never); fix it, or unset it for the default 4\n"
+            )
+        );
+    }
+}
