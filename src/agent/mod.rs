@@ -17,6 +17,7 @@ mod init;
 mod keeper;
 mod lifecycle;
 mod login;
+mod plain;
 mod server;
 mod sftp;
 

@@ -9,7 +9,7 @@
 #   is then frozen (`docker pause`: its kernel still acknowledges TCP, no
 #   process runs). exec_all must report node2 lost and end within 5 s. Thawed,
 #   node2's agent sees the connection gone and ends `sleep 1234`.
-# shellcheck source-path=SCRIPTDIR source=../lib.sh
+# shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC2317 # functions run through mn_poll
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 busy=node1 frozen=node2
