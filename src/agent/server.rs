@@ -53,6 +53,12 @@ pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
         nodelay: true,
         // Messages queued per channel before the TCP stream is paused.
         channel_buffer_size: 32,
+        // Larger than any TCP receive buffer: when a command leaves its stdin
+        // unread (this read loop then waits, see ARCHITECTURE.md), the
+        // client's bytes stay in TCP, unacknowledged, which tells the client
+        // that this agent is alive and waiting, not lost. The window costs
+        // no memory: russh refills it as the bytes arrive.
+        window_size: 1 << 30,
         ..Default::default()
     }
 }

@@ -17,13 +17,16 @@ use crate::agent::{Control, PingReply, control_command};
 use crate::keys::JobKeys;
 
 /// A server that sends nothing for this long is lost (a frozen node: its
-/// kernel still acknowledges, nothing answers). It is probed every quarter
-/// of it (an SSH keepalive, which any live server answers at once, however
-/// busy its CPUs), and lost when the fourth quarter passes with no answer.
-/// `MULTINODE_LOST_AFTER` (seconds; 0 = never) changes it.
+/// kernel still acknowledges, nothing answers), unless this side is the one
+/// that waits: bytes it has not acknowledged yet (it is not reading what we
+/// send: an agent whose command leaves its stdin unread), or bytes from it
+/// that we have not read yet (our output is slow). Silent servers are probed
+/// every quarter of it (an SSH keepalive, which a live server answers at
+/// once, however busy its CPUs). `MULTINODE_LOST_AFTER` (seconds; 0 = never)
+/// changes it.
 pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(4);
-/// The unanswered probes a lost server gets: the loss comes one interval after the last.
-pub const KEEPALIVE_MAX: usize = 3;
+/// Keepalives sent to a silent server per `lost_after`.
+const PROBES: u32 = 4;
 /// The variable that sets how long a silent server may take.
 pub const LOST_AFTER_VAR: &str = "MULTINODE_LOST_AFTER";
 
@@ -237,6 +240,7 @@ pub struct Connector {
     config: Arc<client::Config>,
     auth: Auth,
     connect_timeout: Duration,
+    lost_after: Option<Duration>,
 }
 
 impl Connector {
@@ -245,12 +249,14 @@ impl Connector {
             config: Arc::new(Self::config(&auth, Some(DEFAULT_LOST_AFTER))),
             auth,
             connect_timeout,
+            lost_after: Some(DEFAULT_LOST_AFTER),
         }
     }
 
     /// The same, with servers lost after `lost_after` of silence (`None`: never).
     pub fn with_lost_after(mut self, lost_after: Option<Duration>) -> Self {
         self.config = Arc::new(Self::config(&self.auth, lost_after));
+        self.lost_after = lost_after;
         self
     }
 
@@ -262,9 +268,10 @@ impl Connector {
         client::Config {
             preferred,
             inactivity_timeout: None,
-            // Lost when KEEPALIVE_MAX + 1 intervals pass with nothing received.
-            keepalive_interval: lost_after.map(|d| d / (KEEPALIVE_MAX as u32 + 1)),
-            keepalive_max: KEEPALIVE_MAX,
+            // Probes only: `liveness` decides, from the socket's state
+            // (russh would count a server that waits on us as lost).
+            keepalive_interval: lost_after.map(|d| d / PROBES),
+            keepalive_max: 0,
             nodelay: true,
             channel_buffer_size: 32,
             ..Default::default()
@@ -296,6 +303,8 @@ impl Connector {
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
         let (stream, peer) = tcp_connect(target).await?;
+        // For the liveness watch: a descriptor of the socket russh will own.
+        let socket = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
         let rejection = Arc::new(std::sync::Mutex::new(None));
         let handler = ClientHandler {
             auth: self.auth.clone(),
@@ -370,7 +379,98 @@ impl Connector {
                 }
             }
         }
-        Ok(Connection { handle, peer })
+        let watch = tokio_util::sync::CancellationToken::new();
+        if let (Some(lost_after), Some(socket)) = (self.lost_after, socket) {
+            tokio::spawn(liveness(
+                socket,
+                lost_after,
+                watch.clone(),
+                target.to_string(),
+            ));
+        }
+        Ok(Connection {
+            handle,
+            peer,
+            _watch: watch.drop_guard(),
+        })
+    }
+}
+
+/// What the kernel knows of one TCP connection.
+struct SocketState {
+    established: bool,
+    /// Since the last bytes came from the peer.
+    since_recv: Duration,
+    /// Bytes sent and not acknowledged yet, or not sent yet.
+    unacked: libc::c_int,
+    /// Bytes received and not read yet.
+    unread: libc::c_int,
+}
+
+fn socket_state(fd: &std::os::fd::OwnedFd) -> Option<SocketState> {
+    use std::os::fd::AsRawFd;
+    let fd = fd.as_raw_fd();
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes
+    // of it; the ioctls write one int each.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        let (mut unacked, mut unread): (libc::c_int, libc::c_int) = (0, 0);
+        if rc != 0
+            || libc::ioctl(fd, libc::TIOCOUTQ, &mut unacked) != 0
+            || libc::ioctl(fd, libc::FIONREAD, &mut unread) != 0
+        {
+            return None;
+        }
+        Some(SocketState {
+            established: info.tcpi_state == 1, // TCP_ESTABLISHED
+            since_recv: Duration::from_millis(u64::from(info.tcpi_last_data_recv)),
+            unacked,
+            unread,
+        })
+    }
+}
+
+/// Watches one connection until it is dropped or closed. When nothing has
+/// come from the server for `lost_after` while neither side waits on the
+/// other (see [`DEFAULT_LOST_AFTER`]), shuts the socket down: russh's session
+/// then ends, and so does every channel (the node is lost).
+async fn liveness(
+    socket: std::os::fd::OwnedFd,
+    lost_after: Duration,
+    done: tokio_util::sync::CancellationToken,
+    target: String,
+) {
+    let least = Duration::from_millis(250);
+    let mut wait = lost_after;
+    loop {
+        tokio::select! {
+            () = done.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        let Some(state) = socket_state(&socket) else {
+            return;
+        };
+        if !state.established {
+            return;
+        }
+        if state.since_recv < lost_after || state.unacked > 0 || state.unread > 0 {
+            wait = lost_after.saturating_sub(state.since_recv).max(least);
+            continue;
+        }
+        debug!(target = %target, silent = ?state.since_recv, "lost: nothing from the server and nothing waits");
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            nix::sys::socket::Shutdown::Both,
+        );
+        return;
     }
 }
 
@@ -424,6 +524,8 @@ impl Start<'_> {
 pub struct Connection {
     handle: Handle<ClientHandler>,
     peer: SocketAddr,
+    /// Ends the liveness watch with the connection.
+    _watch: tokio_util::sync::DropGuard,
 }
 
 impl Connection {
