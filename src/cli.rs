@@ -46,6 +46,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Preflight every node for the known multi-node pitfalls.
     Check(CheckArgs),
+    /// What every node of the running job is doing: processes, stacks, GPUs.
+    Ps(PsArgs),
     /// Internal: run COMMAND and end its process group when the parent dies.
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -245,6 +247,20 @@ pub struct CheckArgs {
     /// Run the checks of this node only and print them as JSON (used by the fan-out).
     #[arg(long, hide = true)]
     pub local: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+    /// Read the job secret from FILE instead of MULTINODE_SECRET.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Give up on a node whose agent does not answer the connection within SECONDS.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    pub connect_timeout: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 //! - [`agent`]: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - [`exec_all`]: one script on every node: fan-out, output relay, fail-fast, report.
+//! - `demo`: `multinode demo`, agents on 127.0.0.x and a real run on them.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
@@ -20,12 +21,14 @@
 pub mod agent;
 pub mod check;
 pub mod cli;
+mod demo;
 pub mod env;
 pub mod error;
 pub mod exec_all;
 pub mod exit_code;
 pub mod keys;
 pub mod process;
+pub mod snapshot;
 pub(crate) mod stdio;
 pub mod stops;
 pub mod supervise;

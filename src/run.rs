@@ -83,10 +83,11 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::ExecAll(args) => crate::exec_all::main(args),
         Command::Agent(args) => crate::agent::main(args),
         Command::Keygen(args) => crate::keys::cmd_keygen(&args),
-        Command::Demo(args) => crate::exec_all::demo::main(args),
+        Command::Demo(args) => crate::demo::main(args),
         Command::Supervise(args) => crate::supervise::main(args),
         Command::KeepGroups(args) => crate::agent::keep_groups(args.grace),
         Command::Check(args) => crate::check::main(args),
+        Command::Ps(args) => crate::snapshot::gather::main(args),
     }
 }
 

@@ -4,7 +4,8 @@
 # the parallel shells multinode is compared with, both MPI stacks, the
 # shells the helper is checked with, debootstrap for the cluster tests'
 # base image, PyYAML for the k8s-* cluster tests (they read the manifests of
-# docs/kubernetes.md). Does nothing when all are present.
+# docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
+# a Debian package, so it comes from PyPI). Does nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -13,14 +14,25 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev mpich libmpich-dev
     shellcheck dash debootstrap hyperfine musl-tools
     iproute2 procps psmisc python3 python3-yaml gcc
-    rsync git
+    rsync git python3-pip
 )
+
+# py-spy from PyPI, after the Debian packages (pip is one of them).
+py_spy() {
+    command -v py-spy >/dev/null && return 0
+    echo "test dependencies: installing py-spy from PyPI"
+    local sudo=()
+    if ((EUID != 0)); then sudo=(sudo); fi
+    "${sudo[@]}" python3 -m pip install --quiet --break-system-packages py-spy ||
+        "${sudo[@]}" python3 -m pip install --quiet py-spy
+}
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]} == 0)); then
+    py_spy
     echo "test dependencies: all present"
     exit 0
 fi
@@ -39,4 +51,5 @@ fi
 rc=0
 { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; } || rc=$?
 if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; fi
+((rc == 0)) && { py_spy || rc=$?; }
 exit "$rc"

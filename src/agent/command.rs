@@ -139,6 +139,7 @@ pub(crate) async fn run(
     };
     let pgid = child.pgid();
     shared.keeper.register(pgid);
+    shared.running.add(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     let stdin = child.child_mut().stdin.take();
     let stdout = child.child_mut().stdout.take();
@@ -213,6 +214,7 @@ pub(crate) async fn run(
             }
             child.disarm();
             shared.keeper.forget(pgid);
+            shared.running.remove(pgid);
             debug!(channel = %id, %outcome, "command ended");
             send_outcome(&tx, &handle, outcome).await;
             let _ = tx.eof().await;
@@ -223,6 +225,7 @@ pub(crate) async fn run(
             let outcome = child.terminate(shared.grace).await;
             child.disarm();
             shared.keeper.forget(pgid);
+            shared.running.remove(pgid);
             debug!(
                 channel = %id,
                 ?outcome,

@@ -6,6 +6,8 @@
 //! - `#multinode:release`: the job is over; the agent ends its commands and exits.
 //! - `#multinode:wait-release`: answers exit 0 once this agent is released
 //!   (a worker holds one of these open to the head to notice it leave).
+//! - `#multinode:snapshot`: prints one JSON line, the snapshot of the
+//!   commands this agent runs (`agent/snapshot.rs`).
 
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ pub(crate) enum Control {
     Ping,
     Release,
     WaitRelease,
+    Snapshot,
 }
 
 pub(crate) fn parse(command: &[u8]) -> Option<Control> {
@@ -31,6 +34,7 @@ pub(crate) fn parse(command: &[u8]) -> Option<Control> {
         b"ping" => Some(Control::Ping),
         b"release" => Some(Control::Release),
         b"wait-release" => Some(Control::WaitRelease),
+        b"snapshot" => Some(Control::Snapshot),
         _ => None,
     }
 }
@@ -41,6 +45,7 @@ pub(crate) fn command(control: Control) -> &'static str {
         Control::Ping => "#multinode:ping",
         Control::Release => "#multinode:release",
         Control::WaitRelease => "#multinode:wait-release",
+        Control::Snapshot => "#multinode:snapshot",
     }
 }
 
@@ -82,6 +87,13 @@ pub(crate) async fn run(
             shared.released.cancel();
             return;
         }
+        Control::Snapshot => {
+            let snap = super::snapshot::take(&shared).await;
+            let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
+            line.push(b'\n');
+            let _ = tx.data_bytes(line).await;
+            0
+        }
         Control::WaitRelease => {
             // Only a release answers: an agent that stops without one (its job
             // never started, a signal) just closes, and the worker sees it gone.
@@ -113,7 +125,12 @@ mod tests {
         );
         assert_eq!(parse(b"#multinode:rm -rf"), None);
         assert_eq!(parse(b"echo #multinode:ping"), None);
-        for c in [Control::Ping, Control::Release, Control::WaitRelease] {
+        for c in [
+            Control::Ping,
+            Control::Release,
+            Control::WaitRelease,
+            Control::Snapshot,
+        ] {
             assert_eq!(parse(command(c).as_bytes()), Some(c));
         }
     }

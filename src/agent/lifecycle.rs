@@ -106,6 +106,8 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
             plan.argv[0].to_string_lossy()
         ))
     })?;
+    // `multinode ps` shows the job's tree: exec_all and the head's own node.
+    shared.running.add(child.pgid());
     let mut signals = 0;
     let mut first_signal = None;
     let outcome = loop {
@@ -137,6 +139,7 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
         None => crate::process::end_group(child.pgid(), shared.grace).await,
     }
     child.disarm();
+    shared.running.remove(child.pgid());
     let outcome = outcome.map_err(|e| Error::Failed(format!("cannot wait for the job: {e}")))?;
     info!(%outcome, "job ended: releasing the workers");
     release(shared, &plan.job, connector).await;

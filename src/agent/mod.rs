@@ -7,6 +7,7 @@
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
+//! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
@@ -20,6 +21,7 @@ mod login;
 mod plain;
 mod server;
 mod sftp;
+mod snapshot;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub(crate) struct Shared {
     pub bin: std::path::PathBuf,
     /// Ends the commands' groups if this agent dies.
     pub keeper: keeper::Keeper,
+    /// The process groups of the running commands, for snapshots.
+    pub running: snapshot::Running,
     /// Admits connections and holds them to the login deadline.
     pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.
@@ -158,6 +162,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
             keeper,
+            running: snapshot::Running::default(),
             gate: login::Gate::new(limits),
             grace,
             base_env: {

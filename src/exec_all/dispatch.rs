@@ -7,75 +7,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::node::{Control, End, Event, NodeOutcome};
-use super::output::{OutputStats, Writer};
+use super::output::Writer;
+use super::types::{CancelReason, Control, End, Event, NodeOutcome, NodeRecord, RunResult};
 use crate::exit_code;
 use crate::stops::{STOP_SIGNALS, Stops};
-
-/// Why the run is ending early. Ordered: the most serious reason wins.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum CancelReason {
-    /// A node failed and fail-fast is on.
-    NodeFailed,
-    /// stdout or stderr was closed (`| head`) or could not be written (`/dev/full`).
-    OutputClosed,
-    /// `--timeout` expired.
-    Timeout,
-    /// exec_all got this signal, which it passed on.
-    Signal(i32),
-    /// A second signal: SIGKILL for everyone.
-    SecondSignal,
-}
-
-/// What the dispatcher keeps of each node.
-#[derive(Debug, Clone)]
-pub struct NodeRecord {
-    pub rank: usize,
-    pub host: String,
-    pub address: Option<String>,
-    pub started: Option<SystemTime>,
-    pub ended: Option<SystemTime>,
-    pub outcome: Option<NodeOutcome>,
-    pub stats: OutputStats,
-}
-
-impl NodeRecord {
-    pub fn new(rank: usize, host: String) -> Self {
-        NodeRecord {
-            rank,
-            host,
-            address: None,
-            started: None,
-            ended: None,
-            outcome: None,
-            stats: OutputStats::default(),
-        }
-    }
-
-    pub fn duration(&self) -> Option<Duration> {
-        Some(
-            self.ended?
-                .duration_since(self.started?)
-                .unwrap_or_default(),
-        )
-    }
-}
-
-/// How a run ended.
-#[derive(Debug)]
-pub struct RunResult {
-    pub exit_code: i32,
-    pub cancelled: Option<CancelReason>,
-    /// The rank whose failure decided the exit code.
-    pub first_failure: Option<usize>,
-    pub nodes: Vec<NodeRecord>,
-    pub started: SystemTime,
-    /// Why output stopped, when a write failed other than on a closed pipe.
-    pub output_failure: Option<String>,
-}
 
 pub struct Dispatch {
     pub fail_fast: bool,

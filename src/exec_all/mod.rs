@@ -5,14 +5,18 @@
 //! - `output`: whole lines from every node through one writer thread.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
 //! - `report`: the failure table and `--report FILE`.
-//! - `demo`: `multinode demo`, a real multi-node run on one machine.
+//! - `relay`: past `--fanout` nodes, groups of nodes run through one of theirs.
+//! - `options`: the validated options of a run and their defaults.
+//! - `types`: the run's data (events, outcomes, records, results), imported by the rest.
 
-pub mod demo;
 mod dispatch;
 mod node;
+mod options;
 mod output;
+mod relay;
 mod report;
 pub mod script;
+mod types;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -24,10 +28,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 
-pub use dispatch::CancelReason;
-use dispatch::{Dispatch, NodeRecord, RunResult};
-use node::{NodeOutcome, NodeTask};
+use dispatch::Dispatch;
+use node::NodeTask;
+pub use options::DEFAULT_FANOUT;
+pub(crate) use options::RunOptions;
 use script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
+pub use types::CancelReason;
+use types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Transport};
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
@@ -35,59 +42,7 @@ use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::topology::EnvMap;
-use crate::transport::client::{Auth, Connector};
-
-/// Up to this many other nodes, exec_all talks to every node itself (`--fanout`).
-pub const DEFAULT_FANOUT: usize = 256;
-
-/// What every node task shares.
-pub(crate) struct RunCtx {
-    pub script: Script,
-    pub args: Vec<OsString>,
-    /// What a remote shell runs: `script.agent_command(args)` for agents,
-    /// `script.shell_command(args)` for any other server or wrapper.
-    pub command: Vec<u8>,
-    pub transport: Transport,
-    pub port: u16,
-    pub user: String,
-    /// The head's working directory, for every node.
-    pub cwd: String,
-    pub grace: Duration,
-    /// The `multinode` binary, for `multinode supervise`.
-    pub bin: PathBuf,
-    /// Bounds the connections being set up at once.
-    pub connect_slots: Semaphore,
-}
-
-/// How remote nodes are reached.
-pub(crate) enum Transport {
-    /// In-process russh sessions: to agents (job secret) or sshd (user keys).
-    Native(Connector),
-    /// `WRAPPER HOST COMMAND`, one process per node.
-    External(String),
-}
-
-/// The validated options of a run, whoever asked for it (exec-all, demo, check).
-pub(crate) struct RunOptions {
-    pub script: Script,
-    pub args: Vec<OsString>,
-    pub label: bool,
-    pub fail_fast: bool,
-    pub grace: Duration,
-    pub timeout: Option<Duration>,
-    pub connect_timeout: Duration,
-    pub ranks: Option<BTreeSet<usize>>,
-    pub exclude: BTreeSet<usize>,
-    pub export: Export,
-    pub max_connecting: usize,
-    /// Relay output to this process's streams (false: gather it, for `collect`).
-    pub forward_output: bool,
-    /// The most nodes this process talks to itself; more are reached through
-    /// relays (nodes that run exec_all for a group of nodes).
-    pub fanout: usize,
-    /// Give exec_all's stdin to the nodes (file and `-c` scripts).
-    pub forward_stdin: bool,
-}
+use crate::transport::client::Auth;
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
@@ -96,7 +51,6 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let n = job.topology.nodes.len();
     let options = RunOptions {
         forward_stdin: matches!(script, Script::Inline(_)),
-        script,
         args: rest,
         label: args.label,
         fail_fast: !args.no_fail_fast,
@@ -116,16 +70,14 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
             .unwrap_or_default(),
         export: Export::parse(&args.export)?,
         max_connecting: args.max_connecting,
-        forward_output: true,
         fanout: args.fanout,
+        ..RunOptions::new(script)
     };
     let report_path = args.report.clone();
     let result = run_blocking(&job, &env, options)?;
     if args.relay_report {
         // This exec_all runs a group for a head: its report goes back on stderr.
-        let report = report::build(&result);
-        let json = serde_json::to_string(&report).expect("the report serialises");
-        crate::stdio::eprint(&format!("{}{json}\n", output::RELAY_REPORT_MARKER));
+        relay::emit_report(&result);
         return Ok(result.exit_code);
     }
     if let Some(path) = report_path {
@@ -362,7 +314,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     let mut stdin_txs = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
     let shared = forward_all && selected.len() > 1;
-    for group in plan_groups(&selected, job.rank, options.fanout) {
+    for group in relay::plan_groups(&selected, job.rank, options.fanout) {
         let rank = group[0];
         let host = job.topology.nodes[rank].host.clone();
         let local = rank == job.rank;
@@ -391,7 +343,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         );
         // A relay's lines come labelled by its own exec_all, and its stderr ends with its report.
         let (sink, relay) = if group.len() > 1 {
-            let command = relay_command(&group, &options, &ctx, &exported);
+            let command = relay::command(&group, &options, &ctx, &exported);
             (sink.relay(), Some((group.clone(), command)))
         } else {
             (sink, None)
@@ -437,107 +389,6 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     Ok(result)
 }
 
-/// Splits the selected ranks into what this process runs: one group per
-/// task, the task's own rank first. This node and, while there are at most
-/// `fanout` other nodes, every node is a group of one. Beyond that the other
-/// nodes are cut into `fanout` runs of consecutive ranks, and the first node
-/// of each run relays to the rest (its exec_all runs the run's nodes).
-fn plan_groups(selected: &[usize], local: usize, fanout: usize) -> Vec<Vec<usize>> {
-    let fanout = fanout.max(1);
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    if selected.contains(&local) {
-        groups.push(vec![local]);
-    }
-    let remote: Vec<usize> = selected.iter().copied().filter(|&r| r != local).collect();
-    if remote.len() <= fanout {
-        groups.extend(remote.into_iter().map(|r| vec![r]));
-        return groups;
-    }
-    let (size, extra) = (remote.len() / fanout, remote.len() % fanout);
-    let mut start = 0;
-    for i in 0..fanout {
-        let len = size + usize::from(i < extra);
-        groups.push(remote[start..start + len].to_vec());
-        start += len;
-    }
-    groups
-}
-
-/// `0-3,7`: ranks as ranges, for `--nodes`.
-fn ranks_spec(ranks: &[usize]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            ranks[i].to_string()
-        } else {
-            format!("{}-{}", ranks[i], ranks[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
-}
-
-/// What a relay runs: this binary's exec_all for its group, with this run's
-/// options; it ends its stderr with its report (`--relay-report`). It passes
-/// on exactly the variables this process exports (by name: the relay has their
-/// values from us), not those of its own agent.
-fn relay_command(
-    group: &[usize],
-    options: &RunOptions,
-    ctx: &RunCtx,
-    exported: &[(String, String)],
-) -> Vec<u8> {
-    use script::sh_quote;
-    let mut sorted = group.to_vec();
-    sorted.sort_unstable();
-    let mut cmd = format!(
-        "exec \"${{MULTINODE_BIN:-multinode}}\" exec-all --relay-report --nodes {} --grace {:.3} \
-         --connect-timeout {:.3} --fanout {} --max-connecting {} --export ",
-        ranks_spec(&sorted),
-        options.grace.as_secs_f64(),
-        options.connect_timeout.as_secs_f64(),
-        options.fanout,
-        options.max_connecting,
-    )
-    .into_bytes();
-    let names: Vec<&str> = exported
-        .iter()
-        .map(|(k, _)| k.as_str())
-        .filter(|k| script::is_name(k))
-        .collect();
-    let export = if names.is_empty() {
-        "NONE".to_string()
-    } else {
-        names.join(",")
-    };
-    cmd.extend_from_slice(&sh_quote(export.as_bytes()));
-    if options.label {
-        cmd.extend_from_slice(b" --label");
-    }
-    if !options.fail_fast {
-        cmd.extend_from_slice(b" --no-fail-fast");
-    }
-    match &ctx.script {
-        Script::Stdin(_) => cmd.extend_from_slice(b" -"),
-        Script::Inline(text) => {
-            cmd.extend_from_slice(b" -c ");
-            cmd.extend_from_slice(&sh_quote(text));
-        }
-    }
-    for arg in &ctx.args {
-        cmd.push(b' ');
-        cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
-            arg.as_os_str(),
-        )));
-    }
-    cmd
-}
-
 /// Reads exec_all's stdin and gives every chunk to every node, at the pace of
 /// the slowest; a node that ended is skipped.
 async fn broadcast_stdin(txs: Vec<mpsc::Sender<Bytes>>) {
@@ -571,20 +422,12 @@ pub async fn collect(
 ) -> Result<Vec<NodeCapture>, Error> {
     let env = EnvMap::from_process();
     let options = RunOptions {
-        script: Script::Inline(command.as_bytes().to_vec()),
-        args: Vec::new(),
-        label: false,
         fail_fast: false,
         grace: Duration::from_secs(1),
         timeout: Some(timeout),
         connect_timeout: timeout,
-        ranks: None,
-        exclude: BTreeSet::new(),
-        export: Export::All,
-        max_connecting: 256,
         forward_output: false,
-        forward_stdin: false,
-        fanout: DEFAULT_FANOUT,
+        ..RunOptions::new(Script::Inline(command.as_bytes().to_vec()))
     };
     let result = run(job, &env, options).await?;
     Ok(result

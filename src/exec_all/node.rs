@@ -16,77 +16,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::output::{NodeSink, OutputStats, Stream};
-use super::{RunCtx, Transport};
+use super::output::{NodeSink, Stream};
+use super::relay;
+use super::types::{Control, End, Event, NodeOutcome, RunCtx, Transport};
 use crate::process::{GroupChild, Outcome};
 use crate::transport::client::Target;
 use crate::transport::signals::{signal_number, signal_to_sig};
 
 /// How long the pipes of a local command may stay open after it exited.
 const PIPE_GRACE: Duration = Duration::from_secs(1);
-
-/// What a node task tells the dispatcher.
-#[derive(Debug)]
-pub enum Event {
-    /// The connection is up (remote) or the process spawned (local).
-    Started {
-        address: Option<String>,
-    },
-    Ended(End),
-}
-
-#[derive(Debug)]
-pub struct End {
-    pub outcome: NodeOutcome,
-    pub stats: OutputStats,
-    pub ended: SystemTime,
-    /// For a relay: what its exec_all reported of each node of its group.
-    pub subtree: Option<Subtree>,
-}
-
-/// A relay's report of its group.
-#[derive(Debug)]
-pub struct Subtree {
-    pub records: Vec<super::dispatch::NodeRecord>,
-    pub first_failure: Option<usize>,
-}
-
-/// How a node's part of the run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeOutcome {
-    Finished(Outcome),
-    /// Never connected.
-    Unreachable(String),
-    /// Connected, then lost (keepalive, reset, agent gone) without an exit status.
-    Lost(String),
-    /// Stopped before it started (the run was already ending).
-    NotStarted,
-}
-
-impl NodeOutcome {
-    pub fn success(&self) -> bool {
-        matches!(self, NodeOutcome::Finished(o) if o.success())
-    }
-
-    /// The code exec_all exits with when this is the first failure.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            NodeOutcome::Finished(o) => o.shell_code(),
-            NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_) | NodeOutcome::NotStarted => {
-                crate::exit_code::CONNECTION_FAILED
-            }
-        }
-    }
-}
-
-/// Orders from the dispatcher.
-#[derive(Debug, Clone, Copy)]
-pub enum Control {
-    /// Send this signal to the node's process group.
-    Signal(i32),
-    /// Give up on the node: close its connection or kill its local group.
-    Abandon,
-}
 
 /// Everything one node task needs.
 pub struct NodeTask {
@@ -111,7 +49,12 @@ impl NodeTask {
 
     fn end(self, outcome: NodeOutcome) {
         let subtree = self.relay.as_ref().map(|(group, _)| {
-            super::report::subtree(group, &self.host, &outcome, &self.sink.stats)
+            relay::subtree(
+                group,
+                &self.host,
+                &outcome,
+                self.sink.stats.relay_report.as_deref(),
+            )
         });
         let end = End {
             outcome,

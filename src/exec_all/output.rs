@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
+use super::relay;
+use super::types::OutputStats;
 use crate::stdio::{Fd, FdWriter};
 
 /// A line longer than this is passed on in pieces instead of held whole.
@@ -227,24 +229,6 @@ impl Writer {
     }
 }
 
-/// What the report keeps of one node's output.
-#[derive(Debug, Clone, Default)]
-pub struct OutputStats {
-    pub bytes_out: u64,
-    pub bytes_err: u64,
-    /// The last lines (both streams), oldest first.
-    pub tail: VecDeque<String>,
-    /// Everything, when the sink captures instead of relaying (up to [`CAPTURE_MAX`]).
-    pub captured_out: Vec<u8>,
-    pub captured_err: Vec<u8>,
-    /// A relay's report line (see [`RELAY_REPORT_MARKER`]), taken out of its stderr.
-    pub relay_report: Option<String>,
-}
-
-/// The line a relay's exec_all ends its stderr with: this marker, then its
-/// report as JSON. The head takes it out of the output.
-pub const RELAY_REPORT_MARKER: &str = "\u{1e}multinode-relay-report ";
-
 /// A capturing sink keeps at most this much of each stream.
 pub const CAPTURE_MAX: usize = 4 * 1024 * 1024;
 
@@ -393,12 +377,7 @@ impl NodeSink {
                 continue;
             }
             // A relay's report line is taken whole, however slowly it comes.
-            if self.relay
-                && stream == Stream::Err
-                && RELAY_REPORT_MARKER.as_bytes().starts_with(
-                    &partial.bytes[..partial.bytes.len().min(RELAY_REPORT_MARKER.len())],
-                )
-            {
+            if self.relay && stream == Stream::Err && relay::may_be_report(&partial.bytes) {
                 partial.since = None;
                 partial.last = None;
                 continue;
@@ -441,7 +420,11 @@ impl NodeSink {
 
     async fn emit(&mut self, stream: Stream, mut block: Vec<u8>) {
         if self.relay && stream == Stream::Err {
-            block = self.take_relay_report(block);
+            let (rest, report) = relay::take_report(block);
+            if report.is_some() {
+                self.stats.relay_report = report;
+            }
+            block = rest;
             if block.is_empty() {
                 return;
             }
@@ -477,27 +460,6 @@ fn last_cut(data: &[u8], labelled: bool) -> Option<usize> {
             continue;
         }
         return Some(pos + 1);
-    }
-}
-
-impl NodeSink {
-    /// Removes the report line from a relay's stderr block and keeps it.
-    fn take_relay_report(&mut self, block: Vec<u8>) -> Vec<u8> {
-        let marker = RELAY_REPORT_MARKER.as_bytes();
-        if memchr::memmem::find(&block, marker).is_none() {
-            return block;
-        }
-        let mut rest = Vec::with_capacity(block.len());
-        for line in block.split_inclusive(|b| *b == b'\n') {
-            match line.strip_prefix(marker) {
-                Some(json) => {
-                    let json = json.strip_suffix(b"\n").unwrap_or(json);
-                    self.stats.relay_report = Some(String::from_utf8_lossy(json).into_owned());
-                }
-                None => rest.extend_from_slice(line),
-            }
-        }
-        rest
     }
 }
 
@@ -726,7 +688,7 @@ mod tests {
     async fn a_relay_report_line_is_never_cut() {
         let (tx, mut rx) = mpsc::channel(16);
         let mut sink = NodeSink::new(writer(tx), None, true, false, true).relay();
-        let line = format!("{RELAY_REPORT_MARKER}{{\"nodes\":[]}}\n");
+        let line = format!("{}{{\"nodes\":[]}}\n", relay::REPORT_MARKER);
         let (a, b) = line.as_bytes().split_at(12);
         sink.feed(Stream::Err, a).await;
         tokio::time::sleep(MAX_HOLD * 2).await;

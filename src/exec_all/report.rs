@@ -6,8 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::dispatch::{CancelReason, NodeRecord, RunResult};
-use super::node::NodeOutcome;
+use super::types::{CancelReason, NodeOutcome, NodeRecord, RunResult};
 use crate::process::{Outcome, signal_name};
 
 /// Above this many nodes, the table lists only those that did not succeed.
@@ -64,7 +63,7 @@ fn status(outcome: Option<&NodeOutcome>) -> &'static str {
     }
 }
 
-fn describe(outcome: Option<&NodeOutcome>) -> String {
+pub fn describe(outcome: Option<&NodeOutcome>) -> String {
     match outcome {
         Some(NodeOutcome::Finished(o)) => o.to_string(),
         Some(NodeOutcome::Unreachable(e)) => format!("unreachable: {e}"),
@@ -111,80 +110,6 @@ pub fn build(result: &RunResult) -> Report {
         first_failure: result.first_failure,
         started: epoch(result.started),
         nodes,
-    }
-}
-
-fn from_epoch(secs: f64) -> SystemTime {
-    UNIX_EPOCH + std::time::Duration::try_from_secs_f64(secs).unwrap_or_default()
-}
-
-/// A node of a relay's report, back as the dispatcher's record.
-fn record(n: NodeReport) -> NodeRecord {
-    let error = n.error.unwrap_or_default();
-    let outcome = match n.status.as_str() {
-        "ok" | "failed" => NodeOutcome::Finished(Outcome::Exited(n.exit.unwrap_or(1))),
-        "killed" => NodeOutcome::Finished(Outcome::Signaled {
-            signal: n
-                .signal
-                .as_deref()
-                .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
-                .map_or(0, |s| s as i32),
-            core_dumped: false,
-        }),
-        "unreachable" => NodeOutcome::Unreachable(error),
-        "lost" => NodeOutcome::Lost(error),
-        _ => NodeOutcome::NotStarted,
-    };
-    let mut record = NodeRecord::new(n.rank, n.host);
-    record.address = n.address;
-    record.started = n.started.map(from_epoch);
-    record.ended = n.ended.map(from_epoch);
-    record.outcome = Some(outcome);
-    record.stats.bytes_out = n.bytes_out;
-    record.stats.bytes_err = n.bytes_err;
-    record.stats.tail = n.last_lines.into();
-    record
-}
-
-/// What a relay's task knows of its group when it ends: the relay's own
-/// report, or, when there is none (the relay was lost), every node of the
-/// group lost with it.
-pub fn subtree(
-    group: &[usize],
-    host: &str,
-    outcome: &NodeOutcome,
-    stats: &super::output::OutputStats,
-) -> super::node::Subtree {
-    let report = stats
-        .relay_report
-        .as_deref()
-        .and_then(|json| serde_json::from_str::<Report>(json).ok());
-    match report {
-        Some(report) => super::node::Subtree {
-            first_failure: report.first_failure,
-            records: report
-                .nodes
-                .into_iter()
-                .filter(|n| group.contains(&n.rank))
-                .map(record)
-                .collect(),
-        },
-        None => super::node::Subtree {
-            first_failure: None,
-            records: group
-                .iter()
-                .skip(1)
-                .map(|&rank| {
-                    let mut r = NodeRecord::new(rank, String::new());
-                    r.outcome = Some(NodeOutcome::Lost(format!(
-                        "its relay, rank {} ({host}), ended without a report ({})",
-                        group[0],
-                        describe(Some(outcome))
-                    )));
-                    r
-                })
-                .collect(),
-        },
     }
 }
 

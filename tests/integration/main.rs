@@ -15,4 +15,5 @@ mod lifecycle_join;
 mod mpi;
 mod nodeset;
 mod openssh;
+mod snapshot;
 mod topology;

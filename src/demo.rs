@@ -9,10 +9,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::script::{Export, Script};
-use super::{RunOptions, run_blocking};
 use crate::cli::{DemoArgs, TopologyArgs};
 use crate::error::Error;
+use crate::exec_all::script::Script;
+use crate::exec_all::{RunOptions, finish_output, run_blocking};
 use crate::topology::EnvMap;
 
 const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
@@ -86,20 +86,9 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
         join_words(&args.command)
     };
     let options = RunOptions {
-        script: Script::Inline(command),
-        args: Vec::new(),
         label: args.label,
-        fail_fast: true,
-        grace: Duration::from_secs(3),
-        timeout: None,
         connect_timeout: Duration::from_secs(10),
-        ranks: None,
-        exclude: Default::default(),
-        export: Export::All,
-        max_connecting: 256,
-        forward_output: true,
-        forward_stdin: false,
-        fanout: super::DEFAULT_FANOUT,
+        ..RunOptions::new(Script::Inline(command))
     };
     // The secret reaches the agents through their environment; mn-ssh in this
     // process's children finds it the same way.
@@ -110,7 +99,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     }
     let result = run_blocking(&job, &env, options)?;
     drop(agents);
-    super::finish_output(&result);
+    finish_output(&result);
     Ok(result.exit_code)
 }
 

@@ -1,0 +1,63 @@
+//! The validated options of a run, whoever asks for it (exec-all, the demo,
+//! check's `collect`), and the one place their defaults are written.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::time::Duration;
+
+use super::script::{Export, Script};
+
+/// Up to this many other nodes, exec_all talks to every node itself (`--fanout`).
+pub const DEFAULT_FANOUT: usize = 256;
+/// Connections being set up at once (`--max-connecting`).
+pub const DEFAULT_MAX_CONNECTING: usize = 256;
+/// Between SIGTERM and SIGKILL when ending nodes (`--grace`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
+/// For a node to connect (`--connect-timeout`).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The validated options of a run. Build it with [`RunOptions::new`] and
+/// change only what differs: `RunOptions { label: true, ..RunOptions::new(script) }`.
+pub(crate) struct RunOptions {
+    pub script: Script,
+    pub args: Vec<OsString>,
+    pub label: bool,
+    pub fail_fast: bool,
+    pub grace: Duration,
+    pub timeout: Option<Duration>,
+    pub connect_timeout: Duration,
+    pub ranks: Option<BTreeSet<usize>>,
+    pub exclude: BTreeSet<usize>,
+    pub export: Export,
+    pub max_connecting: usize,
+    /// Relay output to this process's streams (false: gather it, for `collect`).
+    pub forward_output: bool,
+    /// The most nodes this process talks to itself; more are reached through
+    /// relays (nodes that run exec_all for a group of nodes).
+    pub fanout: usize,
+    /// Give exec_all's stdin to the nodes (file and `-c` scripts).
+    pub forward_stdin: bool,
+}
+
+impl RunOptions {
+    /// `script` on every node with exec-all's defaults: no arguments,
+    /// fail-fast, output relayed, stdin not forwarded, every variable exported.
+    pub fn new(script: Script) -> Self {
+        RunOptions {
+            script,
+            args: Vec::new(),
+            label: false,
+            fail_fast: true,
+            grace: DEFAULT_GRACE,
+            timeout: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            ranks: None,
+            exclude: BTreeSet::new(),
+            export: Export::All,
+            max_connecting: DEFAULT_MAX_CONNECTING,
+            forward_output: true,
+            fanout: DEFAULT_FANOUT,
+            forward_stdin: false,
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The run's data: what node tasks and the dispatcher tell each other, what
+//! the dispatcher keeps of each node, and how a run ended. Every other file
+//! of exec_all imports these; this file imports only `script`.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Semaphore;
+
+use super::script::Script;
+use crate::process::Outcome;
+use crate::transport::client::Connector;
+
+/// What every node task shares.
+pub(crate) struct RunCtx {
+    pub script: Script,
+    pub args: Vec<OsString>,
+    /// What a remote shell runs: `script.agent_command(args)` for agents,
+    /// `script.shell_command(args)` for any other server or wrapper.
+    pub command: Vec<u8>,
+    pub transport: Transport,
+    pub port: u16,
+    pub user: String,
+    /// The head's working directory, for every node.
+    pub cwd: String,
+    pub grace: Duration,
+    /// The `multinode` binary, for `multinode supervise`.
+    pub bin: PathBuf,
+    /// Bounds the connections being set up at once.
+    pub connect_slots: Semaphore,
+}
+
+/// How remote nodes are reached.
+pub(crate) enum Transport {
+    /// In-process russh sessions: to agents (job secret) or sshd (user keys).
+    Native(Connector),
+    /// `WRAPPER HOST COMMAND`, one process per node.
+    External(String),
+}
+
+/// Why the run is ending early. Ordered: the most serious reason wins.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum CancelReason {
+    /// A node failed and fail-fast is on.
+    NodeFailed,
+    /// stdout or stderr was closed (`| head`) or could not be written (`/dev/full`).
+    OutputClosed,
+    /// `--timeout` expired.
+    Timeout,
+    /// exec_all got this signal, which it passed on.
+    Signal(i32),
+    /// A second signal: SIGKILL for everyone.
+    SecondSignal,
+}
+
+/// What the dispatcher keeps of each node.
+#[derive(Debug, Clone)]
+pub struct NodeRecord {
+    pub rank: usize,
+    pub host: String,
+    pub address: Option<String>,
+    pub started: Option<SystemTime>,
+    pub ended: Option<SystemTime>,
+    pub outcome: Option<NodeOutcome>,
+    pub stats: OutputStats,
+}
+
+impl NodeRecord {
+    pub fn new(rank: usize, host: String) -> Self {
+        NodeRecord {
+            rank,
+            host,
+            address: None,
+            started: None,
+            ended: None,
+            outcome: None,
+            stats: OutputStats::default(),
+        }
+    }
+
+    pub fn duration(&self) -> Option<Duration> {
+        Some(
+            self.ended?
+                .duration_since(self.started?)
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunResult {
+    pub exit_code: i32,
+    pub cancelled: Option<CancelReason>,
+    /// The rank whose failure decided the exit code.
+    pub first_failure: Option<usize>,
+    pub nodes: Vec<NodeRecord>,
+    pub started: SystemTime,
+    /// Why output stopped, when a write failed other than on a closed pipe.
+    pub output_failure: Option<String>,
+}
+
+/// What a node task tells the dispatcher.
+#[derive(Debug)]
+pub enum Event {
+    /// The connection is up (remote) or the process spawned (local).
+    Started {
+        address: Option<String>,
+    },
+    Ended(End),
+}
+
+#[derive(Debug)]
+pub struct End {
+    pub outcome: NodeOutcome,
+    pub stats: OutputStats,
+    pub ended: SystemTime,
+    /// For a relay: what its exec_all reported of each node of its group.
+    pub subtree: Option<Subtree>,
+}
+
+/// A relay's report of its group.
+#[derive(Debug)]
+pub struct Subtree {
+    pub records: Vec<NodeRecord>,
+    pub first_failure: Option<usize>,
+}
+
+/// How a node's part of the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeOutcome {
+    Finished(Outcome),
+    /// Never connected.
+    Unreachable(String),
+    /// Connected, then lost (keepalive, reset, agent gone) without an exit status.
+    Lost(String),
+    /// Stopped before it started (the run was already ending).
+    NotStarted,
+}
+
+impl NodeOutcome {
+    pub fn success(&self) -> bool {
+        matches!(self, NodeOutcome::Finished(o) if o.success())
+    }
+
+    /// The code exec_all exits with when this is the first failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            NodeOutcome::Finished(o) => o.shell_code(),
+            NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_) | NodeOutcome::NotStarted => {
+                crate::exit_code::CONNECTION_FAILED
+            }
+        }
+    }
+}
+
+/// Orders from the dispatcher.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    /// Send this signal to the node's process group.
+    Signal(i32),
+    /// Give up on the node: close its connection or kill its local group.
+    Abandon,
+}
+
+/// What the report keeps of one node's output.
+#[derive(Debug, Clone, Default)]
+pub struct OutputStats {
+    pub bytes_out: u64,
+    pub bytes_err: u64,
+    /// The last lines (both streams), oldest first.
+    pub tail: VecDeque<String>,
+    /// Everything, when the sink captures instead of relaying (up to `output::CAPTURE_MAX`).
+    pub captured_out: Vec<u8>,
+    pub captured_err: Vec<u8>,
+    /// A relay's report line (see `relay::REPORT_MARKER`), taken out of its stderr.
+    pub relay_report: Option<String>,
+}

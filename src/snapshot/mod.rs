@@ -1,0 +1,129 @@
+//! A live snapshot of a running job: what every process of each node's
+//! command tree is doing right now.
+//!
+//! - `procfs`: this node's processes from `/proc` (pure parsers, then the
+//!   readers): the trees under given roots, CPU % over a short window, RSS,
+//!   wchan or the current syscall, elapsed time, command line.
+//! - `gpu`: `nvidia-smi`'s compute processes and GPUs (memory, utilisation).
+//! - `pystack`: Python stacks through `py-spy dump`, when py-spy is installed.
+//! - `take`: one node's snapshot, the three above at once, bounded in time.
+//! - `fold`: nodes whose processes do the same thing folded into one entry,
+//!   the odd ones first (as `clush -b` folds output). Pure.
+//! - `render`: the table for people and the JSON for programs. Pure.
+//! - `gather`: the head's side: every node's agent asked at once.
+//!
+//! The agent answers `#multinode:snapshot` with [`take`] over the commands it
+//! runs (`agent/snapshot.rs`); `multinode ps`, `SIGUSR1` to `mn-exec-all` and
+//! `--snapshot-on-timeout` gather and print it.
+
+mod fold;
+pub(crate) mod gather;
+mod gpu;
+mod procfs;
+mod pystack;
+mod render;
+mod take;
+
+use serde::{Deserialize, Serialize};
+
+pub(crate) use fold::fold;
+pub(crate) use render::{render_json, render_table};
+pub(crate) use take::{Options, take};
+
+/// One node's snapshot, as its agent (or exec_all, for its own node) took it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeSnapshot {
+    /// The node's rank in the job (filled in by whoever asked).
+    #[serde(default)]
+    pub rank: usize,
+    #[serde(default)]
+    pub host: String,
+    /// When it was taken (ms since the Unix epoch, the node's clock).
+    #[serde(default)]
+    pub taken_ms: u64,
+    /// The window CPU % was measured over.
+    #[serde(default)]
+    pub window_ms: u64,
+    /// Every process of the node's commands, parents before children.
+    #[serde(default)]
+    pub processes: Vec<Proc>,
+    /// Whether Python stacks were asked for, and if not, why.
+    #[serde(default)]
+    pub py_spy: String,
+    /// What `nvidia-smi` said when it did not answer (absent: no such program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_note: Option<String>,
+    /// Why there is no snapshot of this node (unreachable, an old agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One process of a node's command tree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    /// Its process group (each command the agent runs leads one).
+    pub pgid: i32,
+    /// `R`, `S`, `D`, `Z`, `T`, ... as `/proc/PID/stat` says.
+    pub state: String,
+    /// CPU time over the window, in % of one CPU (a busy process with
+    /// several threads can go past 100).
+    pub cpu_pct: f64,
+    pub rss_kib: u64,
+    /// Where in the kernel it sleeps (`/proc/PID/wchan`), or else the
+    /// syscall it is in (`/proc/PID/syscall`), when either is readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wchan: Option<String>,
+    pub elapsed_s: f64,
+    pub comm: String,
+    pub cmdline: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuUse>,
+    /// The Python stack of its main thread, innermost frame first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<Vec<Frame>>,
+    /// Whether `py-spy` saw the main thread idle (waiting) or active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_idle: Option<bool>,
+    /// Why a Python process has no stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_note: Option<String>,
+}
+
+/// One process's use of a GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuUse {
+    /// The GPU's index as `nvidia-smi` numbers it on the node.
+    pub index: Option<u32>,
+    /// GPU memory this process holds.
+    pub memory_mib: Option<u64>,
+    /// The whole GPU's utilisation (NVML has no per-process figure without
+    /// accounting mode): what the GPU this process is on is doing.
+    pub utilization_pct: Option<u32>,
+}
+
+/// One Python frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+}
+
+impl Proc {
+    /// A Python interpreter, by its executable or, when that is not readable, its name.
+    pub(crate) fn is_python(&self) -> bool {
+        let argv0 = self.cmdline.split(' ').next().unwrap_or_default();
+        let base = argv0.rsplit('/').next().unwrap_or_default();
+        base.starts_with("python") || self.comm.starts_with("python")
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,208 @@
+//! One node's snapshot: the processes of the given roots' trees, sampled
+//! twice over a short window for CPU %, with `nvidia-smi` and `py-spy`
+//! running meanwhile. Takes the window or the slowest tool's timeout,
+//! whichever is longer; nothing here can hang.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use super::procfs::{self, Stat};
+use super::pystack::{self, PyStack};
+use super::{NodeSnapshot, Proc, gpu, unix_ms};
+
+/// CPU % is measured over this window (two samples of `/proc/PID/stat`).
+pub(crate) const WINDOW: Duration = Duration::from_millis(200);
+/// `nvidia-smi` and each `py-spy dump` get at most this long.
+pub(crate) const TOOL_TIMEOUT: Duration = Duration::from_secs(3);
+/// At most this many `py-spy dump`s at once on a node.
+const PY_SPY_AT_ONCE: usize = 16;
+
+/// How to take a snapshot.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub window: Duration,
+    pub tool_timeout: Duration,
+    /// py-spy's program, when installed.
+    pub py_spy: Option<PathBuf>,
+    pub nvidia_smi: String,
+    pub proc_root: PathBuf,
+}
+
+impl Options {
+    /// The defaults, with py-spy looked up on this process's PATH.
+    pub(crate) fn from_env() -> Self {
+        Options {
+            window: WINDOW,
+            tool_timeout: TOOL_TIMEOUT,
+            py_spy: pystack::find(std::env::var_os("PATH").as_deref()),
+            nvidia_smi: "nvidia-smi".to_string(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// The snapshot of every process in the trees of `roots` (process group
+/// leaders, their groups, sessions and descendants).
+pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot {
+    let proc = opts.proc_root.clone();
+    let (tck, page) = procfs::clock_and_page();
+    let taken_ms = unix_ms();
+    let first: Vec<Stat> = procfs::select(&procfs::read_all(&proc), roots);
+    let t0 = Instant::now();
+    let cmdlines: Vec<String> = first
+        .iter()
+        .map(|s| procfs::read_cmdline(&proc, s.pid))
+        .collect();
+
+    // Meanwhile: the GPUs and the Python stacks.
+    let gpus = gpu::read(&opts.nvidia_smi, opts.tool_timeout);
+    let python: Vec<i32> = first
+        .iter()
+        .zip(&cmdlines)
+        .filter(|(s, cmd)| {
+            s.state != 'Z'
+                && Proc {
+                    comm: s.comm.clone(),
+                    cmdline: (*cmd).clone(),
+                    ..Proc::default()
+                }
+                .is_python()
+        })
+        .map(|(s, _)| s.pid)
+        .collect();
+    let stacks = async {
+        let mut out = std::collections::BTreeMap::new();
+        let Some(py_spy) = &opts.py_spy else {
+            return out;
+        };
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(PY_SPY_AT_ONCE));
+        let mut set = JoinSet::new();
+        for &pid in &python {
+            let (py_spy, slots, timeout) = (py_spy.clone(), slots.clone(), opts.tool_timeout);
+            set.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                (pid, pystack::dump(&py_spy, pid, timeout).await)
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            if let Ok((pid, stack)) = done {
+                out.insert(pid, stack);
+            }
+        }
+        out
+    };
+    let window = async {
+        tokio::time::sleep(opts.window).await;
+        let second: Vec<Option<Stat>> = first
+            .iter()
+            .map(|s| procfs::read_stat(&proc, s.pid))
+            .collect();
+        let waits: Vec<Option<String>> = first
+            .iter()
+            .map(|s| procfs::read_wait(&proc, s.pid))
+            .collect();
+        (second, waits, t0.elapsed(), procfs::uptime(&proc))
+    };
+    let (gpus, mut stacks, (second, waits, elapsed, uptime)) = tokio::join!(gpus, stacks, window);
+
+    let secs = elapsed.as_secs_f64().max(0.001);
+    let processes = first
+        .iter()
+        .zip(second)
+        .zip(waits)
+        .zip(cmdlines)
+        .map(|(((a, b), wchan), cmdline)| {
+            // A process that ended during the window keeps its first sample.
+            let now = b.filter(|b| b.start_ticks == a.start_ticks);
+            let cpu_pct = now.as_ref().map_or(0.0, |b| {
+                b.cpu_ticks.saturating_sub(a.cpu_ticks) as f64 / tck as f64 / secs * 100.0
+            });
+            let s = now.as_ref().unwrap_or(a);
+            let mut p = Proc {
+                pid: a.pid,
+                ppid: s.ppid,
+                pgid: s.pgrp,
+                state: s.state.to_string(),
+                cpu_pct: (cpu_pct * 10.0).round() / 10.0,
+                rss_kib: s.rss_pages * page / 1024,
+                wchan: if s.state == 'R' { None } else { wchan },
+                elapsed_s: uptime.map_or(0.0, |u| {
+                    ((u - s.start_ticks as f64 / tck as f64).max(0.0) * 10.0).round() / 10.0
+                }),
+                comm: s.comm.clone(),
+                cmdline,
+                gpu: gpus.by_pid.get(&a.pid).cloned(),
+                ..Proc::default()
+            };
+            match stacks.remove(&a.pid) {
+                Some(PyStack::Stack { frames, idle }) => {
+                    p.stack = Some(frames);
+                    p.stack_idle = Some(idle);
+                }
+                Some(PyStack::Note(note)) => p.stack_note = Some(note),
+                None => {}
+            }
+            p
+        })
+        .collect();
+    NodeSnapshot {
+        rank: 0,
+        host: hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        taken_ms,
+        window_ms: elapsed.as_millis() as u64,
+        processes,
+        py_spy: match &opts.py_spy {
+            Some(path) => format!("used ({})", path.display()),
+            None => "not installed (no Python stacks)".to_string(),
+        },
+        gpu_note: gpus.note,
+        error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_busy_and_a_sleeping_child() {
+        use std::os::unix::process::CommandExt;
+        // A group of its own: sh with a busy loop and a sleep.
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 30 & while :; do :; done"])
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let pid = child.id() as i32;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let opts = Options {
+            py_spy: None,
+            nvidia_smi: "/nonexistent/nvidia-smi".into(),
+            ..Options::from_env()
+        };
+        let snap = take(&[pid].into(), &opts).await;
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = child.wait();
+        assert_eq!(snap.processes.len(), 2, "{snap:#?}");
+        let (sh, sleep) = (&snap.processes[0], &snap.processes[1]);
+        assert_eq!(sh.pid, pid);
+        assert_eq!(sh.state, "R");
+        assert!(sh.cpu_pct > 5.0, "{sh:?}");
+        assert_eq!(sleep.ppid, pid);
+        assert_eq!(sleep.state, "S");
+        assert!(sleep.cpu_pct < 5.0, "{sleep:?}");
+        assert!(sleep.cmdline.starts_with("sleep 30"), "{sleep:?}");
+        assert!(sleep.rss_kib > 0);
+        assert!(snap.window_ms >= 200);
+        assert_eq!(snap.py_spy, "not installed (no Python stacks)");
+        assert_eq!(snap.gpu_note, None);
+    }
+}

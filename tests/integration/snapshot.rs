@@ -1,0 +1,341 @@
+//! `multinode ps` on loopback agents running small Python programs: the
+//! snapshot names the odd rank and folds the rest, with Python stacks when
+//! py-spy is installed (tests/install-deps.sh installs it from PyPI) and
+//! wait channels when it is not.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// The Python of the tests (Debian's): py-spy reads its memory.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Every rank runs `work(rank)` from this program: named functions, so
+/// the stacks are recognisable.
+const PROGRAM: &str = r#"
+import os, socket, sys, time
+
+def read_reply(sock):
+    return sock.recv(1)           # blocks: nobody ever writes
+
+def compute():
+    x = 0
+    while True:
+        x += 1
+
+def all_reduce(sock):
+    return sock.recv(1)           # a collective stand-in: waits for the others
+
+def load_batch():
+    time.sleep(100000)
+
+def main(mode, rank, odd):
+    a, b = socket.socketpair()
+    if mode == "socket":
+        if rank == odd:
+            read_reply(a)
+        else:
+            compute()
+    else:
+        if rank == odd:
+            load_batch()
+        else:
+            all_reduce(a)
+
+main(sys.argv[1], int(os.environ["RANK"]), int(sys.argv[2]))
+"#;
+
+/// A job run by the agents' lifecycle: the head's JOB is mn-exec-all.
+struct Job {
+    hosts: Vec<String>,
+    port: u16,
+    agents: Vec<Child>,
+    path: String,
+}
+
+impl Job {
+    /// `n` nodes, each running `PYTHON prog MODE ODD`; `path` is every agent's PATH.
+    fn start(n: usize, port: u16, prog: &Path, mode: &str, odd: usize, path: &str) -> Job {
+        let hosts = fresh_loopbacks(n);
+        let script = format!("exec {PYTHON} {} {mode} {odd}", prog.display());
+        let job = ["mn-exec-all", "-c", script.as_str()];
+        let mut j = Job {
+            hosts,
+            port,
+            agents: Vec::new(),
+            path: path.to_string(),
+        };
+        for rank in (0..n).rev() {
+            let child = j
+                .command(&multinode(), rank)
+                .args(["agent", "--listen", &format!("{}:{port}", j.hosts[rank])])
+                .arg("--")
+                .args(job)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start an agent");
+            j.agents.push(child);
+        }
+        j
+    }
+
+    fn command(&self, program: &Path, rank: usize) -> Command {
+        let hostlist = self
+            .hosts
+            .iter()
+            .map(|h| format!("{h}:1"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = cmd(program);
+        c.env("MULTINODE_HOSTLIST", hostlist)
+            .env("MULTINODE_NODE_RANK", rank.to_string())
+            .env("MULTINODE_AGENT_PORT", self.port.to_string())
+            .env("PATH", &self.path);
+        c
+    }
+
+    fn ps(&self, format: &str) -> Output {
+        self.command(&multinode(), 0)
+            .args(["ps", "--format", format])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run multinode ps")
+    }
+
+    /// `multinode ps --format json` until every node shows a Python process
+    /// in the expected shape (the programs take a moment to get there).
+    fn ps_until(&self, ready: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let out = self.ps("json");
+            let doc: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
+            if let Some(doc) = doc {
+                if out.status.code() == Some(0) && ready(&doc) {
+                    return doc;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "the snapshot never took shape: {doc:#}\n{}",
+                    stderr(&out)
+                );
+            } else {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "no snapshot: {} {}",
+                    stdout(&out),
+                    stderr(&out)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+impl Drop for Job {
+    /// SIGTERM to every agent (the head's ends the job), SIGKILL to stragglers.
+    fn drop(&mut self) {
+        for a in &self.agents {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(a.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        for a in &mut self.agents {
+            if !eventually(Duration::from_secs(15), || {
+                matches!(a.try_wait(), Ok(Some(_)))
+            }) {
+                let _ = a.kill();
+            }
+            let _ = a.wait();
+        }
+    }
+}
+
+fn write_program(dir: &Path) -> PathBuf {
+    let prog = dir.join("prog.py");
+    std::fs::write(&prog, PROGRAM).expect("write the program");
+    prog
+}
+
+/// The folder holding py-spy on this PATH: the tests need it (no skipping).
+fn py_spy_dir() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .find(|d| d.join("py-spy").is_file())
+        .expect("py-spy is not on PATH: tests/install-deps.sh installs it from PyPI")
+}
+
+/// A PATH with our binaries and the system's, without py-spy.
+fn path_without_py_spy() -> String {
+    let path = format!("{}:/usr/bin:/bin", multinode().parent().unwrap().display());
+    for d in std::env::split_paths(&path) {
+        assert!(!d.join("py-spy").exists(), "py-spy in {}", d.display());
+    }
+    path
+}
+
+/// Every node has exactly one leaf Python process in `state` (R or S) or
+/// with a stack; `doc` is `multinode ps --format json`.
+fn pythons(doc: &serde_json::Value) -> Vec<serde_json::Value> {
+    doc["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| {
+            s["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| {
+                    p["comm"] == "python3" && p["cmdline"].as_str().unwrap().contains("prog.py")
+                })
+                .cloned()
+        })
+        .collect()
+}
+
+#[test]
+fn ps_names_the_rank_blocked_in_a_socket_read_and_folds_the_spinners() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = write_program(dir.path());
+    let path = format!(
+        "{}:{}:{}",
+        multinode().parent().unwrap().display(),
+        py_spy_dir().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let job = Job::start(4, 29940, &prog, "socket", 2, &path);
+    let doc = job.ps_until(|doc| {
+        let py = pythons(doc);
+        py.len() == 4
+            && py
+                .iter()
+                .all(|p| p["stack"].as_array().is_some_and(|s| s.len() >= 2))
+    });
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{doc:#}");
+    assert_eq!(groups[0]["ranks"], "2", "{doc:#}");
+    assert_eq!(groups[0]["odd"], true);
+    assert_eq!(
+        groups[0]["summary"], "python3 sleeping in read_reply <- main <- <module>",
+        "{doc:#}"
+    );
+    assert_eq!(groups[1]["ranks"], "0-1,3");
+    assert_eq!(groups[1]["odd"], false);
+    assert_eq!(
+        groups[1]["summary"],
+        "python3 running in compute <- main <- <module>"
+    );
+    for p in pythons(&doc) {
+        let spinning = p["stack"][0]["function"] == "compute";
+        if spinning {
+            assert!(p["cpu_pct"].as_f64().unwrap() > 1.0, "{p:#}");
+        } else {
+            assert_eq!(p["stack"][0]["function"], "read_reply", "{p:#}");
+            assert_eq!(p["state"], "S");
+            assert_eq!(p["stack_idle"], true);
+        }
+        assert!(p["rss_kib"].as_u64().unwrap() > 1000, "{p:#}");
+        assert!(p["elapsed_s"].as_f64().unwrap() < 120.0);
+    }
+    // The head's tree holds exec_all itself (the agent runs JOB).
+    let head = &doc["snapshots"][0];
+    assert_eq!(head["host"], job.hosts[0]);
+    assert!(
+        head["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["cmdline"].as_str().unwrap().starts_with("mn-exec-all")),
+        "{head:#}"
+    );
+
+    // The table for people: the headline names the odd rank first.
+    let out = job.ps("table");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    let first = table.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!(
+            "rank 2 ({}): python3 sleeping in read_reply <- main <- <module>; the others, ranks 0-1,3: python3 running in compute <- main <- <module>",
+            job.hosts[2]
+        )
+    );
+    assert!(
+        table.contains("        read_reply (prog.py:5)\n"),
+        "{table}"
+    );
+    assert!(
+        table.contains("(shown for the 3 ranks 0-1,3 alike)"),
+        "{table}"
+    );
+}
+
+#[test]
+fn without_py_spy_the_wait_channel_names_the_rank_asleep_outside_the_collective() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = write_program(dir.path());
+    let job = Job::start(3, 29941, &prog, "collective", 1, &path_without_py_spy());
+    let doc = job.ps_until(|doc| {
+        let py = pythons(doc);
+        py.len() == 3
+            && py
+                .iter()
+                .all(|p| p["state"] == "S" && p["wchan"].is_string())
+    });
+    for s in doc["snapshots"].as_array().unwrap() {
+        assert_eq!(s["py_spy"], "not installed (no Python stacks)");
+    }
+    for p in pythons(&doc) {
+        assert!(p.get("stack").is_none(), "{p:#}");
+    }
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{doc:#}");
+    assert_eq!(groups[0]["ranks"], "1");
+    assert_eq!(groups[0]["odd"], true);
+    assert_eq!(groups[1]["ranks"], "0,2");
+    // Sleeping in a timer, against reading a socket.
+    let odd = &pythons(&doc)[1];
+    let wait = odd["wchan"].as_str().unwrap();
+    assert!(wait.contains("sleep"), "{odd:#}");
+    assert_eq!(groups[0]["summary"], format!("python3 sleeping in {wait}"));
+}
+
+#[test]
+fn ps_names_a_node_without_an_agent_and_exits_255() {
+    let hosts = fresh_loopbacks(2);
+    let _agent = Agent::start_with(&hosts[0], 29942, &[], &[]);
+    let out = cmd(&multinode())
+        .env(
+            "MULTINODE_HOSTLIST",
+            format!("{}:1,{}:1", hosts[0], hosts[1]),
+        )
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_AGENT_PORT", "29942")
+        .args(["ps", "--connect-timeout", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.starts_with(&format!("rank 1 ({}): no snapshot: ", hosts[1])),
+        "{table}"
+    );
+    assert!(
+        table.contains("no process of the job is running"),
+        "{table}"
+    );
+
+    // Bad input: one line, exit 2.
+    let out = cmd(&multinode())
+        .args(["ps", "--hosts", "a[1-"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+}
