@@ -17,9 +17,10 @@ use crate::agent::{Control, PingReply, control_command};
 use crate::keys::JobKeys;
 
 /// A server that sends nothing for this long is lost (a frozen node: its
-/// kernel still acknowledges, nothing answers), unless this side is the one
-/// that waits: bytes it has not acknowledged yet (it is not reading what we
-/// send: an agent whose command leaves its stdin unread), or bytes from it
+/// kernel still acknowledges, nothing answers; or a node gone: nothing
+/// acknowledges), unless one side waits on the other: bytes its kernel holds
+/// unacknowledged while it answers (a full window: it is not reading what we
+/// send, as an agent whose command leaves its stdin unread), or bytes from it
 /// that we have not read yet (our output is slow). Silent servers are probed
 /// every quarter of it (an SSH keepalive, which a live server answers at
 /// once, however busy its CPUs). `MULTINODE_LOST_AFTER` (seconds; 0 = never)
@@ -403,6 +404,8 @@ struct SocketState {
     since_recv: Duration,
     /// Bytes sent and not acknowledged yet, or not sent yet.
     unacked: libc::c_int,
+    /// The peer's kernel stopped acknowledging: our bytes are being sent again.
+    retransmitting: bool,
     /// Bytes received and not read yet.
     unread: libc::c_int,
 }
@@ -432,6 +435,7 @@ fn socket_state(fd: &std::os::fd::OwnedFd) -> Option<SocketState> {
         Some(SocketState {
             established: info.tcpi_state == 1, // TCP_ESTABLISHED
             since_recv: Duration::from_millis(u64::from(info.tcpi_last_data_recv)),
+            retransmitting: info.tcpi_retransmits > 0,
             unacked,
             unread,
         })
@@ -461,7 +465,11 @@ async fn liveness(
         if !state.established {
             return;
         }
-        if state.since_recv < lost_after || state.unacked > 0 || state.unread > 0 {
+        // Waiting on each other: our bytes not acknowledged although the
+        // peer's kernel answers (a full window: not read, not lost), or its
+        // bytes not read here yet.
+        let waiting = (state.unacked > 0 && !state.retransmitting) || state.unread > 0;
+        if state.since_recv < lost_after || waiting {
             wait = lost_after.saturating_sub(state.since_recv).max(least);
             continue;
         }
