@@ -18,10 +18,10 @@ use crate::keys::JobKeys;
 
 /// A server that sends nothing for this long is lost (a frozen node: its
 /// kernel still acknowledges, nothing answers; or a node gone: nothing
-/// acknowledges), unless one side waits on the other: bytes its kernel holds
-/// unacknowledged while it answers (a full window: it is not reading what we
-/// send, as an agent whose command leaves its stdin unread), or bytes from it
-/// that we have not read yet (our output is slow). Silent servers are probed
+/// acknowledges), unless one side waits on the other: its kernel says it has
+/// no room for our bytes (a zero window whose probes it answers: it is not
+/// reading what we send, as an agent whose command leaves its stdin unread),
+/// or bytes from it wait to be read here (our output is slow). Silent servers are probed
 /// every quarter of it (an SSH keepalive, which a live server answers at
 /// once, however busy its CPUs). `MULTINODE_LOST_AFTER` (seconds; 0 = never)
 /// changes it.
@@ -402,44 +402,106 @@ struct SocketState {
     established: bool,
     /// Since the last bytes came from the peer.
     since_recv: Duration,
-    /// Bytes sent and not acknowledged yet, or not sent yet.
-    unacked: libc::c_int,
-    /// The peer's kernel stopped acknowledging: our bytes are being sent again.
-    retransmitting: bool,
-    /// Bytes received and not read yet.
-    unread: libc::c_int,
+    /// Bytes from the peer not read yet: we are the slow side.
+    unread: bool,
+    /// Bytes to the peer held back because its kernel says it has no room
+    /// (a zero window whose probes it answers), or acknowledged a moment
+    /// ago: the peer is alive and not reading what we send.
+    peer_full: bool,
 }
 
-fn socket_state(fd: &std::os::fd::OwnedFd) -> Option<SocketState> {
+/// The head of Linux's `struct tcp_info` (include/uapi/linux/tcp.h) up to
+/// `tcpi_snd_wnd` (Linux 5.4), which libc's musl definition lacks.
+#[repr(C)]
+#[derive(Default)]
+struct TcpInfo {
+    state: u8,
+    ca_state: u8,
+    retransmits: u8,
+    probes: u8,
+    backoff: u8,
+    options: u8,
+    wscale: u8,
+    flags: u8,
+    rto: u32,
+    ato: u32,
+    snd_mss: u32,
+    rcv_mss: u32,
+    unacked: u32,
+    sacked: u32,
+    lost: u32,
+    retrans: u32,
+    fackets: u32,
+    last_data_sent: u32,
+    last_ack_sent: u32,
+    last_data_recv: u32,
+    last_ack_recv: u32,
+    pmtu: u32,
+    rcv_ssthresh: u32,
+    rtt: u32,
+    rttvar: u32,
+    snd_ssthresh: u32,
+    snd_cwnd: u32,
+    advmss: u32,
+    reordering: u32,
+    rcv_rtt: u32,
+    rcv_space: u32,
+    total_retrans: u32,
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs_out: u32,
+    segs_in: u32,
+    notsent_bytes: u32,
+    min_rtt: u32,
+    data_segs_in: u32,
+    data_segs_out: u32,
+    delivery_rate: u64,
+    busy_time: u64,
+    rwnd_limited: u64,
+    sndbuf_limited: u64,
+    delivered: u32,
+    delivered_ce: u32,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    dsack_dups: u32,
+    reord_seen: u32,
+    rcv_ooopack: u32,
+    snd_wnd: u32,
+}
+
+fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> Option<SocketState> {
     use std::os::fd::AsRawFd;
     let fd = fd.as_raw_fd();
-    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes
-    // of it; the ioctls write one int each.
-    unsafe {
-        let mut info: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let rc = libc::getsockopt(
+    let mut info = TcpInfo::default();
+    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
+    let (mut unsent, mut unread): (libc::c_int, libc::c_int) = (0, 0);
+    // SAFETY: TcpInfo is plain data laid out as the kernel's; getsockopt
+    // writes at most `len` bytes of it; the ioctls write one int each.
+    let ok = unsafe {
+        libc::getsockopt(
             fd,
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
+            (&mut info as *mut TcpInfo).cast(),
             &mut len,
-        );
-        let (mut unacked, mut unread): (libc::c_int, libc::c_int) = (0, 0);
-        if rc != 0
-            || libc::ioctl(fd, libc::TIOCOUTQ, &mut unacked) != 0
-            || libc::ioctl(fd, libc::FIONREAD, &mut unread) != 0
-        {
-            return None;
-        }
-        Some(SocketState {
-            established: info.tcpi_state == 1, // TCP_ESTABLISHED
-            since_recv: Duration::from_millis(u64::from(info.tcpi_last_data_recv)),
-            retransmitting: info.tcpi_retransmits > 0,
-            unacked,
-            unread,
-        })
+        ) == 0
+            && libc::ioctl(fd, libc::TIOCOUTQ, &mut unsent) == 0
+            && libc::ioctl(fd, libc::FIONREAD, &mut unread) == 0
+    };
+    if !ok {
+        return None;
     }
+    let has_wnd = len as usize >= std::mem::size_of::<TcpInfo>();
+    let zero_window = has_wnd && info.snd_wnd == 0 && info.probes == 0;
+    let acked_lately = Duration::from_millis(u64::from(info.last_ack_recv)) < lost_after;
+    Some(SocketState {
+        established: info.state == 1, // TCP_ESTABLISHED
+        since_recv: Duration::from_millis(u64::from(info.last_data_recv)),
+        unread: unread > 0,
+        peer_full: unsent > 0 && (zero_window || acked_lately),
+    })
 }
 
 /// Watches one connection until it is dropped or closed. When nothing has
@@ -459,17 +521,15 @@ async fn liveness(
             () = done.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
-        let Some(state) = socket_state(&socket) else {
+        let Some(state) = socket_state(&socket, lost_after) else {
             return;
         };
         if !state.established {
             return;
         }
-        // Waiting on each other: our bytes not acknowledged although the
-        // peer's kernel answers (a full window: not read, not lost), or its
-        // bytes not read here yet.
-        let waiting = (state.unacked > 0 && !state.retransmitting) || state.unread > 0;
-        if state.since_recv < lost_after || waiting {
+        // Waiting on each other is not silence: the peer has no room for
+        // our bytes (alive, not reading), or its bytes wait to be read here.
+        if state.since_recv < lost_after || state.peer_full || state.unread {
             wait = lost_after.saturating_sub(state.since_recv).max(least);
             continue;
         }
