@@ -6,7 +6,7 @@ sshd (lib/setup.sh) and stops everything afterwards (lib/teardown.sh). This
 script starts one `multinode agent` per node address itself and stops them
 (by pid) before it returns.
 
-Method (as /work/shared/peer-bench): N "nodes" are the loopback addresses
+Method (a fair side-by-side setup of the peers): N "nodes" are the loopback addresses
 127.0.0.2, 127.0.0.3, ... (127.0.K.J, J in 2..251: never anything outside
 127.0.0.0/8). The peers reach one private stock sshd on port 2222 that
 accepts every 127.x destination; multinode reaches one agent per address.
@@ -721,7 +721,9 @@ def machine(run_id, args):
         "hyperfine": sh("hyperfine --version"),
         "multinode_commit": sh("git -C %s rev-parse --short HEAD" % REPO),
         "multinode_dirty": bool(sh("git -C %s status --porcelain -- src Cargo.toml" % REPO)),
-        "loadavg_start": loadavg(), "base": BASE,
+        "loadavg_start": loadavg(),
+        # Whether BENCH_BASE was given (not its path: results name no path of the machine).
+        "base": "BENCH_BASE" if BASE else None,
     }
 
 

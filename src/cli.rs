@@ -1,8 +1,9 @@
 //! The clap definitions of every command, and nothing else.
 //!
-//! `mn-ssh` does not go through clap: ssh's option syntax (`-oKey=val`, bundled
-//! flags, options that mpirun and MPICH put before the host) is parsed by
-//! `transport::ssh_args`.
+//! `mn-ssh`'s options are not parsed by clap: ssh's option syntax
+//! (`-oKey=val`, bundled flags, options that mpirun and MPICH put before the
+//! host) is parsed by `transport::ssh_args`. Its `--help` is still clap's,
+//! rendered from [`SshHelp`].
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Preflight every node for the known multi-node pitfalls.
     Check(CheckArgs),
+    /// Install the generic-helper that job scripts source (. /multinode/generic-helper).
+    InstallHelper(InstallHelperArgs),
     /// What every node of the running job is doing: processes, stacks, GPUs.
     Ps(PsArgs),
     /// Internal: run COMMAND and end its process group when the parent dies.
@@ -84,9 +87,22 @@ pub struct TopologyArgs {
     /// This node's rank, when several nodes share one machine [env: MULTINODE_NODE_RANK].
     #[arg(long, value_name = "N")]
     pub node_rank: Option<usize>,
-    /// Interface whose address is the head's address [env: MULTINODE_IFNAME, NCCL_SOCKET_IFNAME].
+    /// Interface whose address is this node's (MULTINODE_LOCAL_IP) and, on the head,
+    /// the head's (MULTINODE_NODE_IP) [env: MULTINODE_IFNAME, NCCL_SOCKET_IFNAME].
     #[arg(long, value_name = "IFNAME")]
     pub iface: Option<String>,
+}
+
+impl TopologyArgs {
+    /// The flags as the domain takes them.
+    pub fn inputs(&self) -> crate::topology::Inputs {
+        crate::topology::Inputs {
+            hosts: self.hosts.clone(),
+            hostfile: self.hostfile.clone(),
+            node_rank: self.node_rank,
+            iface: self.iface.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +131,55 @@ pub struct SshArgs {
     pub args: Vec<OsString>,
 }
 
+/// `mn-ssh --help`: the options `transport::ssh_args` understands, for clap
+/// to render. Never used to parse (ssh's syntax is not clap's).
+#[derive(Debug, Parser)]
+#[command(
+    name = "mn-ssh",
+    version,
+    about = "Run COMMAND on HOST with ssh semantics: through the job's `multinode agent` when \
+MULTINODE_SECRET (or MULTINODE_SECRET_FILE) is set, else through the host's OpenSSH server \
+with your keys",
+    override_usage = "mn-ssh [OPTIONS] [USER@]HOST [COMMAND [ARGS...]]",
+    after_help = "Also accepted, as mpirun, MPICH, scp, sftp, rsync and git pass them: -x, -T, \
+-F FILE and the other flags that change nothing here. Refused, with a message: forwarding \
+(-L, -R, -D, -W, -A, -X, -Y), -J, -N, -f, -O.\n\nExit code: the remote command's; 128+N \
+when it died of signal N; 255 when the connection failed."
+)]
+pub struct SshHelp {
+    /// Port [default: an agent's MULTINODE_AGENT_PORT, else 29922; OpenSSH: 22].
+    #[arg(short = 'p', value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Remote user (OpenSSH; an agent runs commands as its own user).
+    #[arg(short = 'l', value_name = "USER")]
+    pub user: Option<String>,
+    /// Private key for OpenSSH [default: ~/.ssh/id_ed25519, id_ecdsa, id_rsa].
+    #[arg(short = 'i', value_name = "KEY")]
+    pub identity: Vec<PathBuf>,
+    /// Port, User, IdentityFile, ConnectTimeout, StrictHostKeyChecking,
+    /// UserKnownHostsFile, SendEnv, SetEnv.
+    #[arg(short = 'o', value_name = "KEY=VALUE")]
+    pub option: Vec<String>,
+    /// COMMAND names a subsystem (`mn-ssh -s HOST sftp`, as scp and sftp run it).
+    #[arg(short = 's')]
+    pub subsystem: bool,
+    /// Print the host, user and port that would be used, and exit (git's probe).
+    #[arg(short = 'G')]
+    pub print_config: bool,
+    /// Read stdin from /dev/null.
+    #[arg(short = 'n')]
+    pub no_stdin: bool,
+    /// Quiet.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// [USER@]HOST, then the command and its arguments (joined by spaces, run by the remote shell).
+    #[arg(value_name = "HOST", num_args = 0..)]
+    pub rest: Vec<OsString>,
+}
+
 #[derive(Debug, Args)]
 pub struct ExecAllArgs {
     #[command(flatten)]
@@ -134,6 +199,10 @@ pub struct ExecAllArgs {
     /// End the run after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub timeout: Option<Duration>,
+    /// Before --timeout ends the run, print what every node is doing (as
+    /// `multinode ps`) and put it in the --report.
+    #[arg(long)]
+    pub snapshot_on_timeout: bool,
     /// Give up on a node that does not connect within SECONDS (exit code 255).
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
     pub connect_timeout: Duration,
@@ -143,7 +212,7 @@ pub struct ExecAllArgs {
     /// Skip these ranks: `1,3`.
     #[arg(long, value_name = "RANKS")]
     pub exclude: Option<String>,
-    /// Environment for remote nodes: ALL (default), NONE, or NAME,NAME,... (like srun --export).
+    /// Environment for remote nodes: ALL, NONE, or NAME,NAME,... (like srun --export).
     #[arg(long, value_name = "ALL|NONE|NAMES", default_value = "ALL")]
     pub export: String,
     /// Write the run's report as JSON to FILE.
@@ -158,6 +227,7 @@ pub struct ExecAllArgs {
         long,
         value_name = "N",
         env = "MULTINODE_FANOUT",
+        hide_env_values = true,
         default_value_t = 256,
         value_parser = at_least_one()
     )]
@@ -166,7 +236,7 @@ pub struct ExecAllArgs {
     #[arg(long, hide = true)]
     pub relay_report: bool,
     /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    #[arg(trailing_var_arg = true, num_args = 0..)]
     pub script_and_args: Vec<OsString>,
 }
 
@@ -247,6 +317,13 @@ pub struct CheckArgs {
     /// Run the checks of this node only and print them as JSON (used by the fan-out).
     #[arg(long, hide = true)]
     pub local: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallHelperArgs {
+    /// Directory to write generic-helper into (created if missing).
+    #[arg(value_name = "DIR", default_value = "/multinode")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -9,11 +9,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::cli::{DemoArgs, TopologyArgs};
+use crate::cli::DemoArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Script;
 use crate::exec_all::{RunOptions, finish_output, run_blocking};
-use crate::topology::EnvMap;
 
 const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
 head $MULTINODE_NODE_IP, slots $MULTINODE_TOTAL_SLOTS in all\"";
@@ -66,7 +66,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     // `cargo run -- demo` builds `multinode` alone: without `mn-ssh` beside
     // it, the job's MULTINODE_SSH_WRAPPER is a link to this binary (which
     // acts as mn-ssh by that name) in a folder of the demo's own.
-    let _wrapper_dir = match crate::env::wrapper::Invocation::current().mn_ssh() {
+    let _wrapper_dir = match crate::env::programs::Invocation::current().mn_ssh() {
         Ok(_) => None,
         Err(_) => {
             let dir = WrapperDir::create(&bin)?;
@@ -75,9 +75,10 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
             Some(dir)
         }
     };
-    let job = crate::env::resolve_job(&TopologyArgs::default(), &env)?;
+    let job = crate::env::resolve_job(&Default::default(), &env)?;
 
-    let agents = Agents::start(&bin, &hosts[1..], args.port, &secret)?;
+    ports_free(&hosts[1..], args.port)?;
+    let mut agents = Agents::start(&bin, &hosts[1..], args.port, &secret)?;
     agents.wait_ready(Duration::from_secs(10))?;
 
     let command = if args.command.is_empty() {
@@ -161,6 +162,20 @@ impl Drop for WrapperDir {
     }
 }
 
+/// Every demo agent's address is free: another demo or agent there would
+/// answer in place of ours (and with another key), so stop before starting.
+fn ports_free(hosts: &[String], port: u16) -> Result<(), Error> {
+    for host in hosts {
+        let addr = format!("{host}:{port}");
+        if let Err(e) = std::net::TcpListener::bind(&addr) {
+            return Err(Error::usage(format!(
+                "cannot listen on {addr} for the demo's agents: {e}; is another demo or agent running? choose another port with --port"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The demo's agents, each under `multinode supervise`; ended on drop.
 struct Agents {
     children: Vec<(std::process::Child, SocketAddr)>,
@@ -194,10 +209,17 @@ impl Agents {
         Ok(Agents { children })
     }
 
-    fn wait_ready(&self, limit: Duration) -> Result<(), Error> {
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), Error> {
         let start = Instant::now();
-        for (child, addr) in &self.children {
+        for (child, addr) in &mut self.children {
             while TcpStream::connect_timeout(addr, Duration::from_millis(200)).is_err() {
+                // An agent that could not start said why on stderr: stop
+                // there rather than run with a node missing.
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(Error::usage(format!(
+                        "the demo's agent on {addr} could not start ({status}); if its port is in use, choose another with --port"
+                    )));
+                }
                 if start.elapsed() > limit {
                     return Err(Error::Failed(format!(
                         "the demo's agent on {addr} (pid {}) did not start within {:.0} s; is port {} free?",

@@ -17,10 +17,9 @@ use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::{PrivateKey, PublicKey};
 use sha2::{Digest, Sha256};
 
-use crate::cli::KeygenArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::read_limit::read_file_at_most;
-use crate::topology::EnvMap;
 
 /// Secrets shorter than this are refused: they could be guessed.
 pub const MIN_SECRET_LEN: usize = 16;
@@ -145,20 +144,25 @@ impl JobKeys {
 }
 
 /// `multinode keygen -o FILE`: the client key in OpenSSH format, for `ssh -i FILE`.
-pub fn cmd_keygen(args: &KeygenArgs) -> Result<i32, Error> {
+/// With `known_hosts`, also prints a known_hosts line for the agents' host key.
+pub fn cmd_keygen(
+    secret_file: Option<&Path>,
+    output: &Path,
+    known_hosts: bool,
+) -> Result<i32, Error> {
     let env = EnvMap::from_process();
-    let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode keygen")?;
+    let secret = Secret::require(secret_file, &env, "multinode keygen")?;
     let keys = JobKeys::derive(&secret);
     let private = keys
         .client
         .to_openssh(LineEnding::LF)
         .map_err(|e| Error::Failed(format!("cannot encode the client key: {e}")))?;
-    write_private(&args.output, private.as_bytes())?;
+    write_private(output, private.as_bytes())?;
     let public = openssh_public(keys.client_public(), "multinode-client")?;
-    let pub_path = PathBuf::from(format!("{}.pub", args.output.display()));
+    let pub_path = PathBuf::from(format!("{}.pub", output.display()));
     fs::write(&pub_path, format!("{public}\n"))
         .map_err(|e| Error::Failed(format!("cannot write {}: {e}", pub_path.display())))?;
-    if args.known_hosts {
+    if known_hosts {
         let line = format!(
             "* {}\n",
             openssh_public(keys.host_public(), "multinode-agent")?

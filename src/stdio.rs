@@ -263,3 +263,15 @@ impl StdioWriter {
         self.failure.take().or_else(|| self.failed.try_recv().ok())
     }
 }
+/// Writes `text` to stdout in one piece; a closed pipe (`| head`) is a normal end.
+pub(crate) fn print_stdout(text: &str) -> Result<i32, crate::error::Error> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(crate::exit_code::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::exit_code::SUCCESS),
+        Err(e) => Err(crate::error::Error::Failed(format!(
+            "cannot write to stdout: {e}"
+        ))),
+    }
+}

@@ -93,9 +93,10 @@ pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
+            let program = program.to_string_lossy();
             crate::stdio::eprint(&format!(
-                "multinode: error: cannot run {}: {e}\n",
-                program.to_string_lossy()
+                "multinode: error: cannot run {program}: {e}{}\n",
+                cannot_run_hint(&program, &e)
             ));
             return Ok(if e.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -188,4 +189,18 @@ fn end_group(child: Pid, grace: Duration) -> ! {
     }
     let _ = signal::killpg(group, Signal::SIGKILL);
     std::process::exit(crate::exit_code::CONNECTION_FAILED)
+}
+
+/// What to do when `program` cannot be started: the usual newcomer mistakes.
+fn cannot_run_hint(program: &str, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => format!(
+            "; make it executable (chmod +x {program}) or name its interpreter (sh {program})"
+        ),
+        std::io::ErrorKind::NotFound if program.contains('/') => {
+            "; check the path (a relative one starts from the current directory)".to_string()
+        }
+        std::io::ErrorKind::NotFound => "; it is not on PATH: give its path".to_string(),
+        _ => String::new(),
+    }
 }

@@ -121,7 +121,7 @@ if want 3; then
         unset OMPI_MCA_plm
         # shellcheck source=helpers/generic-helper
         . helpers/generic-helper || exit 99
-        echo "MULTINODE_SSH_WRAPPER=$MULTINODE_SSH_WRAPPER MULTINODE_TOTAL_SLOTS=$MULTINODE_TOTAL_SLOTS"
+        echo "MULTINODE_SSH_WRAPPER=${MULTINODE_SSH_WRAPPER/#$repo/\$REPO} MULTINODE_TOTAL_SLOTS=$MULTINODE_TOTAL_SLOTS"
         timeout 300 mpirun -H "$MULTINODE_HOSTLIST" --mca plm_rsh_agent "$MULTINODE_SSH_WRAPPER" -np "$MULTINODE_TOTAL_SLOTS" \
             --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --mca rtc ^hwloc \
             python3 "$repo/bench/gpu/mpi_nccl.py"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The peers' side of the bench, as in /work/shared/peer-bench/setup.sh: a
+# The peers' side of the bench, set up fairly for every tool: a
 # private stock sshd on port $SSHD_PORT that serves every 127.x address
 # ("nodes" 127.0.0.2 ...), fenced to loopback, MaxStartups 2000, UsePAM no,
 # a dedicated remote user with an empty home, and client configs that pin

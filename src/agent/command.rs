@@ -19,11 +19,9 @@ use tracing::debug;
 
 use super::{Shared, plain};
 use crate::process::{self, GroupChild, Outcome};
-use crate::transport::signals::{signal_number, signal_to_sig};
+use crate::protocol::signals::{signal_number, signal_to_sig};
+use crate::protocol::{CWD_VAR, PIPE_GRACE};
 
-/// How long the pipes may stay open after the command exited (a background
-/// job holding stdout) before the rest of its group is ended.
-const PIPE_GRACE: Duration = Duration::from_secs(1);
 /// How long the last buffered output may take to reach the client once every
 /// writer is gone.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
@@ -31,8 +29,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 const PUMP_CHUNK: usize = 64 * 1024;
 /// Below this much room left in its buffer, a pump reserves a new chunk.
 const PUMP_MIN_ROOM: usize = 4 * 1024;
-/// Environment variable a client sets to choose the command's working directory.
-pub const CWD_VAR: &str = "MULTINODE_CWD";
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {

@@ -22,7 +22,7 @@ use super::Shared;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::GroupChild;
-use crate::stops::{STOP_SIGNALS, Stops};
+use crate::signals::{STOP_SIGNALS, Stops};
 use crate::transport::client::{Auth, ConnectError, Connector, Target};
 
 /// Between two attempts to reach a node that is not up yet.

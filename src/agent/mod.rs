@@ -32,19 +32,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
-pub use control::PingReply;
-pub(crate) use control::{Control, command as control_command};
 pub use keeper::keep_groups;
-pub use server::{KEEPALIVE_INTERVAL, KEEPALIVE_MAX};
 
 use crate::cli::AgentArgs;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
-use crate::topology::EnvMap;
 
 /// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
 pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;
-pub use command::CWD_VAR;
 
 /// What every connection and command of an agent shares.
 pub(crate) struct Shared {
@@ -130,7 +126,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     } else {
         // The head may be starting too: wait for its name as long as it waits for us.
         Some(crate::env::resolve_job_waiting(
-            &args.topology,
+            &args.topology.inputs(),
             &env,
             args.wait_timeout,
         )?)

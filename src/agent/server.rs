@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::command::{self, Request};
 use super::login::{Login, MAX_AUTH_TRIES};
 use super::{Shared, control, sftp};
+use crate::protocol;
 
 /// When the agent stops, how long a client may take to close its connection
 /// after its commands ended, before the agent disconnects it.
@@ -23,9 +24,6 @@ const CLIENT_CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// After its login deadline, how long a connection's session may take to
 /// send the disconnect message before its socket is shut down, and then to end.
 const LOGIN_CLOSE_WAIT: Duration = Duration::from_millis(500);
-/// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
-pub const KEEPALIVE_MAX: usize = 3;
 /// TCP-level liveness, checked even while the SSH read loop waits on a full
 /// stdin pipe: kernel keepalive probes and an unacknowledged-data limit.
 const TCP_KEEPIDLE_S: u32 = 5;
@@ -45,20 +43,14 @@ pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
         auth_rejection_time_initial: Some(Duration::ZERO),
         max_auth_attempts: MAX_AUTH_TRIES,
         keys: vec![shared.keys.host.clone()],
-        preferred: crate::transport::algorithms::agent_preferred(),
+        preferred: crate::protocol::algorithms::agent_preferred(),
         // Keepalives, not inactivity, end a connection: a quiet command may run for days.
         inactivity_timeout: None,
-        keepalive_interval: Some(KEEPALIVE_INTERVAL),
-        keepalive_max: KEEPALIVE_MAX,
+        keepalive_interval: Some(protocol::SERVER_KEEPALIVE_INTERVAL),
+        keepalive_max: protocol::KEEPALIVE_MAX,
         nodelay: true,
-        // Messages queued per channel before the TCP stream is paused.
-        channel_buffer_size: 32,
-        // Larger than any TCP receive buffer: when a command leaves its stdin
-        // unread (this read loop then waits, see ARCHITECTURE.md), the
-        // client's bytes stay in TCP, unacknowledged, which tells the client
-        // that this agent is alive and waiting, not lost. The window costs
-        // no memory: russh refills it as the bytes arrive.
-        window_size: 1 << 30,
+        channel_buffer_size: protocol::CHANNEL_BUFFER,
+        window_size: protocol::AGENT_WINDOW,
         ..Default::default()
     }
 }
@@ -414,7 +406,7 @@ async fn serve_channel(
             Some(_) => {}
         }
     };
-    if let Some(request) = control::parse(&command) {
+    if let Some(request) = protocol::control::parse(&command) {
         control::run(request, rx, tx, shared, conn).await;
         return;
     }

@@ -39,6 +39,33 @@ pub(crate) struct NodeFacts {
     pub gpus: Gpus,
     /// CUDA toolkits found on this node (system toolkit, PyTorch's), in that order.
     pub cuda_toolkits: Vec<Toolkit>,
+    /// What the launchers meet here: settings that must agree across nodes,
+    /// MPI's launcher variables, the job's software versions, `/dev/shm`.
+    pub settings: Settings,
+}
+
+/// Settings that must agree across nodes, and the ones that break a launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Settings {
+    /// Every `NCCL_*` variable, and `OMPI_MCA_plm` and `OMPI_MCA_plm_rsh_agent`, as set here.
+    pub env: BTreeMap<String, String>,
+    /// `MULTINODE_SSH_WRAPPER` as this node resolves it.
+    pub ssh_wrapper: Option<String>,
+    /// The job's software next to PyTorch: `torch` (its `__version__`) and
+    /// `nccl` (the `nvidia-nccl-cu*` package PyTorch loads).
+    pub versions: BTreeMap<String, String>,
+    /// `/dev/shm` as `/proc/mounts` shows it; `None` when that could not be read.
+    pub dev_shm: Option<DevShm>,
+}
+
+/// The `/dev/shm` mount.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct DevShm {
+    pub mounted: bool,
+    /// Its `size=` in bytes; `None` without one (tmpfs' default: half the RAM).
+    pub size: Option<u64>,
 }
 
 /// `/proc/sys/kernel/random/boot_id` and the network namespace (`net:[4026531840]`).

@@ -4,7 +4,7 @@
 //! report takes as long as the slowest of them: well under a second on a
 //! healthy node, [`SMI_TIMEOUT`] at worst.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,8 +17,8 @@ use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query,
 use super::probe::{Probe, RunOutput};
 use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
+use crate::environ::EnvMap;
 use crate::error::Error;
-use crate::topology::EnvMap;
 
 /// `nvidia-smi` may take this long (it takes seconds on a node without
 /// persistence mode; a hung GPU makes it hang).
@@ -46,6 +46,8 @@ pub(crate) struct Plan {
     /// Host names to resolve (IP literals left out).
     pub hosts: Vec<String>,
     pub rendezvous: Option<SocketAddr>,
+    /// `MULTINODE_SSH_WRAPPER` as resolved here.
+    pub ssh_wrapper: Option<String>,
 }
 
 impl Plan {
@@ -59,6 +61,7 @@ impl Plan {
             },
             hosts: names(job.topology.nodes.iter().map(|n| n.host.as_str())),
             rendezvous: Some(SocketAddr::new(job.head_ip, port)),
+            ssh_wrapper: Some(job.wrapper.clone()),
         }
     }
 
@@ -93,6 +96,7 @@ impl Plan {
             },
             hosts: names(hosts),
             rendezvous: head_ip.map(|ip| SocketAddr::new(ip, port)),
+            ssh_wrapper: env.get("MULTINODE_SSH_WRAPPER").map(str::to_string),
         }
     }
 }
@@ -115,7 +119,7 @@ fn names<'a>(hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
 /// when it does not resolve, what the environment says. Errors only for bad
 /// command-line flags (the user's own input).
 pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<Plan, Error> {
-    match resolve_job(&args.topology, env) {
+    match resolve_job(&args.topology.inputs(), env) {
         Ok(job) => Ok(Plan::from_job(&job, args.port)),
         Err(e) if flags_given(&args.topology) => Err(e),
         Err(e) => {
@@ -166,6 +170,7 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &Plan) -> NodeFacts 
         fabric: fabric(probe, env),
         gpus,
         cuda_toolkits: toolkits,
+        settings: settings(probe, env, plan),
     };
     NodeFacts {
         time_ms: probe.now_ms(),
@@ -364,9 +369,115 @@ fn toolkits(probe: &dyn Probe, env: &EnvMap) -> Vec<Toolkit> {
     out
 }
 
+/// The variables of [`Settings::env`]: every `NCCL_*`, and these.
+const MPI_LAUNCH_VARS: [&str; 2] = ["OMPI_MCA_plm", "OMPI_MCA_plm_rsh_agent"];
+
+fn settings(probe: &dyn Probe, env: &EnvMap, plan: &Plan) -> Settings {
+    let mut versions = BTreeMap::new();
+    if let Some(packages) = torch_packages(probe, env) {
+        if let Some(v) = probe
+            .read_file(&packages.join("torch/version.py"))
+            .as_deref()
+            .and_then(parse_torch_release)
+        {
+            versions.insert("torch".to_string(), v);
+        }
+        // `nvidia_nccl_cu12-2.21.5.dist-info`: the NCCL that PyTorch's wheel loads.
+        if let Some(v) = probe
+            .list_dir(&packages)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|name| {
+                let rest = name
+                    .strip_prefix("nvidia_nccl_cu")?
+                    .strip_suffix(".dist-info")?;
+                Some(rest.split_once('-')?.1.to_string())
+            })
+            .max()
+        {
+            versions.insert("nccl".to_string(), v);
+        }
+    }
+    Settings {
+        env: env
+            .0
+            .iter()
+            .filter(|(k, _)| k.starts_with("NCCL_") || MPI_LAUNCH_VARS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        ssh_wrapper: plan.ssh_wrapper.clone(),
+        versions,
+        dev_shm: probe
+            .read_file(Path::new("/proc/mounts"))
+            .map(|text| parse_dev_shm(&text)),
+    }
+}
+
+/// `__version__ = '2.5.1+cu124'` in `torch/version.py`.
+fn parse_torch_release(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let value = line.trim_start().strip_prefix("__version__")?;
+        let value = value.split_once('=')?.1.trim();
+        let unquoted = value.trim_matches(|c| c == '\'' || c == '"');
+        (unquoted != value && !unquoted.is_empty()).then(|| unquoted.to_string())
+    })
+}
+
+/// `/dev/shm` in `/proc/mounts`: `shm /dev/shm tmpfs rw,...,size=65536k 0 0`.
+/// The last mount on the path is the one seen.
+pub(crate) fn parse_dev_shm(mounts: &str) -> DevShm {
+    let mut found = DevShm::default();
+    for line in mounts.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(_), Some(target), Some(_), Some(options)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if target != "/dev/shm" {
+            continue;
+        }
+        found = DevShm {
+            mounted: true,
+            size: options
+                .split(',')
+                .find_map(|o| o.strip_prefix("size="))
+                .and_then(parse_size),
+        };
+    }
+    found
+}
+
+/// A tmpfs size: `65536k`, `1g`, `1073741824`; a percentage is `None`.
+fn parse_size(text: &str) -> Option<u64> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" => 1,
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        "t" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
 /// `ROOT/lib/python3*/{site,dist}-packages/torch/version.py` for the first
 /// `python3` on `PATH` (`ROOT/bin/python3`), then `$VIRTUAL_ENV` and `$CONDA_PREFIX`.
 fn torch_cuda(probe: &dyn Probe, env: &EnvMap) -> Option<(PathBuf, CudaVersion)> {
+    let file = torch_packages(probe, env)?.join("torch/version.py");
+    let text = probe.read_file(&file)?;
+    parse_torch_version_py(&text).map(|v| (file, v))
+}
+
+/// The `site-packages` (or `dist-packages`) folder that holds PyTorch, for
+/// the first `python3` on `PATH` (`ROOT/bin/python3`: `ROOT/lib/python3*/`),
+/// then `$VIRTUAL_ENV` and `$CONDA_PREFIX`.
+fn torch_packages(probe: &dyn Probe, env: &EnvMap) -> Option<PathBuf> {
     let mut roots: Vec<PathBuf> = path_dirs(env)
         .into_iter()
         .filter(|d| probe.exists(&d.join("python3")))
@@ -391,9 +502,9 @@ fn torch_cuda(probe: &dyn Probe, env: &EnvMap) -> Option<(PathBuf, CudaVersion)>
             .filter(|n| n.starts_with("python3"))
         {
             for packages in ["site-packages", "dist-packages"] {
-                let file = lib.join(&py).join(packages).join("torch/version.py");
-                if let Some(text) = probe.read_file(&file) {
-                    return parse_torch_version_py(&text).map(|v| (file, v));
+                let dir = lib.join(&py).join(packages);
+                if probe.exists(&dir.join("torch/version.py")) {
+                    return Some(dir);
                 }
             }
         }
@@ -410,7 +521,7 @@ pub(crate) fn run_local(args: &CheckArgs) -> Result<i32, Error> {
     let mut text = serde_json::to_string_pretty(&facts)
         .map_err(|e| Error::Failed(format!("cannot write the report: {e}")))?;
     text.push('\n');
-    crate::env::print_stdout(&text)
+    crate::stdio::print_stdout(&text)
 }
 
 #[cfg(test)]
@@ -435,6 +546,7 @@ mod tests {
             },
             hosts: vec!["gpu01".into(), "gpu02".into()],
             rendezvous: Some("10.0.0.1:29500".parse().expect("addr")),
+            ssh_wrapper: Some("/usr/local/bin/mn-ssh".into()),
         }
     }
 
@@ -475,6 +587,14 @@ mod tests {
         .file(
             "/venv/lib/python3.12/site-packages/torch/version.py",
             "__version__ = '2.7.1+cu126'\ncuda: Optional[str] = '12.6'\n",
+        )
+        .dir(
+            "/venv/lib/python3.12/site-packages",
+            &["torch", "nvidia_nccl_cu12-2.26.2.dist-info", "numpy"],
+        )
+        .file(
+            "/proc/mounts",
+            "overlay / overlay rw 0 0\nshm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0\n",
         )
     }
 
@@ -535,10 +655,59 @@ mod tests {
                 },
             ]
         );
+        assert_eq!(
+            f.settings,
+            Settings {
+                env: BTreeMap::from([
+                    ("NCCL_DEBUG".to_string(), "INFO".to_string()),
+                    ("NCCL_IB_HCA".to_string(), "=mlx5_0".to_string()),
+                ]),
+                ssh_wrapper: Some("/usr/local/bin/mn-ssh".into()),
+                versions: BTreeMap::from([
+                    ("nccl".to_string(), "2.26.2".to_string()),
+                    ("torch".to_string(), "2.7.1+cu126".to_string()),
+                ]),
+                dev_shm: Some(DevShm {
+                    mounted: true,
+                    size: Some(64 << 20)
+                }),
+            }
+        );
         // The fake refuses the connection and resolves nothing.
         let r = f.rendezvous.expect("tried");
         assert_eq!((r.addr.as_str(), r.connected), ("10.0.0.1:29500", false));
         assert!(f.names.is_empty());
+    }
+
+    #[test]
+    fn dev_shm_from_proc_mounts() {
+        let shm = |line: &str| parse_dev_shm(&format!("proc /proc proc rw 0 0\n{line}\n"));
+        assert_eq!(
+            shm("shm /dev/shm tmpfs rw,size=65536k 0 0"),
+            DevShm {
+                mounted: true,
+                size: Some(64 << 20)
+            }
+        );
+        assert_eq!(
+            shm("tmpfs /dev/shm tmpfs rw,size=1g,mode=1777 0 0").size,
+            Some(1 << 30)
+        );
+        // A host's /dev/shm (tmpfs' default, half the RAM), a percentage.
+        assert_eq!(
+            shm("tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0"),
+            DevShm {
+                mounted: true,
+                size: None
+            }
+        );
+        assert_eq!(shm("tmpfs /dev/shm tmpfs rw,size=50% 0 0").size, None);
+        assert_eq!(shm("tmpfs /run tmpfs rw,size=1g 0 0"), DevShm::default());
+        // The last mount on the path is the one seen.
+        assert_eq!(
+            shm("shm /dev/shm tmpfs rw,size=65536k 0 0\nshm /dev/shm tmpfs rw,size=2g 0 0").size,
+            Some(2 << 30)
+        );
     }
 
     #[test]

@@ -15,11 +15,12 @@ use super::rendezvous;
 use super::report::{render_json, render_table};
 use crate::cli::{CheckArgs, TableFormat};
 use crate::env::{Job, resolve_job};
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::exec_all::{NodeCapture, collect};
 use crate::exit_code;
 use crate::process::Outcome;
-use crate::topology::{EnvMap, Topology, shorten};
+use crate::topology::{Topology, shorten};
 
 /// Every node's `check --local` gets this long. Its own parts are bounded
 /// well below it (the slowest, `nvidia-smi`, by 10 s).
@@ -37,7 +38,7 @@ pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
         ));
     }
     let env = EnvMap::from_process();
-    let job = resolve_job(&args.topology, &env)?;
+    let job = resolve_job(&args.topology.inputs(), &env)?;
     if job.rank != 0 {
         let head = job.topology.nodes.first().map_or("?", |n| n.host.as_str());
         return Err(Error::usage(format!(
@@ -56,7 +57,7 @@ pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
         TableFormat::Table => render_table(&results),
         TableFormat::Json => render_json(&results),
     };
-    crate::env::print_stdout(&text)?;
+    crate::stdio::print_stdout(&text)?;
     Ok(if failed(&results, args.strict) {
         exit_code::CHECK_FAILED
     } else {

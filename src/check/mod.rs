@@ -22,8 +22,6 @@ mod cuda;
 mod facts;
 mod gather;
 mod head;
-mod nccl;
-mod nodeset;
 mod nvidia_smi;
 mod probe;
 mod rendezvous;

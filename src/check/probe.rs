@@ -3,32 +3,15 @@
 //! the real machine; every call is bounded in time.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::facts::{Limit, Memlock, NetInterface, Rendezvous, Resolution};
+pub(crate) use crate::process::{RunOutput, run_bounded};
 use crate::topology::machine::{Machine, System};
-
-/// How a program run by a probe ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RunOutput {
-    /// Not found (not on `PATH`, or the path does not exist).
-    NotFound,
-    /// It could not be started for another reason.
-    SpawnError(String),
-    /// It did not exit within the time given; it was killed.
-    TimedOut,
-    /// It exited (`code` is `None` when a signal ended it).
-    Exited {
-        code: Option<i32>,
-        stdout: String,
-        stderr: String,
-    },
-}
 
 /// The facts of this machine that the checks need; each is I/O.
 pub(crate) trait Probe: Sync {
@@ -149,68 +132,6 @@ fn group_interfaces(addrs: Vec<crate::topology::machine::Interface>) -> Vec<NetI
         }
     }
     out
-}
-
-/// Runs a program with a time limit, reading its output as it comes (a
-/// grandchild that keeps a pipe open delays the answer by at most the
-/// limit). On timeout the program is killed and not waited for: a process
-/// stuck in the kernel (a GPU that fell off the bus) would not die anyway.
-pub(crate) fn run_bounded(program: &str, args: &[&str], timeout: Duration) -> RunOutput {
-    let deadline = Instant::now() + timeout;
-    let mut child = match Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return RunOutput::NotFound,
-        Err(e) => return RunOutput::SpawnError(e.to_string()),
-    };
-    let reader = |pipe: Option<Box<dyn Read + Send>>| {
-        let (tx, rx) = mpsc::channel();
-        if let Some(mut pipe) = pipe {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let _ = pipe.read_to_end(&mut buf);
-                let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-            });
-        }
-        rx
-    };
-    let out = reader(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = reader(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                return RunOutput::TimedOut;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return RunOutput::SpawnError(e.to_string()),
-        }
-    };
-    let left = |rx: &mpsc::Receiver<String>| {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        rx.recv_timeout(wait).unwrap_or_default()
-    };
-    RunOutput::Exited {
-        code: status.code(),
-        stdout: left(&out),
-        stderr: left(&err),
-    }
 }
 
 type Lookup = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>, String> + Send + Sync>;

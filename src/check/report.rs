@@ -3,7 +3,7 @@
 //! `{check, status, nodes, detail, fix}` for programs. Pure.
 
 use super::checks::{CheckResult, Status};
-use super::nodeset::fold;
+use crate::topology::nodeset::fold;
 
 /// The NODES column is cut to about this many characters (the JSON has them all).
 const NODES_WIDTH: usize = 40;

@@ -7,16 +7,21 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::output::Writer;
+use super::output::{Stream, Writer};
 use super::types::{CancelReason, Control, End, Event, NodeOutcome, NodeRecord, RunResult};
 use crate::exit_code;
-use crate::stops::{STOP_SIGNALS, Stops};
+use crate::signals::{STOP_SIGNALS, Stops};
+use crate::snapshot::gather::{RunNodes, render_both};
 
 pub struct Dispatch {
     pub fail_fast: bool,
     pub grace: Duration,
     pub timeout: Option<Duration>,
     pub progress: bool,
+    /// How to snapshot the run's nodes: on SIGUSR1, and before `--timeout`
+    /// ends the run when `snapshot_on_timeout`.
+    pub snapshot: Option<RunNodes>,
+    pub snapshot_on_timeout: bool,
 }
 
 /// Escalation once the run is ending: signal, then SIGKILL, then abandon.
@@ -58,6 +63,11 @@ pub async fn run(
     let mut progress = tokio::time::interval(Duration::from_millis(100));
     let mut progress_on = spec.progress && tasks.len() > 1;
     let kill_grace = spec.grace.max(Duration::from_millis(100));
+    // SIGUSR1: print what every node is doing, and go on.
+    let mut usr1 = spec.snapshot.as_ref().and_then(|_| {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
+    });
+    let mut snapshot: Option<serde_json::Value> = None;
 
     // Sends `control` to every task that has not ended.
     let broadcast = |done: &std::collections::HashSet<usize>, control: Control| {
@@ -91,8 +101,27 @@ pub async fn run(
                 None => std::future::pending().await,
             }
         };
+        let snapshot_asked = async {
+            match usr1.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         let mut reason: Option<CancelReason> = None;
         tokio::select! {
+            Some(()) = snapshot_asked => {
+                if let Some(run_nodes) = spec.snapshot.clone() {
+                    let writer = writer.clone();
+                    let since = started.elapsed().unwrap_or_default().as_secs_f64();
+                    info!("SIGUSR1: taking a snapshot of every node");
+                    tokio::spawn(async move {
+                        let (table, _) = render_both(&run_nodes.take().await);
+                        writer.text(Stream::Err, format!(
+                            "mn-exec-all: snapshot on SIGUSR1, {since:.1}s into the run:\n{table}"
+                        )).await;
+                    });
+                }
+            }
             Some((rank, event)) = events.recv() => {
                 let node = &mut nodes[index[&rank]];
                 match event {
@@ -194,6 +223,19 @@ pub async fn run(
                     }
                 }
                 _ if first => {
+                    if reason == CancelReason::Timeout
+                        && spec.snapshot_on_timeout
+                        && let Some(run_nodes) = &spec.snapshot
+                    {
+                        // The nodes still run: this is what the timeout caught them doing.
+                        info!("--timeout: taking a snapshot of every node before ending the run");
+                        let (table, json) = render_both(&run_nodes.take().await);
+                        let secs = spec.timeout.unwrap_or_default().as_secs_f64();
+                        writer.text(Stream::Err, format!(
+                            "mn-exec-all: --timeout {secs}s expired; what every node was doing:\n{table}"
+                        )).await;
+                        snapshot = Some(json);
+                    }
                     info!(?reason, "ending the run: SIGTERM to every node");
                     broadcast(&done, Control::Signal(libc::SIGTERM));
                     phase = Phase::Terminating(Instant::now() + spec.grace);
@@ -231,5 +273,6 @@ pub async fn run(
         nodes,
         started,
         output_failure: None,
+        snapshot,
     }
 }

@@ -29,6 +29,10 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 
 use dispatch::Dispatch;
+
+/// A snapshot's connection to an agent gets this long (the nodes are up:
+/// they run the script).
+const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 use node::NodeTask;
 pub use options::DEFAULT_FANOUT;
 pub(crate) use options::RunOptions;
@@ -38,16 +42,18 @@ use types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Transport};
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
-use crate::topology::EnvMap;
+use crate::snapshot::gather::{Ask, RunNodes};
 use crate::transport::client::Auth;
+use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let (script, rest) = read_script(&args)?;
-    let job = crate::env::resolve_job(&args.topology, &env)?;
+    let job = crate::env::resolve_job(&args.topology.inputs(), &env)?;
     let n = job.topology.nodes.len();
     let options = RunOptions {
         forward_stdin: matches!(script, Script::Inline(_)),
@@ -71,6 +77,7 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         export: Export::parse(&args.export)?,
         max_connecting: args.max_connecting,
         fanout: args.fanout,
+        snapshot_on_timeout: args.snapshot_on_timeout,
         ..RunOptions::new(script)
     };
     let report_path = args.report.clone();
@@ -210,18 +217,23 @@ fn transport(
     env: &EnvMap,
     connect_timeout: Duration,
 ) -> Result<(Transport, u16, String), Error> {
-    if !is_own_wrapper(&job.wrapper) && env.get("MULTINODE_TRANSPORT") != Some("agent") {
+    // An invalid MULTINODE_TRANSPORT only matters when exec_all talks SSH itself.
+    let asked_agent = matches!(
+        Requested::from_env(env),
+        Ok(Requested::Exactly(TransportKind::Agent))
+    );
+    if !is_own_wrapper(&job.wrapper) && !asked_agent {
         return Ok((Transport::External(job.wrapper.clone()), 0, String::new()));
     }
-    let probe = crate::transport::ssh_args::SshInvocation {
-        host: job.topology.nodes[0].host.clone(),
-        ..Default::default()
+    let spec = ClientSpec {
+        connect_timeout: Some(connect_timeout),
+        ..ClientSpec::default()
     };
-    let (connector, target) = crate::transport::ssh::prepare(&probe, env)?;
-    let port = match connector.auth() {
-        Auth::Agent(_) => job.agent_port,
-        Auth::OpenSsh(_) => match env.get("MULTINODE_SSH_PORT") {
-            None => target.port,
+    let route = Route::from_env(&spec, env)?;
+    let port = match route.kind {
+        TransportKind::Agent => job.agent_port,
+        TransportKind::OpenSsh => match env.get("MULTINODE_SSH_PORT") {
+            None => route.port,
             Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
                 Error::usage(format!(
                     "MULTINODE_SSH_PORT={p:?} is not a port number; set it to 1..65535 or unset it for 22"
@@ -229,11 +241,7 @@ fn transport(
             })?,
         },
     };
-    Ok((
-        Transport::Native(connector.with_timeout(connect_timeout)),
-        port,
-        target.user,
-    ))
+    Ok((Transport::Native(route.connector), port, route.user))
 }
 
 /// Plans and runs on a fresh runtime; returns when every node has ended.
@@ -367,11 +375,34 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     }
     drop(events_tx);
     let stdin_reader = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));
+    let snapshot = RunNodes {
+        connector: match &ctx.transport {
+            Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
+                Some(connector.clone().with_timeout(SNAPSHOT_CONNECT_TIMEOUT))
+            }
+            _ => None,
+        },
+        remote: selected
+            .iter()
+            .filter(|&&r| r != job.rank)
+            .map(|&rank| Ask {
+                rank,
+                host: job.topology.nodes[rank].host.clone(),
+                port: ctx.port,
+            })
+            .collect(),
+        local: selected
+            .contains(&job.rank)
+            .then(|| (job.rank, job.topology.nodes[job.rank].host.clone())),
+    };
     let spec = Dispatch {
         fail_fast: options.fail_fast,
         grace: options.grace,
         timeout: options.timeout,
         progress: options.forward_output && std::io::stderr().is_terminal(),
+        // Only a run that prints its output: `collect` (check) gathers it.
+        snapshot: options.forward_output.then_some(snapshot),
+        snapshot_on_timeout: options.snapshot_on_timeout,
     };
     let result = dispatch::run(&spec, records, handles, events_rx, closed_rx, writer).await;
     while tasks.join_next().await.is_some() {}

@@ -20,11 +20,9 @@ use super::output::{NodeSink, Stream};
 use super::relay;
 use super::types::{Control, End, Event, NodeOutcome, RunCtx, Transport};
 use crate::process::{GroupChild, Outcome};
+use crate::protocol::signals::{exit_outcome, signal_to_sig};
+use crate::protocol::{CWD_VAR, PIPE_GRACE};
 use crate::transport::client::Target;
-use crate::transport::signals::{signal_number, signal_to_sig};
-
-/// How long the pipes of a local command may stay open after it exited.
-const PIPE_GRACE: Duration = Duration::from_secs(1);
 
 /// Everything one node task needs.
 pub struct NodeTask {
@@ -134,18 +132,12 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         None => ctx.command.as_slice(),
     };
     let mut vars = task.env.clone();
-    // The contract leaves a host name's address empty; the address this node
-    // was reached at is its own, as the job sees it.
-    for (name, value) in &mut vars {
-        if name == "MULTINODE_LOCAL_IP" && value.is_empty() {
-            *value = conn.peer().ip().to_string();
-        }
-    }
+    crate::env::fill_reached_address(&mut vars, conn.peer().ip());
     // An agent takes the variables and the directory as `env` requests; a stock
     // sshd drops those (AcceptEnv), so they go in the command line instead.
     let (command, env) = match connector.auth() {
         crate::transport::client::Auth::Agent(_) => {
-            vars.push((crate::agent::CWD_VAR.to_string(), ctx.cwd.clone()));
+            vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
             (command.to_vec(), vars)
         }
         crate::transport::client::Auth::OpenSsh(_) => (
@@ -195,15 +187,12 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
                 Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
-                Some(ChannelMsg::ExitStatus { exit_status }) => {
-                    status = Some(Outcome::Exited(exit_status as i32));
-                }
-                Some(ChannelMsg::ExitSignal { signal_name, core_dumped, .. }) => {
-                    let signal = signal_number(&signal_name).map(|s| s as i32).unwrap_or(0);
-                    status = Some(Outcome::Signaled { signal, core_dumped });
-                }
                 Some(ChannelMsg::Close) | None => break,
-                Some(_) => {}
+                Some(msg) => {
+                    if let Some(outcome) = exit_outcome(&msg) {
+                        status = Some(outcome);
+                    }
+                }
             },
             () = timer.wait() => task.sink.flush_due().await,
         }

@@ -37,6 +37,8 @@ pub(crate) struct RunOptions {
     pub fanout: usize,
     /// Give exec_all's stdin to the nodes (file and `-c` scripts).
     pub forward_stdin: bool,
+    /// Take a snapshot of every node before `--timeout` ends the run.
+    pub snapshot_on_timeout: bool,
 }
 
 impl RunOptions {
@@ -58,6 +60,7 @@ impl RunOptions {
             forward_output: true,
             fanout: DEFAULT_FANOUT,
             forward_stdin: false,
+            snapshot_on_timeout: false,
         }
     }
 }

@@ -223,6 +223,14 @@ impl Writer {
         let _ = self.tx.send(Message::Progress(text)).await;
     }
 
+    /// Writes `text` to a stream as one block, between whole lines of the nodes.
+    pub async fn text(&self, stream: Stream, text: String) {
+        let _ = self
+            .tx
+            .send(Message::Block(stream, text.into_bytes()))
+            .await;
+    }
+
     /// Whether this stream can no longer be written (closed or failing).
     pub fn closed(&self, stream: Stream) -> bool {
         self.closed.is(stream.fd())

@@ -44,6 +44,9 @@ pub struct Report {
     pub first_failure: Option<usize>,
     pub started: f64,
     pub nodes: Vec<NodeReport>,
+    /// What every node was doing when `--timeout` expired (`--snapshot-on-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<serde_json::Value>,
 }
 
 fn epoch(t: SystemTime) -> f64 {
@@ -110,6 +113,7 @@ pub fn build(result: &RunResult) -> Report {
         first_failure: result.first_failure,
         started: epoch(result.started),
         nodes,
+        snapshot: result.snapshot.clone(),
     }
 }
 
@@ -232,6 +236,7 @@ mod tests {
             first_failure: Some(1),
             started: UNIX_EPOCH + Duration::from_secs(1_000),
             output_failure: None,
+            snapshot: None,
             nodes: vec![
                 record(
                     0,

@@ -103,6 +103,9 @@ pub struct RunResult {
     pub started: SystemTime,
     /// Why output stopped, when a write failed other than on a closed pipe.
     pub output_failure: Option<String>,
+    /// The snapshot taken before `--timeout` ended the run
+    /// (`--snapshot-on-timeout`), as `multinode ps --format json` prints it.
+    pub snapshot: Option<serde_json::Value>,
 }
 
 /// What a node task tells the dispatcher.

@@ -18,8 +18,12 @@ pub(crate) const TOP_FRAMES: usize = 3;
 
 /// Frames of the collectives and waits every rank of a job spends time in:
 /// between groups of the same size, the one waiting here is the one waiting
-/// for the others, not the odd one.
+/// for the others, not the odd one. Waiting for the GPU counts: with NCCL a
+/// rank's Python thread waits for a collective where it synchronises
+/// (`torch.cuda.synchronize`, `.item()`), not in `all_reduce`.
 const COLLECTIVES: &[&str] = &[
+    "synchronize",
+    "_local_scalar_dense",
     "all_reduce",
     "allreduce",
     "all_gather",
@@ -273,6 +277,23 @@ mod tests {
         assert!(groups[0].odd);
         assert_eq!(groups[1].ranks, "0");
         assert!(!groups[1].odd);
+    }
+
+    #[test]
+    fn waiting_for_the_gpu_counts_as_waiting_for_the_others() {
+        let snaps = vec![
+            node(
+                0,
+                "R",
+                100.0,
+                Some(&["synchronize", "train_step", "main"]),
+                None,
+            ),
+            node(1, "S", 0.0, Some(&["straggle", "train_step", "main"]), None),
+        ];
+        let groups = fold(&snaps);
+        assert_eq!(groups[0].ranks, "1");
+        assert!(groups[0].odd);
     }
 
     #[test]

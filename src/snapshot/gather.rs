@@ -9,12 +9,12 @@ use tokio::task::JoinSet;
 use tracing::debug;
 
 use super::{NodeSnapshot, fold, render_json, render_table};
-use crate::agent::Control;
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
-use crate::topology::EnvMap;
+use crate::protocol::control::Control;
 use crate::transport::client::{Auth, Connector, Target};
 
 /// A node's agent gets this long to answer, once connected: its own tools
@@ -101,7 +101,7 @@ async fn ask(connector: &Connector, node: &Ask, user: String) -> Result<NodeSnap
 /// `multinode ps`: a snapshot of the job's processes on every node.
 pub fn main(args: PsArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
-    let job = resolve_job(&args.topology, &env)?;
+    let job = resolve_job(&args.topology.inputs(), &env)?;
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode ps")?;
     let connector = Connector::new(
         Auth::Agent(Arc::new(JobKeys::derive(&secret))),
@@ -130,11 +130,86 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
         TableFormat::Table => render_table(&groups, &snaps),
         TableFormat::Json => render_json(&groups, &snaps),
     };
-    crate::env::print_stdout(&text)?;
+    crate::stdio::print_stdout(&text)?;
     let unanswered = snaps.iter().filter(|s| s.error.is_some()).count();
     Ok(if unanswered == 0 {
         crate::exit_code::SUCCESS
     } else {
         crate::exit_code::CONNECTION_FAILED
     })
+}
+
+/// What a run of exec_all needs to snapshot its nodes: the agents to ask
+/// (the native transport to agents), and its own node, which it runs itself.
+#[derive(Clone)]
+pub(crate) struct RunNodes {
+    /// `None` when the nodes are not reached through agents (OpenSSH, a wrapper).
+    pub connector: Option<Connector>,
+    pub remote: Vec<Ask>,
+    /// This node's rank and host, when it runs part of the job.
+    pub local: Option<(usize, String)>,
+}
+
+/// A snapshot of a whole run takes at most this long (the answers that
+/// came, and a note for each node that did not).
+pub(crate) const RUN_LIMIT: Duration = Duration::from_secs(12);
+
+impl RunNodes {
+    /// Every node's snapshot, in rank order; this node's from `/proc` here.
+    pub(crate) async fn take(&self) -> Vec<NodeSnapshot> {
+        let local = async {
+            let (rank, host) = self.local.clone()?;
+            let roots = super::procfs::children_of(std::process::id() as i32);
+            let mut snap = super::take(&roots, &super::Options::from_env()).await;
+            snap.rank = rank;
+            snap.host = host;
+            Some(snap)
+        };
+        let remote = async {
+            match &self.connector {
+                Some(connector) => ask_all(connector, self.remote.clone()).await,
+                None => self
+                    .remote
+                    .iter()
+                    .map(|a| NodeSnapshot {
+                        rank: a.rank,
+                        host: a.host.clone(),
+                        error: Some(
+                            "not reached through a multinode agent: no snapshot".to_string(),
+                        ),
+                        ..NodeSnapshot::default()
+                    })
+                    .collect(),
+            }
+        };
+        let all = async {
+            let (local, mut remote) = tokio::join!(local, remote);
+            remote.extend(local);
+            remote.sort_by_key(|s| s.rank);
+            remote
+        };
+        match tokio::time::timeout(RUN_LIMIT, all).await {
+            Ok(snaps) => snaps,
+            Err(_) => self
+                .local
+                .iter()
+                .map(|(rank, host)| (*rank, host.clone()))
+                .chain(self.remote.iter().map(|a| (a.rank, a.host.clone())))
+                .map(|(rank, host)| NodeSnapshot {
+                    rank,
+                    host,
+                    error: Some(format!("no snapshot within {} s", RUN_LIMIT.as_secs())),
+                    ..NodeSnapshot::default()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The table and the JSON document of a run's snapshot.
+pub(crate) fn render_both(snaps: &[NodeSnapshot]) -> (String, serde_json::Value) {
+    let groups = fold(snaps);
+    let table = render_table(&groups, snaps);
+    let json = serde_json::from_str(&render_json(&groups, snaps)).unwrap_or_default();
+    (table, json)
 }

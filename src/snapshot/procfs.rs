@@ -192,6 +192,15 @@ pub(crate) fn read_all(proc: &Path) -> Vec<Stat> {
         .collect()
 }
 
+/// The processes whose parent is `pid` (exec_all's own commands).
+pub(crate) fn children_of(pid: i32) -> BTreeSet<i32> {
+    read_all(Path::new("/proc"))
+        .into_iter()
+        .filter(|s| s.ppid == pid)
+        .map(|s| s.pid)
+        .collect()
+}
+
 /// `/proc/PID/stat` again, for the second CPU sample.
 pub(crate) fn read_stat(proc: &Path, pid: i32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?)

@@ -56,6 +56,12 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         .iter()
         .map(|s| procfs::read_cmdline(&proc, s.pid))
         .collect();
+    // State and wait channel before py-spy attaches (it stops the process
+    // for a moment, and its interruption wakes a sleeping syscall).
+    let waits: Vec<Option<String>> = first
+        .iter()
+        .map(|s| procfs::read_wait(&proc, s.pid))
+        .collect();
 
     // Meanwhile: the GPUs and the Python stacks.
     let gpus = gpu::read(&opts.nvidia_smi, opts.tool_timeout);
@@ -100,13 +106,9 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
             .iter()
             .map(|s| procfs::read_stat(&proc, s.pid))
             .collect();
-        let waits: Vec<Option<String>> = first
-            .iter()
-            .map(|s| procfs::read_wait(&proc, s.pid))
-            .collect();
-        (second, waits, t0.elapsed(), procfs::uptime(&proc))
+        (second, t0.elapsed(), procfs::uptime(&proc))
     };
-    let (gpus, mut stacks, (second, waits, elapsed, uptime)) = tokio::join!(gpus, stacks, window);
+    let (gpus, mut stacks, (second, elapsed, uptime)) = tokio::join!(gpus, stacks, window);
 
     let secs = elapsed.as_secs_f64().max(0.001);
     let processes = first
@@ -125,10 +127,10 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
                 pid: a.pid,
                 ppid: s.ppid,
                 pgid: s.pgrp,
-                state: s.state.to_string(),
+                state: a.state.to_string(),
                 cpu_pct: (cpu_pct * 10.0).round() / 10.0,
                 rss_kib: s.rss_pages * page / 1024,
-                wchan: if s.state == 'R' { None } else { wchan },
+                wchan: if a.state == 'R' { None } else { wchan },
                 elapsed_s: uptime.map_or(0.0, |u| {
                     ((u - s.start_ticks as f64 / tck as f64).max(0.0) * 10.0).round() / 10.0
                 }),

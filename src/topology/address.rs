@@ -16,57 +16,12 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use tracing::debug;
 
+use super::Topology;
 use super::error::{TopologyError, shorten};
 use super::machine::{Interface, Machine};
+use super::nccl::NcclList;
 use super::route::{default_ifaces_v4, default_ifaces_v6};
-use super::{EnvMap, Topology};
-
-/// An interface list in NCCL's syntax: `eth,ib` (prefixes), `^docker,lo`
-/// (exclude these prefixes), `=eth0` (exact names), `^=eth0` (exclude exact names).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IfaceFilter {
-    exclude: bool,
-    exact: bool,
-    names: Vec<String>,
-}
-
-impl IfaceFilter {
-    pub(crate) fn parse(spec: &str) -> Result<Self, &'static str> {
-        let (exclude, rest) = match spec.strip_prefix('^') {
-            Some(rest) => (true, rest),
-            None => (false, spec),
-        };
-        let (exact, rest) = match rest.strip_prefix('=') {
-            Some(rest) => (true, rest),
-            None => (false, rest),
-        };
-        let names: Vec<String> = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(String::from)
-            .collect();
-        if names.is_empty() {
-            return Err("it names no interface");
-        }
-        Ok(IfaceFilter {
-            exclude,
-            exact,
-            names,
-        })
-    }
-
-    pub(crate) fn matches(&self, iface: &str) -> bool {
-        let named = self.names.iter().any(|n| {
-            if self.exact {
-                iface == n
-            } else {
-                iface.starts_with(n.as_str())
-            }
-        });
-        named != self.exclude
-    }
-}
+use crate::environ::EnvMap;
 
 /// How this machine's own address is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +30,9 @@ pub(crate) enum IfaceChoice {
     Named {
         origin: &'static str,
         spec: String,
-        filter: IfaceFilter,
+        /// In NCCL's syntax, parsed by NCCL's rules (`nccl`): the launcher
+        /// and the preflight read the same list the same way.
+        filter: NcclList,
     },
     /// The default route's interface.
     DefaultRoute,
@@ -95,11 +52,12 @@ impl IfaceChoice {
         let Some((origin, spec)) = named else {
             return Ok(IfaceChoice::DefaultRoute);
         };
-        let filter = IfaceFilter::parse(spec).map_err(|reason| TopologyError::BadIfaceSpec {
-            origin,
-            spec: shorten(spec),
-            reason,
-        })?;
+        let filter =
+            NcclList::parse_interfaces(spec).map_err(|reason| TopologyError::BadIfaceSpec {
+                origin,
+                spec: shorten(spec),
+                reason,
+            })?;
         Ok(IfaceChoice::Named {
             origin,
             spec: spec.to_string(),
@@ -145,7 +103,7 @@ pub(crate) fn pick_interface_address(
             spec,
             filter,
         } => {
-            let matching = interfaces.iter().filter(|i| filter.matches(&i.name));
+            let matching = interfaces.iter().filter(|i| filter.selects(&i.name, None));
             if matching.clone().next().is_none() {
                 let mut have: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
                 have.dedup();
@@ -321,16 +279,22 @@ mod tests {
 
     #[test]
     fn nccl_interface_syntax() {
-        let f = IfaceFilter::parse("eth,ib").expect("valid");
-        assert!(f.matches("eth0") && f.matches("ib1") && !f.matches("lo"));
-        let f = IfaceFilter::parse("^docker,lo").expect("valid");
-        assert!(f.matches("eth0") && !f.matches("docker0") && !f.matches("lo"));
-        let f = IfaceFilter::parse("=eth0").expect("valid");
-        assert!(f.matches("eth0") && !f.matches("eth0.100"));
-        let f = IfaceFilter::parse("^=eth0").expect("valid");
-        assert!(!f.matches("eth0") && f.matches("eth0.100"));
-        assert!(IfaceFilter::parse("^").is_err());
-        assert!(IfaceFilter::parse(",").is_err());
+        let f = |spec: &str| NcclList::parse(spec).expect("valid");
+        let matches = |l: &NcclList, name: &str| l.selects(name, None);
+        let l = f("eth,ib");
+        assert!(matches(&l, "eth0") && matches(&l, "ib1") && !matches(&l, "lo"));
+        let l = f("^docker,lo");
+        assert!(matches(&l, "eth0") && !matches(&l, "docker0") && !matches(&l, "lo"));
+        let l = f("=eth0");
+        assert!(matches(&l, "eth0") && !matches(&l, "eth0.100"));
+        let l = f("^=eth0");
+        assert!(!matches(&l, "eth0") && matches(&l, "eth0.100"));
+        assert!(NcclList::parse("^").is_err());
+        assert!(NcclList::parse(",").is_err());
+        // As NCCL reads it: no spaces trimmed, so the launcher and
+        // `multinode check` agree on which interfaces a list names.
+        let l = f("eth0, ib0");
+        assert!(matches(&l, "eth0") && !matches(&l, "ib0"));
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub enum ParseError {
         "host name '{host}' contains {what}; host names hold only letters, digits, '.', '-' and '_'"
     )]
     BadChar { host: String, what: String },
+    #[error("'{list}' separates its hosts with {sep}; separate them with ',': host1:2,host2:2")]
+    BadSeparator { list: String, sep: String },
     #[error("host name '{host}' starts with '-'; host names start with a letter or a digit")]
     LeadingDash { host: String },
     #[error("host name '{host}' is longer than {limit} characters")]
@@ -173,7 +175,7 @@ pub enum TopologyError {
     BadIfaceSpec {
         origin: &'static str,
         spec: String,
-        reason: &'static str,
+        reason: String,
     },
     #[error(
         "no interface matches {origin}='{spec}' (this machine has: {have}); name an interface that exists"

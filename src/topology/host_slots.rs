@@ -27,22 +27,21 @@ pub(crate) enum HostPart<'a> {
 ///
 /// Checks IPv6 literals; does not expand the hostlist expression.
 pub(crate) fn split_slots(element: &str) -> Result<(HostPart<'_>, Option<&str>), ParseError> {
-    if let Some(inner) = element.strip_prefix('[') {
-        if let Some((addr, rest)) = inner.split_once(']') {
-            if addr.contains(':') {
-                let ip = addr.parse::<Ipv6Addr>().map_err(|_| ParseError::BadIpv6 {
-                    text: shorten(addr),
-                })?;
-                return match rest.strip_prefix(':') {
-                    Some(slots) => Ok((HostPart::Ipv6(ip), Some(slots))),
-                    None if rest.is_empty() => Ok((HostPart::Ipv6(ip), None)),
-                    None => Err(ParseError::BadChar {
-                        host: shorten(element),
-                        what: format!("'{}' after the IPv6 address", shorten(rest)),
-                    }),
-                };
-            }
-        }
+    if let Some(inner) = element.strip_prefix('[')
+        && let Some((addr, rest)) = inner.split_once(']')
+        && addr.contains(':')
+    {
+        let ip = addr.parse::<Ipv6Addr>().map_err(|_| ParseError::BadIpv6 {
+            text: shorten(addr),
+        })?;
+        return match rest.strip_prefix(':') {
+            Some(slots) => Ok((HostPart::Ipv6(ip), Some(slots))),
+            None if rest.is_empty() => Ok((HostPart::Ipv6(ip), None)),
+            None => Err(ParseError::BadChar {
+                host: shorten(element),
+                what: format!("'{}' after the IPv6 address", shorten(rest)),
+            }),
+        };
     }
     let Some((host, slots)) = element.rsplit_once(':') else {
         return Ok((HostPart::Expr(element), None));
@@ -58,6 +57,17 @@ pub(crate) fn split_slots(element: &str) -> Result<(HostPart<'_>, Option<&str>),
         });
     }
     if host.contains(':') {
+        // `gpu01:2;gpu02:2`, `gpu01:2 gpu02:2`: two entries, wrongly separated.
+        if let Some(sep) = host.chars().find(|c| *c == ';' || c.is_whitespace()) {
+            return Err(ParseError::BadSeparator {
+                list: shorten(element),
+                sep: if sep == ';' {
+                    "';'".into()
+                } else {
+                    "whitespace".into()
+                },
+            });
+        }
         return Err(ParseError::BadChar {
             host: shorten(host),
             what: "':'".to_string(),
@@ -211,6 +221,14 @@ mod tests {
         );
         assert!(err("a[1-600000]:1,b[1-600000]").contains("more than 1000000 hosts"));
         assert!(err("a;b:1").contains("contains ';'"));
+        assert_eq!(
+            err("gpu01:2;gpu02:2"),
+            "'gpu01:2;gpu02:2' separates its hosts with ';'; separate them with ',': host1:2,host2:2"
+        );
+        assert_eq!(
+            err("gpu01:2 gpu02:2"),
+            "'gpu01:2 gpu02:2' separates its hosts with whitespace; separate them with ',': host1:2,host2:2"
+        );
     }
 
     #[test]

@@ -113,10 +113,10 @@ fn parse_line(content: &str) -> Result<(String, Option<u32>), ParseError> {
         }
         *target = Some(parse_slots(value, &host)?);
     }
-    if let (Some(slots), Some(max)) = (slots, max_slots) {
-        if max < slots {
-            return Err(ParseError::MaxBelowSlots { host, slots, max });
-        }
+    if let (Some(slots), Some(max)) = (slots, max_slots)
+        && max < slots
+    {
+        return Err(ParseError::MaxBelowSlots { host, slots, max });
     }
     Ok((host, slots))
 }

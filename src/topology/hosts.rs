@@ -1,21 +1,22 @@
 //! `multinode hosts`: the expanded topology, one node a line.
 
-use super::EnvMap;
+use super::Inputs;
 use super::machine::System;
 use super::placement::{HostRow, host_rows};
-use crate::cli::{HostsArgs, TableFormat};
+use crate::environ::EnvMap;
 use crate::error::Error;
 
 /// Prints the topology as a table (`RANK HOST SLOTS ADDRESS`) or a JSON array
 /// of `{rank, host, slots, address}`; `--no-resolve` leaves addresses out.
-pub fn cmd_hosts(args: &HostsArgs) -> Result<i32, Error> {
+pub fn cmd_hosts(inputs: &Inputs, resolve: bool, json: bool) -> Result<i32, Error> {
     let env = EnvMap::from_process();
-    let rows = host_rows(&args.topology, &env, &System, !args.no_resolve)?;
-    let text = match args.format {
-        TableFormat::Table => render_table(&rows),
-        TableFormat::Json => render_json(&rows),
+    let rows = host_rows(inputs, &env, &System, resolve)?;
+    let text = if json {
+        render_json(&rows)
+    } else {
+        render_table(&rows)
     };
-    crate::env::print_stdout(&text)
+    crate::stdio::print_stdout(&text)
 }
 
 fn render_table(rows: &[HostRow]) -> String {

@@ -25,7 +25,8 @@ use super::hostfile::parse_hostfile;
 use super::hostlist::{MAX_HOSTS, validate_host};
 use super::machine::Machine;
 use super::resolve::local_slots;
-use super::{EnvMap, Node, Topology};
+use super::{Node, Topology};
+use crate::environ::EnvMap;
 
 /// Where the MPI Operator mounts its hostfile in the launcher.
 pub(crate) const MPI_OPERATOR_HOSTFILE: &str = "/etc/mpi/hostfile";
@@ -149,16 +150,16 @@ fn ranks_agree(
     names: &[&'static str],
 ) -> Result<(), TopologyError> {
     for &name in names {
-        if let Some(v) = env.get(name) {
-            if number(name, v, "a node rank (0, 1, 2, ...)")? != rank {
-                return Err(KubeError::Disagree {
-                    name,
-                    value: shorten(v),
-                    other: source,
-                    other_value: rank.to_string(),
-                }
-                .into());
+        if let Some(v) = env.get(name)
+            && number(name, v, "a node rank (0, 1, 2, ...)")? != rank
+        {
+            return Err(KubeError::Disagree {
+                name,
+                value: shorten(v),
+                other: source,
+                other_value: rank.to_string(),
             }
+            .into());
         }
     }
     Ok(())
@@ -215,16 +216,16 @@ fn indexed_job(
         [] => return Err(KubeError::NoNodeCount { index }.into()),
         [(name, value), ..] => (name, node_count(name, value)?),
     };
-    if let [_, (other, other_value)] = counts[..] {
-        if node_count(other, other_value)? != nnodes {
-            return Err(KubeError::Disagree {
-                name: count_var,
-                value: nnodes.to_string(),
-                other,
-                other_value: shorten(other_value),
-            }
-            .into());
+    if let [_, (other, other_value)] = counts[..]
+        && node_count(other, other_value)? != nnodes
+    {
+        return Err(KubeError::Disagree {
+            name: count_var,
+            value: nnodes.to_string(),
+            other,
+            other_value: shorten(other_value),
         }
+        .into());
     }
     if index >= nnodes {
         return Err(KubeError::IndexOutOfRange {
@@ -291,13 +292,13 @@ fn pytorch_job(
     machine: &dyn Machine,
 ) -> Result<Topology, TopologyError> {
     const SOURCE: &str = "PET_NNODES";
-    if let Some((min, max)) = nnodes.split_once(':') {
-        if min != max {
-            return Err(KubeError::ElasticRange {
-                value: shorten(nnodes),
-            }
-            .into());
+    if let Some((min, max)) = nnodes.split_once(':')
+        && min != max
+    {
+        return Err(KubeError::ElasticRange {
+            value: shorten(nnodes),
         }
+        .into());
     }
     let nnodes = node_count(SOURCE, nnodes.split(':').next().unwrap_or_default())?;
     let master = match (env.get("MASTER_ADDR"), env.get("PET_MASTER_ADDR")) {

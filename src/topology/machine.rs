@@ -6,7 +6,6 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
@@ -41,6 +40,10 @@ pub(crate) trait Machine: Sync {
     fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String>;
 }
 
+/// `nvidia-smi -L` may take this long (seconds on a node without
+/// persistence mode); then the GPUs are unknown.
+pub(crate) const NVIDIA_SMI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The machine this process runs on.
 pub(crate) struct System;
 
@@ -61,19 +64,17 @@ impl Machine for System {
     }
 
     fn nvidia_gpus(&self) -> Option<u32> {
-        let out = Command::new("nvidia-smi")
-            .arg("-L")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        if !out.status.success() {
+        // The same bounded runner as `multinode check`'s: a GPU that fell off
+        // the bus can hang nvidia-smi, which must not hang the launcher.
+        let crate::process::RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } = crate::process::run_bounded("nvidia-smi", &["-L"], NVIDIA_SMI_TIMEOUT)
+        else {
             return None;
-        }
-        let gpus = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("GPU "))
-            .count();
+        };
+        let gpus = stdout.lines().filter(|l| l.starts_with("GPU ")).count();
         u32::try_from(gpus).ok().filter(|n| *n > 0)
     }
 
@@ -193,7 +194,8 @@ pub(crate) mod fake {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::topology::{EnvMap, Node, Topology};
+    use crate::environ::EnvMap;
+    use crate::topology::{Node, Topology};
 
     #[derive(Debug, Clone, Default)]
     pub(crate) struct FakeMachine {
@@ -247,12 +249,9 @@ eth0\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
 
     /// An environment holding only `vars`.
     pub(crate) fn env(vars: &[(&str, &str)]) -> EnvMap {
-        EnvMap(
-            vars.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            Default::default(),
-        )
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     /// One slot on each of `hosts`.

@@ -9,8 +9,8 @@ use super::error::TopologyError;
 use super::machine::{Machine, lookup_all};
 use super::resolve::{TOPOLOGY_VARS, from_flags, resolve_topology};
 use super::this_node::find_rank;
-use super::{EnvMap, Topology};
-use crate::cli::TopologyArgs;
+use super::{Inputs, Topology};
+use crate::environ::EnvMap;
 
 /// The topology, this node's rank, the head's address and this node's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub(crate) struct Placement {
 
 /// The environment's values that describe its topology, dropped when
 /// command-line flags give another topology.
-fn job_env<'a>(args: &TopologyArgs, env: &'a EnvMap) -> Cow<'a, EnvMap> {
+fn job_env<'a>(args: &Inputs, env: &'a EnvMap) -> Cow<'a, EnvMap> {
     if from_flags(args) {
         let mut env = env.clone();
         for var in TOPOLOGY_VARS {
@@ -36,7 +36,7 @@ fn job_env<'a>(args: &TopologyArgs, env: &'a EnvMap) -> Cow<'a, EnvMap> {
 }
 
 pub(crate) fn resolve_placement(
-    args: &TopologyArgs,
+    args: &Inputs,
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<Placement, TopologyError> {
@@ -69,7 +69,7 @@ pub(crate) struct HostRow {
 /// literal or DNS answer. This machine need not be in the hostlist, and an
 /// address that cannot be found is logged and left out.
 pub(crate) fn host_rows(
-    args: &TopologyArgs,
+    args: &Inputs,
     env: &EnvMap,
     machine: &dyn Machine,
     resolve: bool,
@@ -169,7 +169,7 @@ mod tests {
     #[test]
     fn head_and_worker_placements() {
         let m = machine();
-        let args = TopologyArgs::default();
+        let args = Inputs::default();
         let head = resolve_placement(&args, &env(&[("SLURM_JOB_NODELIST", "gpu[01-02]")]), &m)
             .expect("placed");
         assert_eq!(
@@ -192,14 +192,14 @@ mod tests {
             ("MULTINODE_NODE_IP", "10.7.7.7"),
             ("MULTINODE_LOCAL_IP", "10.8.8.8"),
         ]);
-        let from_env = resolve_placement(&TopologyArgs::default(), &vars, &m).expect("placed");
+        let from_env = resolve_placement(&Inputs::default(), &vars, &m).expect("placed");
         assert_eq!(
             (from_env.head_ip, from_env.local_ip),
             (ip("10.7.7.7"), ip("10.8.8.8"))
         );
-        let args = TopologyArgs {
+        let args = Inputs {
             hosts: Some("gpu01,gpu02".into()),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         let from_flags = resolve_placement(&args, &vars, &m).expect("placed");
         assert_eq!(
@@ -211,9 +211,9 @@ mod tests {
     #[test]
     fn hosts_rows_with_and_without_this_machine() {
         let m = machine();
-        let args = TopologyArgs {
+        let args = Inputs {
             hosts: Some("gpu00:2,gpu01:2,gpu02,10.9.9.9,unknown".into()),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         let rows = host_rows(&args, &EnvMap::default(), &m, true).expect("rows");
         let addrs: Vec<Option<IpAddr>> = rows.iter().map(|r| r.address).collect();
@@ -227,9 +227,9 @@ mod tests {
                 None
             ]
         );
-        let args = TopologyArgs {
+        let args = Inputs {
             hosts: Some("gpu00,gpu02".into()),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         let rows = host_rows(&args, &EnvMap::default(), &m, true).expect("rows");
         assert_eq!(rows[1].address, Some(ip("10.0.0.2")));

@@ -17,8 +17,8 @@ use super::hostfile::{parse_hostfile, parse_lsb_mcpu_hosts};
 use super::hostlist::{expand, validate_host};
 use super::machine::Machine;
 use super::tasks_per_node::parse_tasks_per_node;
-use super::{EnvMap, Node, Topology};
-use crate::cli::TopologyArgs;
+use super::{Inputs, Node, Topology};
+use crate::environ::EnvMap;
 
 /// The variables that describe the environment's topology.
 pub(crate) const TOPOLOGY_VARS: [&str; 7] = [
@@ -32,13 +32,13 @@ pub(crate) const TOPOLOGY_VARS: [&str; 7] = [
 ];
 
 /// Whether the topology comes from command-line flags rather than the environment.
-pub(crate) fn from_flags(args: &TopologyArgs) -> bool {
+pub(crate) fn from_flags(args: &Inputs) -> bool {
     args.hosts.is_some() || args.hostfile.is_some()
 }
 
 /// The job's nodes, from the first source that is set.
 pub(crate) fn resolve_topology(
-    args: &TopologyArgs,
+    args: &Inputs,
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<Topology, TopologyError> {
@@ -62,6 +62,12 @@ pub(crate) fn resolve_topology(
         }
     } else {
         check_against_env(&topology, env)?;
+        // A one-node job is a legitimate job (and what a workstation runs),
+        // so this is a warning, not an error; but on a cluster a forgotten
+        // hostlist must not go unnoticed until the job has run on one node.
+        if topology.source == THIS_MACHINE {
+            tracing::warn!("{NO_HOSTLIST_WARNING}");
+        }
     }
     Ok(topology)
 }
@@ -175,6 +181,15 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyErr
     this_machine(env, machine)
 }
 
+/// The source of the topology when none is set.
+const THIS_MACHINE: &str = "this machine (no hostlist is set)";
+
+/// Said when no source of the topology is set and the job is this machine alone.
+pub(crate) const NO_HOSTLIST_WARNING: &str = "no hostlist is set (no --hosts, --hostfile, \
+MULTINODE_HOSTLIST, SLURM_JOB_NODELIST, PBS_NODEFILE, LSB_DJOB_HOSTFILE, LSB_MCPU_HOSTS or \
+Kubernetes job variables): this is a one-node job on this machine; for several nodes set \
+MULTINODE_HOSTLIST=host1:SLOTS,host2:SLOTS (to silence this, MULTINODE_HOSTLIST=$(hostname):1)";
+
 /// One node, this machine, with as many slots as it has GPUs (else 1):
 /// `CUDA_VISIBLE_DEVICES` first, since it is what the job's processes will
 /// see, else the GPUs `nvidia-smi -L` lists.
@@ -190,7 +205,7 @@ fn this_machine(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, Topolog
             host,
             slots: local_slots(env, machine),
         }],
-        source: "this machine (no hostlist is set)".to_string(),
+        source: THIS_MACHINE.to_string(),
     })
 }
 
@@ -234,24 +249,24 @@ fn check_against_env(topology: &Topology, env: &EnvMap) -> Result<(), TopologyEr
         origin: topology.source.clone(),
     };
     let total = topology.total_slots();
-    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")? {
-        if n != total {
-            return Err(contradiction(
-                "MULTINODE_TOTAL_SLOTS",
-                v,
-                format!("{total} slot(s)"),
-            ));
-        }
+    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")?
+        && n != total
+    {
+        return Err(contradiction(
+            "MULTINODE_TOTAL_SLOTS",
+            v,
+            format!("{total} slot(s)"),
+        ));
     }
     let count = topology.nodes.len();
-    if let Some((n, v)) = number("MULTINODE_NNODES")? {
-        if usize::try_from(n).ok() != Some(count) {
-            return Err(contradiction(
-                "MULTINODE_NNODES",
-                v,
-                format!("{count} node(s)"),
-            ));
-        }
+    if let Some((n, v)) = number("MULTINODE_NNODES")?
+        && usize::try_from(n).ok() != Some(count)
+    {
+        return Err(contradiction(
+            "MULTINODE_NNODES",
+            v,
+            format!("{count} node(s)"),
+        ));
     }
     if let (Some(v), Some(head)) = (env.get("MULTINODE_HEAD"), topology.nodes.first()) {
         let v_host = v.trim_start_matches('[').trim_end_matches(']');
@@ -286,33 +301,33 @@ mod tests {
         }
     }
 
-    fn resolve(args: &TopologyArgs, vars: &[(&str, &str)]) -> Result<(String, String), String> {
+    fn resolve(args: &Inputs, vars: &[(&str, &str)]) -> Result<(String, String), String> {
         resolve_topology(args, &env(vars), &machine())
             .map(|t| (t.source.clone(), t.hostlist()))
             .map_err(|e| e.to_string())
     }
 
     fn resolve_env(vars: &[(&str, &str)]) -> Result<(String, String), String> {
-        resolve(&TopologyArgs::default(), vars)
+        resolve(&Inputs::default(), vars)
     }
 
     fn ok(source: &str, hostlist: &str) -> Result<(String, String), String> {
         Ok((source.to_string(), hostlist.to_string()))
     }
 
-    fn hosts_flag(h: &str) -> TopologyArgs {
-        TopologyArgs {
+    fn hosts_flag(h: &str) -> Inputs {
+        Inputs {
             hosts: Some(h.into()),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         }
     }
 
     #[test]
     fn every_source() {
         assert_eq!(resolve(&hosts_flag("a:2,b"), &[]), ok("--hosts", "a:2,b:1"));
-        let hostfile = TopologyArgs {
+        let hostfile = Inputs {
             hostfile: Some(PathBuf::from("/hf")),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         assert_eq!(resolve(&hostfile, &[]), ok("--hostfile '/hf'", "h1:4,h2:2"));
         assert_eq!(
@@ -400,7 +415,7 @@ mod tests {
             ("MASTER_ADDR", "p-master-0"),
         ];
         let source = |vars: &[(&str, &str)]| {
-            resolve_topology(&TopologyArgs::default(), &env(vars), &m).map(|t| t.source)
+            resolve_topology(&Inputs::default(), &env(vars), &m).map(|t| t.source)
         };
         assert_eq!(source(&all).ok().as_deref(), Some("LSB_MCPU_HOSTS"));
         assert_eq!(
@@ -416,7 +431,7 @@ mod tests {
             files: Default::default(),
             ..m
         };
-        let topo = resolve_topology(&TopologyArgs::default(), &EnvMap::default(), &m);
+        let topo = resolve_topology(&Inputs::default(), &EnvMap::default(), &m);
         assert_eq!(
             topo.map(|t| t.source).ok().as_deref(),
             Some("this machine (no hostlist is set)")
@@ -427,7 +442,7 @@ mod tests {
     fn one_machine_default_counts_gpus() {
         let mut m = machine();
         let topo = |m: &FakeMachine, vars| {
-            resolve_topology(&TopologyArgs::default(), &env(vars), m)
+            resolve_topology(&Inputs::default(), &env(vars), m)
                 .map(|t| t.hostlist())
                 .ok()
         };
@@ -449,7 +464,7 @@ mod tests {
         );
         m.hostname = "bad host".into();
         assert!(
-            resolve_topology(&TopologyArgs::default(), &EnvMap::default(), &m)
+            resolve_topology(&Inputs::default(), &EnvMap::default(), &m)
                 .unwrap_err()
                 .to_string()
                 .starts_with(
@@ -517,10 +532,10 @@ mod tests {
             ),
             ok("--hosts", "x:1")
         );
-        let both = TopologyArgs {
+        let both = Inputs {
             hosts: Some("a".into()),
             hostfile: Some(PathBuf::from("/hf")),
-            ..TopologyArgs::default()
+            ..Inputs::default()
         };
         assert_eq!(
             resolve(&both, &[]),

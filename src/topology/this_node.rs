@@ -12,7 +12,8 @@ use tracing::debug;
 
 use super::error::{TopologyError, shorten};
 use super::machine::Machine;
-use super::{EnvMap, Node, Topology};
+use super::{Node, Topology};
+use crate::environ::EnvMap;
 
 /// What this machine is called and where it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,8 +13,9 @@ use russh::{Channel, ChannelMsg};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use crate::agent::{Control, PingReply, control_command};
 use crate::keys::JobKeys;
+use crate::protocol;
+use crate::protocol::control::{Control, PingReply};
 
 /// A server that sends nothing for this long is lost (a frozen node: its
 /// kernel still acknowledges, nothing answers; or a node gone: nothing
@@ -33,7 +34,7 @@ pub const LOST_AFTER_VAR: &str = "MULTINODE_LOST_AFTER";
 
 /// How long a silent server may take: `MULTINODE_LOST_AFTER` (seconds, 0 for
 /// never), else [`DEFAULT_LOST_AFTER`]. `None` is never.
-pub fn lost_after(env: &crate::topology::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
+pub fn lost_after(env: &crate::environ::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
     let Some(text) = env.get(LOST_AFTER_VAR) else {
         return Ok(Some(DEFAULT_LOST_AFTER));
     };
@@ -76,6 +77,10 @@ pub struct OpenSshAuth {
     pub identities: Vec<(PathBuf, PrivateKey)>,
     pub known_hosts: Vec<PathBuf>,
     pub policy: HostKeyPolicy,
+    /// OpenSSH was chosen only because no job secret is set: a failure then
+    /// says so, since on a cluster the usual cause is a secret that was not
+    /// passed on, not a broken sshd.
+    pub for_want_of_secret: bool,
 }
 
 /// Where to connect.
@@ -129,6 +134,10 @@ pub enum ConnectError {
     UserAuth { target: String, tried: String },
     #[error("ssh handshake with {target} failed: {detail}")]
     Ssh { target: String, detail: String },
+    #[error(
+        "{0}; MULTINODE_SECRET is unset, so this tried OpenSSH, not a multinode agent: set MULTINODE_SECRET"
+    )]
+    NoSecret(Box<ConnectError>),
 }
 
 impl ConnectError {
@@ -263,7 +272,7 @@ impl Connector {
 
     fn config(auth: &Auth, lost_after: Option<Duration>) -> client::Config {
         let preferred = match auth {
-            Auth::Agent(_) => super::algorithms::agent_preferred(),
+            Auth::Agent(_) => protocol::algorithms::agent_preferred(),
             Auth::OpenSsh(_) => russh::Preferred::default(),
         };
         client::Config {
@@ -274,7 +283,7 @@ impl Connector {
             keepalive_interval: lost_after.map(|d| d / PROBES),
             keepalive_max: 0,
             nodelay: true,
-            channel_buffer_size: 32,
+            channel_buffer_size: protocol::CHANNEL_BUFFER,
             ..Default::default()
         }
     }
@@ -293,12 +302,19 @@ impl Connector {
     /// within the connect timeout.
     pub async fn connect(&self, target: &Target) -> Result<Connection, ConnectError> {
         let secs = self.connect_timeout.as_secs_f64();
-        match tokio::time::timeout(self.connect_timeout, self.connect_inner(target)).await {
-            Ok(result) => result,
-            Err(_) => Err(ConnectError::Timeout {
-                target: target.to_string(),
-                secs,
-            }),
+        let result =
+            match tokio::time::timeout(self.connect_timeout, self.connect_inner(target)).await {
+                Ok(result) => result,
+                Err(_) => Err(ConnectError::Timeout {
+                    target: target.to_string(),
+                    secs,
+                }),
+            };
+        match &self.auth {
+            Auth::OpenSsh(auth) if auth.for_want_of_secret => {
+                result.map_err(|e| ConnectError::NoSecret(Box::new(e)))
+            }
+            _ => result,
         }
     }
 
@@ -641,7 +657,9 @@ impl Connection {
 
     /// Sends an agent control request; returns its exit status and stdout.
     pub(crate) async fn control(&self, control: Control) -> Result<(u32, Vec<u8>), russh::Error> {
-        let mut channel = self.exec(control_command(control).as_bytes(), &[]).await?;
+        let mut channel = self
+            .exec(protocol::control::command(control).as_bytes(), &[])
+            .await?;
         let _ = channel.eof().await;
         let mut out = Vec::new();
         let mut status = None;

@@ -1,7 +1,6 @@
 //! How a command reaches a node: `mn-ssh` and its option parsing.
 
-pub(crate) mod algorithms;
 pub mod client;
-pub mod signals;
+pub mod route;
 pub mod ssh;
 pub mod ssh_args;

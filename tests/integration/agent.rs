@@ -589,7 +589,7 @@ fn mn_ssh_help_and_version() {
     let help = cmd(&mn_ssh()).arg("--help").output().unwrap();
     assert_eq!(help.status.code(), Some(0));
     assert!(
-        stdout(&help).starts_with("usage: mn-ssh"),
+        stdout(&help).contains("\nUsage: mn-ssh "),
         "{}",
         stdout(&help)
     );

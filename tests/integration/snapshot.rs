@@ -339,3 +339,181 @@ fn ps_names_a_node_without_an_agent_and_exits_255() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }
+
+/// Agents on nodes 1.. (node 0 is this machine, run by exec_all itself),
+/// and `mn-exec-all ARGS -c 'PYTHON prog collective 1'` as a command.
+struct Plain {
+    hosts: Vec<String>,
+    _agents: Vec<Agent>,
+    _dir: tempfile::TempDir,
+    prog: PathBuf,
+    port: u16,
+}
+
+impl Plain {
+    fn start(n: usize, port: u16) -> Plain {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = write_program(dir.path());
+        let hosts = fresh_loopbacks(n);
+        let agents = hosts[1..]
+            .iter()
+            .map(|h| Agent::start_with(h, port, &[], &[]))
+            .collect();
+        Plain {
+            hosts,
+            _agents: agents,
+            _dir: dir,
+            prog,
+            port,
+        }
+    }
+
+    fn exec_all(&self, args: &[&str]) -> Command {
+        let hostlist = self
+            .hosts
+            .iter()
+            .map(|h| format!("{h}:1"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = cmd(&mn_exec_all());
+        c.env("MULTINODE_HOSTLIST", hostlist)
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", self.port.to_string())
+            .args(args)
+            .arg("-c")
+            .arg(format!(
+                "exec {PYTHON} {} collective 1",
+                self.prog.display()
+            ))
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// The Python programs running (not the shells and exec_all whose command lines name them).
+    fn programs(&self) -> usize {
+        let needle = format!("{PYTHON} {}", self.prog.display());
+        pids_matching(&needle)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(format!("{PYTHON}\0").as_bytes()))
+            })
+            .count()
+    }
+
+    /// Waits until every node's Python program runs.
+    fn wait_running(&self) {
+        assert!(
+            eventually(Duration::from_secs(20), || self.programs()
+                == self.hosts.len()),
+            "the programs did not start"
+        );
+        // Into their blocking calls.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    fn headline(&self) -> String {
+        format!(
+            "rank 1 ({}): python3 sleeping in load_batch <- main <- <module>; the others, ranks 0,2: python3 sleeping in all_reduce <- main <- <module>",
+            self.hosts[1]
+        )
+    }
+}
+
+#[test]
+fn snapshot_on_timeout_is_printed_and_kept_in_the_report() {
+    py_spy_dir();
+    let plain = Plain::start(3, 29943);
+    let report = plain._dir.path().join("report.json");
+    let child = plain
+        .exec_all(&[
+            "--timeout",
+            "6",
+            "--snapshot-on-timeout",
+            "--report",
+            report.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    plain.wait_running();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    let block = err
+        .split("mn-exec-all: --timeout 6s expired; what every node was doing:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no snapshot in: {err}"));
+    assert!(block.starts_with(&plain.headline()), "{err}");
+    assert!(block.contains("        load_batch (prog.py:16)\n"), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(doc["cancelled"], "timeout");
+    assert_eq!(doc["snapshot"]["nodes"], 3);
+    assert_eq!(doc["snapshot"]["groups"][0]["ranks"], "1");
+    assert_eq!(doc["snapshot"]["groups"][0]["odd"], true);
+    // Node 0's snapshot is exec_all's own: its tree under `multinode supervise`.
+    let node0 = &doc["snapshot"]["snapshots"][0];
+    assert_eq!(node0["rank"], 0);
+    assert!(
+        node0["processes"][0]["cmdline"]
+            .as_str()
+            .unwrap()
+            .contains("supervise"),
+        "{node0:#}"
+    );
+    // Nothing of the job is left.
+    assert!(eventually(Duration::from_secs(10), || plain.programs() == 0));
+}
+
+#[test]
+fn sigusr1_prints_the_snapshot_and_the_run_goes_on() {
+    py_spy_dir();
+    let plain = Plain::start(3, 29944);
+    let mut child = plain
+        .exec_all(&["--timeout", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0
+                || tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    plain.wait_running();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let asked = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR1).unwrap();
+    let mut err = String::new();
+    while !err.contains(&plain.headline()) {
+        match rx.recv_timeout(Duration::from_secs(15)) {
+            Ok(chunk) => err.push_str(&chunk),
+            Err(_) => panic!("no snapshot after SIGUSR1: {err}"),
+        }
+    }
+    let took = asked.elapsed();
+    assert!(
+        err.starts_with("mn-exec-all: snapshot on SIGUSR1, "),
+        "{err}"
+    );
+    // The run goes on after it: still running, then ended by SIGTERM.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(child.try_wait().unwrap(), None, "{err}");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    reader.join().unwrap();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}

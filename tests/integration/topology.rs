@@ -5,7 +5,7 @@ use std::fs;
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 
-use crate::runner::{env_json, hostname, hosts, pairs, run_ok, run_usage_error};
+use crate::runner::{env_json, hostname, hosts, pairs, run, run_ok, run_usage_error};
 
 /// Environment variables for one case.
 type Vars<'a> = &'a [(&'a str, &'a str)];
@@ -110,9 +110,58 @@ fn fake_nvidia_smi(dir: &tempfile::TempDir, out: &str, code: i32) -> String {
     bin.to_str().expect("UTF-8").to_string()
 }
 
+/// The warning with which a command that found no hostlist makes a one-node job.
+const NO_HOSTLIST: &str = "multinode: warning: no hostlist is set (no --hosts, --hostfile, \
+MULTINODE_HOSTLIST, SLURM_JOB_NODELIST, PBS_NODEFILE, LSB_DJOB_HOSTFILE, LSB_MCPU_HOSTS or \
+Kubernetes job variables): this is a one-node job on this machine; for several nodes set \
+MULTINODE_HOSTLIST=host1:SLOTS,host2:SLOTS (to silence this, MULTINODE_HOSTLIST=$(hostname):1)\n";
+
+/// `multinode hosts` with no hostlist: this machine, and the warning (only it) on stderr.
+fn one_machine_hosts(args: &[&str], vars: &[(&str, &str)]) -> Vec<(String, u64)> {
+    let mut full = vec!["hosts", "--no-resolve", "--format", "json"];
+    full.extend_from_slice(args);
+    let out = run(&full, vars);
+    assert_eq!((out.code, out.stderr.as_str()), (0, NO_HOSTLIST), "{out:?}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).expect("JSON");
+    rows.iter()
+        .map(|row| {
+            (
+                row["host"].as_str().expect("host").to_string(),
+                row["slots"].as_u64().expect("slots"),
+            )
+        })
+        .collect()
+}
+
+/// `multinode env` with no hostlist warns (one line naming the variables to
+/// set) and goes on with a one-node job; with a hostlist, or a flag, it says nothing.
+#[test]
+fn no_hostlist_is_a_warning_that_names_the_variables() {
+    let out = run(&["env"], &[]);
+    assert_eq!((out.code, out.stderr.as_str()), (0, NO_HOSTLIST), "{out:?}");
+    assert!(
+        out.stdout.contains("export MULTINODE_NNODES='1'\n"),
+        "{out:?}"
+    );
+    let me = hostname();
+    let mine = format!("{me}:1");
+    for (args, vars) in [
+        (vec!["env"], vec![("MULTINODE_HOSTLIST", mine.as_str())]),
+        (vec!["env", "--hosts", mine.as_str()], vec![]),
+    ] {
+        let out = run(&args, &vars);
+        assert_eq!(
+            (out.code, out.stderr.as_str()),
+            (0, ""),
+            "{args:?} {vars:?}: {out:?}"
+        );
+    }
+}
+
 #[test]
 fn one_machine_default_counts_gpus() {
     let me = hostname();
+    let hosts = one_machine_hosts;
     assert_eq!(hosts(&[], &[]), pairs(&[(&me, 1)]));
     assert_eq!(
         hosts(&[], &[("CUDA_VISIBLE_DEVICES", "0,1,2")]),

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use super::{CheckResult, Inputs, Tally, list_or_none};
 use crate::check::facts::{NetInterface, NodeFacts};
-use crate::check::nccl::{NcclList, parse_gloo, sockets_forced};
+use crate::topology::nccl::{NcclList, parse_gloo, sockets_forced};
 
 fn env<'a>(f: &'a NodeFacts, name: &str) -> Option<&'a str> {
     f.fabric

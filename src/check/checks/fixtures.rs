@@ -143,6 +143,18 @@ pub(crate) fn healthy_facts(rank: usize, n: usize) -> NodeFacts {
                 version: "12.8".into(),
             },
         ],
+        settings: Settings {
+            env: BTreeMap::new(),
+            ssh_wrapper: Some("/usr/local/bin/mn-ssh".into()),
+            versions: BTreeMap::from([
+                ("torch".to_string(), "2.8.0+cu128".to_string()),
+                ("nccl".to_string(), "2.27.3".to_string()),
+            ]),
+            dev_shm: Some(DevShm {
+                mounted: true,
+                size: None,
+            }),
+        },
     }
 }
 

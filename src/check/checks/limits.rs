@@ -12,7 +12,7 @@
 
 use super::{CheckResult, Inputs, Tally, bytes};
 use crate::check::facts::{Limit, NodeFacts};
-use crate::check::nccl::sockets_forced;
+use crate::topology::nccl::sockets_forced;
 
 /// Below this, NCCL over RDMA fails to register its buffers (64 MiB).
 pub(crate) const MEMLOCK_MIN: u64 = 64 << 20;

@@ -11,9 +11,12 @@
 //! - `limits`: `RLIMIT_MEMLOCK`.
 //! - `fabric`: InfiniBand/RoCE, `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME`.
 //! - `gpu`: GPU counts, driver versions, CUDA toolkits against architectures.
+//! - `launch`: Open MPI's launcher variables, `/dev/shm`, settings that must
+//!   agree across nodes.
 
 mod fabric;
 mod gpu;
+mod launch;
 mod limits;
 mod reach;
 
@@ -25,7 +28,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::facts::NodeFacts;
-use super::nodeset::fold;
+use crate::topology::nodeset::fold;
 
 /// How a check came out; the order is the severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -165,6 +168,9 @@ pub(crate) fn evaluate(inputs: &Inputs) -> Vec<CheckResult> {
         gpu::gpu_count(inputs),
         gpu::gpu_driver(inputs),
         gpu::cuda_arch(inputs),
+        launch::mpi_launcher(inputs),
+        launch::dev_shm(inputs),
+        launch::same_settings(inputs),
     ]
 }
 
@@ -315,7 +321,7 @@ pub(crate) fn bytes(n: u64) -> String {
     ];
     for (unit, size) in UNITS {
         if n >= size {
-            return if n % size == 0 {
+            return if n.is_multiple_of(size) {
                 format!("{} {unit}", n / size)
             } else {
                 format!("{:.1} {unit}", n as f64 / size as f64)
@@ -370,6 +376,9 @@ mod tests {
                 "gpu-count",
                 "gpu-driver",
                 "cuda-arch",
+                "mpi-launcher",
+                "dev-shm",
+                "same-settings",
             ]
         );
         for r in &results {
@@ -482,7 +491,7 @@ mod tests {
         let nodes = results.iter().find(|r| r.check == "nodes").expect("nodes");
         assert_eq!(nodes.nodes.len(), 256);
         assert_eq!(
-            crate::check::nodeset::fold(&nodes.nodes),
+            crate::topology::nodeset::fold(&nodes.nodes),
             "gpu[01-99],gpu[100-256]"
         );
     }

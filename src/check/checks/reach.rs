@@ -347,7 +347,7 @@ pub(crate) fn offset_ms(inputs: &Inputs, f: &crate::check::facts::NodeFacts) -> 
 
 /// `1.5 s`, `42 s`.
 fn seconds(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)

@@ -1,5 +1,7 @@
 //! The device and interface lists of NCCL and Gloo, parsed and matched as
-//! they do it. Pure.
+//! they do it. Pure. The one parser of these lists: the launcher's choice of
+//! this machine's address (`address.rs`: `--iface`, `MULTINODE_IFNAME`,
+//! `NCCL_SOCKET_IFNAME`) and `multinode check` read a list the same way.
 //!
 //! NCCL (`NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`): a comma list of prefixes;
 //! a leading `^` excludes what the list matches, then a leading `=` makes
@@ -29,6 +31,15 @@ pub(crate) struct NcclList {
 impl NcclList {
     /// Parses `spec`; an error is one lowercase fragment for a message.
     pub(crate) fn parse(spec: &str) -> Result<Self, String> {
+        Self::parse_listing(spec, "nothing")
+    }
+
+    /// [`NcclList::parse`] for an interface list: an empty one "names no interface".
+    pub(crate) fn parse_interfaces(spec: &str) -> Result<Self, String> {
+        Self::parse_listing(spec, "no interface")
+    }
+
+    fn parse_listing(spec: &str, nothing: &str) -> Result<Self, String> {
         let (exclude, rest) = match spec.strip_prefix('^') {
             Some(rest) => (true, rest),
             None => (false, spec),
@@ -58,7 +69,7 @@ impl NcclList {
             items.push(item);
         }
         if items.is_empty() {
-            return Err("it names nothing".to_string());
+            return Err(format!("it names {nothing}"));
         }
         Ok(NcclList {
             exclude,

@@ -1,9 +1,10 @@
-//! Signals by their SSH names (RFC 4254: `TERM`, `KILL`, ... without `SIG`).
+//! Signals by their SSH names (RFC 4254: `TERM`, `KILL`, ... without `SIG`),
+//! and a channel's exit message as the [`Outcome`] of the remote command.
 
 use nix::sys::signal::Signal;
-use russh::Sig;
+use russh::{ChannelMsg, Sig};
 
-use crate::process;
+use crate::process::{self, Outcome};
 
 /// RFC 4254 names a signal without the `SIG` prefix.
 pub fn signal_to_sig(signo: i32) -> Sig {
@@ -47,9 +48,56 @@ pub fn signal_number(sig: &Sig) -> Option<nix::sys::signal::Signal> {
     name.parse::<Signal>().ok()
 }
 
+/// How the remote command ended, if `msg` says so (`exit-status` or
+/// `exit-signal`); the one decoder for exec_all and `mn-ssh`. A signal this
+/// system does not know is signal 0.
+pub fn exit_outcome(msg: &ChannelMsg) -> Option<Outcome> {
+    match msg {
+        ChannelMsg::ExitStatus { exit_status } => Some(Outcome::Exited(*exit_status as i32)),
+        ChannelMsg::ExitSignal {
+            signal_name,
+            core_dumped,
+            ..
+        } => Some(Outcome::Signaled {
+            signal: signal_number(signal_name).map_or(0, |s| s as i32),
+            core_dumped: *core_dumped,
+        }),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_messages_decode_to_outcomes() {
+        assert_eq!(
+            exit_outcome(&ChannelMsg::ExitStatus { exit_status: 3 }),
+            Some(Outcome::Exited(3))
+        );
+        let signaled = |name: Sig| ChannelMsg::ExitSignal {
+            signal_name: name,
+            core_dumped: true,
+            error_message: String::new(),
+            lang_tag: String::new(),
+        };
+        assert_eq!(
+            exit_outcome(&signaled(Sig::TERM)),
+            Some(Outcome::Signaled {
+                signal: libc::SIGTERM,
+                core_dumped: true
+            })
+        );
+        assert_eq!(
+            exit_outcome(&signaled(Sig::Custom("NOPE".into()))),
+            Some(Outcome::Signaled {
+                signal: 0,
+                core_dumped: true
+            })
+        );
+        assert_eq!(exit_outcome(&ChannelMsg::Eof), None);
+    }
 
     #[test]
     fn signal_names_round_trip() {

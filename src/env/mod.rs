@@ -7,18 +7,20 @@
 //! docs/environment.md describes every variable.
 
 pub(crate) mod hostlists;
+pub(crate) mod programs;
 mod render;
-pub(crate) mod wrapper;
 
-use std::io::Write;
 use std::net::IpAddr;
 
 pub use render::{render_json, render_sh};
 
-use crate::cli::{EnvArgs, EnvFormat, TopologyArgs};
+use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::topology::machine::System;
-use crate::topology::{EnvMap, Placement, Topology, resolve_placement, shorten};
+use crate::topology::{Inputs, Placement, Topology, resolve_placement, shorten};
+
+/// This node's own address in the contract.
+const LOCAL_IP_VAR: &str = "MULTINODE_LOCAL_IP";
 
 /// The agents' port when `MULTINODE_AGENT_PORT` is not set.
 pub const DEFAULT_AGENT_PORT: u16 = 29922;
@@ -51,9 +53,9 @@ pub struct Job {
 /// (see docs/environment.md for the order of sources and the rules).
 ///
 /// Errors are [`Error::Usage`]: one line naming the bad input and what to do.
-pub fn resolve_job(args: &TopologyArgs, env: &EnvMap) -> Result<Job, Error> {
+pub fn resolve_job(args: &Inputs, env: &EnvMap) -> Result<Job, Error> {
     let placement = resolve_placement(args, env, &System)?;
-    let invocation = wrapper::Invocation::current();
+    let invocation = programs::Invocation::current();
     job_from(placement, env, &invocation)
 }
 
@@ -62,7 +64,7 @@ pub fn resolve_job(args: &TopologyArgs, env: &EnvMap) -> Result<Job, Error> {
 /// cluster's DNS does not know it), retry for up to `wait`. Every other error
 /// is returned at once.
 pub fn resolve_job_waiting(
-    args: &TopologyArgs,
+    args: &Inputs,
     env: &EnvMap,
     wait: std::time::Duration,
 ) -> Result<Job, Error> {
@@ -75,7 +77,7 @@ pub fn resolve_job_waiting(
                 tracing::debug!(%host, %reason, "the head's name does not resolve yet; retrying");
                 std::thread::sleep(std::time::Duration::from_millis(250));
             }
-            result => return job_from(result?, env, &wrapper::Invocation::current()),
+            result => return job_from(result?, env, &programs::Invocation::current()),
         }
     }
 }
@@ -83,7 +85,7 @@ pub fn resolve_job_waiting(
 fn job_from(
     placement: Placement,
     env: &EnvMap,
-    invocation: &wrapper::Invocation,
+    invocation: &programs::Invocation,
 ) -> Result<Job, Error> {
     let agent_port = agent_port(env)?;
     let wrapper = match env.get("MULTINODE_SSH_WRAPPER") {
@@ -198,7 +200,7 @@ impl<'a> Contract<'a> {
             "MULTINODE_NNODES",
             "MULTINODE_HEAD",
             "MULTINODE_NODE_IP",
-            "MULTINODE_LOCAL_IP",
+            LOCAL_IP_VAR,
             "RANK",
             "MULTINODE_NODE_RANK",
             "MULTINODE_AGENT_PORT",
@@ -227,7 +229,7 @@ impl<'a> Contract<'a> {
                 ("MULTINODE_NNODES", self.nnodes.clone()),
                 ("MULTINODE_HEAD", self.head.clone()),
                 ("MULTINODE_NODE_IP", job.head_ip.to_string()),
-                ("MULTINODE_LOCAL_IP", local_ip),
+                (LOCAL_IP_VAR, local_ip),
                 ("RANK", rank.to_string()),
                 ("MULTINODE_NODE_RANK", rank.to_string()),
                 ("MULTINODE_AGENT_PORT", job.agent_port.to_string()),
@@ -242,31 +244,46 @@ impl<'a> Contract<'a> {
     }
 }
 
-/// `multinode env`: this node's contract as `export` lines or one JSON object.
-pub fn cmd_env(args: &EnvArgs) -> Result<i32, Error> {
-    let env = EnvMap::from_process();
-    let job = resolve_job(&args.topology, &env)?;
-    let vars = contract(&job);
-    let text = match args.format {
-        EnvFormat::Sh => render_sh(&vars),
-        EnvFormat::Json => render_json(&vars),
-    };
-    print_stdout(&text)
+/// Fills in `MULTINODE_LOCAL_IP` in the contract of a node that was reached
+/// at `reached`, when [`contract_for_rank`] left it empty (a host name): the
+/// address a launcher reached the node at is its own, as the job sees it.
+pub fn fill_reached_address(vars: &mut [(String, String)], reached: IpAddr) {
+    for (name, value) in vars {
+        if name == LOCAL_IP_VAR && value.is_empty() {
+            *value = reached.to_string();
+        }
+    }
 }
 
-/// Writes `text` to stdout in one piece; a closed pipe (`| head`) is a normal end.
-pub(crate) fn print_stdout(text: &str) -> Result<i32, Error> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Ok(crate::exit_code::SUCCESS),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::exit_code::SUCCESS),
-        Err(e) => Err(Error::Failed(format!("cannot write to stdout: {e}"))),
-    }
+/// `multinode env`: this node's contract as `export` lines or one JSON object.
+pub fn cmd_env(inputs: &Inputs, json: bool) -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let job = resolve_job(inputs, &env)?;
+    let vars = contract(&job);
+    let text = if json {
+        render_json(&vars)
+    } else {
+        render_sh(&vars)
+    };
+    crate::stdio::print_stdout(&text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reached_address_fills_only_an_empty_local_ip() {
+        let mut vars = vec![
+            (LOCAL_IP_VAR.to_string(), String::new()),
+            ("RANK".to_string(), String::new()),
+        ];
+        fill_reached_address(&mut vars, "10.0.0.7".parse().unwrap());
+        assert_eq!(vars[0].1, "10.0.0.7");
+        assert_eq!(vars[1].1, "", "other variables are left alone");
+        fill_reached_address(&mut vars, "10.0.0.8".parse().unwrap());
+        assert_eq!(vars[0].1, "10.0.0.7", "a known address is kept");
+    }
     use crate::topology::Node;
     use crate::topology::machine::fake::{env, ip};
 
@@ -295,8 +312,8 @@ mod tests {
         }
     }
 
-    fn invocation() -> wrapper::Invocation {
-        wrapper::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
+    fn invocation() -> programs::Invocation {
+        programs::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
     }
 
     fn job(vars: &[(&str, &str)]) -> Result<Job, String> {
@@ -438,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_missing_mn_ssh_is_an_error_only_when_needed() {
-        let lonely = wrapper::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
+        let lonely = programs::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
         assert_eq!(
             job_from(placement(), &EnvMap::default(), &lonely).map_err(|e| e.to_string()).err(),
             Some("mn-ssh not found beside /nowhere/multinode; install it next to multinode or set MULTINODE_SSH_WRAPPER".to_string())

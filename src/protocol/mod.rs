@@ -1,0 +1,39 @@
+//! The wire protocol between a client of this job (`transport`) and an agent
+//! (`agent`): what both ends must agree on, in one place that both import
+//! (neither imports the other for it).
+//!
+//! - `control`: the agent's own requests (`#multinode:ping`, `release`, `wait-release`).
+//! - `signals`: signals by their SSH names, and a channel's exit message as an `Outcome`.
+//! - `algorithms`: key exchange and cipher preferences between two `multinode` ends.
+//! - here: the variables and constants both ends share, keepalive and channel settings.
+
+pub mod algorithms;
+pub mod control;
+pub mod signals;
+
+use std::time::Duration;
+
+/// Environment variable a client sets to choose the command's working directory.
+pub const CWD_VAR: &str = "MULTINODE_CWD";
+
+/// How long a command's pipes may stay open after it exited (a background
+/// job holding stdout) before the rest of its group is ended: on an agent,
+/// and for exec_all's local node, which must behave the same.
+pub const PIPE_GRACE: Duration = Duration::from_secs(1);
+
+/// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
+pub const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
+/// Unanswered keepalives before the agent gives a client up. (A client
+/// decides from its socket instead: `transport::client`'s liveness.)
+pub const KEEPALIVE_MAX: usize = 3;
+
+/// An agent's receive window for a channel, larger than any TCP receive
+/// buffer: when a command leaves its stdin unread, the agent's read loop
+/// waits (see ARCHITECTURE.md) and the client's bytes then stay in TCP,
+/// where the client sees a zero window from a live peer (not a lost one).
+/// It costs no memory: russh refills it as the bytes arrive.
+pub const AGENT_WINDOW: u32 = 1 << 30;
+
+/// Messages queued per channel before the TCP stream is paused (both ends):
+/// a reader that stops reading stops the sender through SSH flow control.
+pub const CHANNEL_BUFFER: usize = 32;
