@@ -218,6 +218,15 @@ pub struct ExecAllArgs {
     /// Write the run's report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Also write each node's stdout and stderr to DIR/RANK.out and DIR/RANK.err.
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Prefix every output line with the time it arrived (UTC, milliseconds).
+    #[arg(long)]
+    pub timestamps: bool,
+    /// Print identical outputs of several nodes once, at the end, with their ranks.
+    #[arg(long, conflicts_with = "timestamps")]
+    pub group: bool,
     /// At most this many connections being set up at once.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = at_least_one())]
     pub max_connecting: usize,

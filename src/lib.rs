@@ -13,6 +13,7 @@
 //! - `helper`: `multinode install-helper`, the generic-helper built into the binary.
 //! - [`check`]: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
+//! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
 //! - [`process`]: spawning commands as group leaders and ending their whole group.
 //! - [`signals`]: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
@@ -30,6 +31,7 @@ pub mod environ;
 pub mod error;
 pub mod exec_all;
 pub mod exit_code;
+pub(crate) mod exit_info;
 mod helper;
 pub mod keys;
 pub mod process;

@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::{Shared, plain};
+use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome};
 use crate::protocol::signals::{signal_number, signal_to_sig};
-use crate::protocol::{CWD_VAR, PIPE_GRACE};
+use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 
 /// How long the last buffered output may take to reach the client once every
 /// writer is gone.
@@ -53,12 +54,17 @@ pub(crate) async fn run(
         let msg = format!("multinode agent: warning: {e}\n");
         let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
     }
-    let mut cwd = None;
+    let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let mut cwd_set = false;
+    let mut wants_exit_info = false;
     let mut vars = Vec::with_capacity(env.len());
     for (name, value) in env {
-        if name == CWD_VAR {
+        if name == protocol::exit_info::REQUEST_VAR {
+            wants_exit_info = value == "1";
+        } else if name == CWD_VAR {
             if std::path::Path::new(&value).is_dir() {
-                cwd = Some(value);
+                cwd = value.into();
+                cwd_set = true;
             } else {
                 let msg = format!(
                     "multinode agent: warning: no directory {value} here; staying in the agent's\n"
@@ -95,23 +101,18 @@ pub(crate) async fn run(
             .stderr(Stdio::piped());
         cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
         cmd.envs(vars.iter().map(|(k, v)| (k, v)));
-        if let Some(dir) = &cwd {
-            cmd.current_dir(dir);
+        if cwd_set {
+            cmd.current_dir(&cwd);
         }
         if direct.is_some() {
             // As sh exports it: the directory the command runs in (a PWD
             // among the variables was the head's).
-            cmd.env_remove("PWD");
-            if let Some(pwd) = cwd.clone().or_else(|| {
-                std::env::current_dir()
-                    .ok()
-                    .map(|d| d.to_string_lossy().into_owned())
-            }) {
-                cmd.env("PWD", pwd);
-            }
+            cmd.env("PWD", &cwd);
         }
         cmd
     };
+
+    let watch = wants_exit_info.then(|| exit_info::Watch::start(&cwd));
     let spawned = match &direct {
         // A program exec cannot start (a script without #!) is sh's to run.
         Some(d) => GroupChild::spawn(&mut build(Some(d))).or_else(|e| {
@@ -212,6 +213,9 @@ pub(crate) async fn run(
             shared.keeper.forget(pgid);
             shared.running.remove(pgid);
             debug!(channel = %id, %outcome, "command ended");
+            if let Some(watch) = &watch {
+                send_exit_info(&tx, watch, &outcome).await;
+            }
             send_outcome(&tx, &handle, outcome).await;
             let _ = tx.eof().await;
             let _ = tx.close().await;
@@ -234,6 +238,9 @@ pub(crate) async fn run(
                 && !conn.is_cancelled()
                 && let Ok(outcome) = outcome
             {
+                if let Some(watch) = &watch {
+                    send_exit_info(&tx, watch, &outcome).await;
+                }
                 send_outcome(&tx, &handle, outcome).await;
                 let _ = tx.eof().await;
             }
@@ -275,6 +282,19 @@ async fn pump(
             return;
         }
     }
+}
+
+/// What the node saw of the command's end (OOM kills, a core), for a client
+/// that asked: one message on its own extended data stream (see `exit_info`).
+async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, outcome: &Outcome) {
+    let info = watch.finish(exit_info::may_have_dumped(outcome));
+    debug!(channel = %tx.id(), ?info, "exit info");
+    let _ = tx
+        .extended_data_bytes(
+            protocol::exit_info::EXT_EXIT_INFO,
+            bytes::Bytes::from(info.to_message()),
+        )
+        .await;
 }
 
 async fn send_outcome(

@@ -130,13 +130,15 @@ pub async fn run(
                         node.address = address;
                         running += 1;
                     }
-                    Event::Ended(End { outcome, stats, ended, subtree }) => {
+                    Event::Ended(end) => {
+                        let End { outcome, stats, ended, subtree, exit_info } = *end;
                         debug!(rank, host = %node.host, ?outcome, "node ended");
                         if node.started.is_none() {
                             node.started = Some(ended);
                         }
                         node.ended = Some(ended);
                         node.stats = stats;
+                        node.exit_info = exit_info;
                         let failed = !outcome.success();
                         node.outcome = Some(outcome);
                         remaining -= 1;

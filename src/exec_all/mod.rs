@@ -8,8 +8,15 @@
 //! - `relay`: past `--fanout` nodes, groups of nodes run through one of theirs.
 //! - `options`: the validated options of a run and their defaults.
 //! - `types`: the run's data (events, outcomes, records, results), imported by the rest.
+//! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
+//! - `nccl_line`: which output lines are NCCL's warnings and errors.
+//! - `files`: `--output DIR`, a file per rank and stream.
+//! - `group`: `--group`, identical outputs printed once with their ranks.
 
 mod dispatch;
+mod files;
+mod group;
+mod nccl_line;
 mod node;
 mod options;
 mod output;
@@ -17,6 +24,7 @@ mod relay;
 mod report;
 pub mod script;
 mod types;
+mod verdict;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -77,11 +85,15 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         export: Export::parse(&args.export)?,
         max_connecting: args.max_connecting,
         fanout: args.fanout,
+        output_dir: args.output.clone(),
+        timestamps: args.timestamps,
+        group: args.group,
         snapshot_on_timeout: args.snapshot_on_timeout,
         ..RunOptions::new(script)
     };
     let report_path = args.report.clone();
-    let result = run_blocking(&job, &env, options)?;
+    let grouped = options.group;
+    let mut result = run_blocking(&job, &env, options)?;
     if args.relay_report {
         // This exec_all runs a group for a head: its report goes back on stderr.
         relay::emit_report(&result);
@@ -97,8 +109,47 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
             ))
         })?;
     }
+    if grouped
+        && let Err(code) = print_groups(&result)
+        && result.exit_code == 0
+    {
+        result.exit_code = code;
+    }
     finish_output(&result);
     Ok(result.exit_code)
+}
+
+/// `--group`: every node's gathered stdout, then stderr, grouped by content.
+/// A stdout that cannot be written is exit code 141, as for live output.
+fn print_groups(result: &RunResult) -> Result<(), i32> {
+    use crate::stdio::{Fd, write_all};
+    let nodes = |err: bool| -> Vec<group::NodeOutput<'_>> {
+        result
+            .nodes
+            .iter()
+            .map(|n| {
+                let (bytes, total) = if err {
+                    (&n.stats.captured_err, n.stats.bytes_err)
+                } else {
+                    (&n.stats.captured_out, n.stats.bytes_out)
+                };
+                group::NodeOutput {
+                    rank: n.rank,
+                    host: &n.host,
+                    bytes,
+                    cut: total > bytes.len() as u64,
+                }
+            })
+            .collect()
+    };
+    let out = write_all(Fd::Out, &group::render(&nodes(false), output::CAPTURE_MAX));
+    let _ = write_all(Fd::Err, &group::render(&nodes(true), output::CAPTURE_MAX));
+    out.map_err(|e| {
+        if let Some(line) = crate::stdio::failure_line(program_name(), Fd::Out, &e) {
+            crate::stdio::eprint(&line);
+        }
+        crate::stdio::failure_code()
+    })
 }
 
 /// What the user reads last: why output stopped (unless a pipe was simply
@@ -106,6 +157,11 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
 pub(crate) fn finish_output(result: &RunResult) {
     if let Some(line) = &result.output_failure {
         crate::stdio::eprint(line);
+    }
+    for node in &result.nodes {
+        if let Some(why) = &node.stats.file_failure {
+            crate::stdio::eprint(&format!("{}: warning: {why}\n", program_name()));
+        }
     }
     if result.exit_code != 0 {
         crate::stdio::eprint(&report::table(result));
@@ -275,6 +331,17 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     if selected.is_empty() {
         return Err(Error::usage("--nodes/--exclude leave no node to run on"));
     }
+    let remote = selected.iter().filter(|&&r| r != job.rank).count();
+    if options.group && remote > options.fanout {
+        return Err(Error::usage(format!(
+            "--group gathers every node's output here, so it needs every node reached directly: \
+             {remote} other nodes but --fanout {}; raise --fanout to {remote}",
+            options.fanout
+        )));
+    }
+    if let Some(dir) = &options.output_dir {
+        files::prepare(dir).map_err(Error::Usage)?;
+    }
     let ctx = Arc::new(RunCtx {
         command: match &transport {
             Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
@@ -341,14 +408,21 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
             rx
         });
         let label = options.label.then(|| format!("{rank} {host}: "));
-        let forward = options.forward_output && (forward_all || rank == 0);
-        let sink = output::NodeSink::new(
+        let forward = options.forward_output && !options.group && (forward_all || rank == 0);
+        let mut sink = output::NodeSink::new(
             writer.clone(),
             label,
             forward,
-            !options.forward_output,
+            !options.forward_output || options.group,
             shared,
         );
+        if options.timestamps {
+            sink = sink.with_timestamps();
+        }
+        // A relay's exec_all writes the files of its group itself.
+        if let (Some(dir), 1) = (&options.output_dir, group.len()) {
+            sink = sink.with_files(files::NodeFiles::create(dir, rank).map_err(Error::Usage)?);
+        }
         // A relay's lines come labelled by its own exec_all, and its stderr ends with its report.
         let (sink, relay) = if group.len() > 1 {
             let command = relay::command(&group, &options, &ctx, &exported);

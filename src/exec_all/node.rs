@@ -19,9 +19,10 @@ use tracing::debug;
 use super::output::{NodeSink, Stream};
 use super::relay;
 use super::types::{Control, End, Event, NodeOutcome, RunCtx, Transport};
+use crate::exit_info::{self, ExitInfo};
 use crate::process::{GroupChild, Outcome};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
-use crate::protocol::{CWD_VAR, PIPE_GRACE};
+use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 use crate::transport::client::Target;
 
 /// Everything one node task needs.
@@ -46,6 +47,10 @@ impl NodeTask {
     }
 
     fn end(self, outcome: NodeOutcome) {
+        self.end_with(outcome, None);
+    }
+
+    fn end_with(self, outcome: NodeOutcome, exit_info: Option<ExitInfo>) {
         let subtree = self.relay.as_ref().map(|(group, _)| {
             relay::subtree(
                 group,
@@ -59,8 +64,9 @@ impl NodeTask {
             stats: self.sink.stats.clone(),
             ended: SystemTime::now(),
             subtree,
+            exit_info,
         };
-        let _ = self.events.send((self.rank, Event::Ended(end)));
+        let _ = self.events.send((self.rank, Event::Ended(Box::new(end))));
     }
 }
 
@@ -138,6 +144,10 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     let (command, env) = match connector.auth() {
         crate::transport::client::Auth::Agent(_) => {
             vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
+            vars.push((
+                protocol::exit_info::REQUEST_VAR.to_string(),
+                "1".to_string(),
+            ));
             (command.to_vec(), vars)
         }
         crate::transport::client::Auth::OpenSsh(_) => (
@@ -169,6 +179,8 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     let mut status = None;
     let mut abandoned = false;
     let mut timer = FlushTimer::new();
+    // The agent's report of the script's end (see `exit_info`).
+    let mut info_bytes: Vec<u8> = Vec::new();
     loop {
         timer.arm(task.sink.flush_at());
         // In this order: orders first; bytes already here before the timer of
@@ -186,6 +198,11 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
             },
             msg = rx.wait() => match msg {
                 Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
+                Some(ChannelMsg::ExtendedData { data, ext: protocol::exit_info::EXT_EXIT_INFO }) => {
+                    if info_bytes.len() + data.len() <= protocol::exit_info::MAX_MESSAGE {
+                        info_bytes.extend_from_slice(&data);
+                    }
+                }
                 Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
                 Some(ChannelMsg::Close) | None => break,
                 Some(msg) => {
@@ -208,7 +225,8 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
             NodeOutcome::Lost("connection lost (no keepalive answer, or the agent ended)".into())
         }
     };
-    task.end(outcome);
+    let info = ExitInfo::from_message(&info_bytes);
+    task.end_with(outcome, info);
 }
 
 /// The local node, or a node reached through an external wrapper: a local
@@ -226,6 +244,10 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
         argv.push(task.host.clone().into());
         argv.push(std::ffi::OsStr::from_bytes(&command).to_os_string());
     }
+    // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
+    let watch = task
+        .local
+        .then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
     let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
     let mut cmd = tokio::process::Command::from(supervised);
     if task.local {
@@ -318,11 +340,15 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
     }
     crate::process::end_group_after(pgid, ctx.grace, child.signalled_at()).await;
     child.disarm();
+    let info = match (&watch, &status) {
+        (Some(watch), Some(outcome)) => Some(watch.finish(exit_info::may_have_dumped(outcome))),
+        _ => None,
+    };
     let outcome = match status {
         Some(outcome) => NodeOutcome::Finished(outcome),
         None => NodeOutcome::Lost("the local process could not be waited for".into()),
     };
-    task.end(outcome);
+    task.end_with(outcome, info);
 }
 
 /// The timer of a sink's held partial line, armed lazily: once when a line

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::script::{Export, Script};
@@ -37,6 +38,12 @@ pub(crate) struct RunOptions {
     pub fanout: usize,
     /// Give exec_all's stdin to the nodes (file and `-c` scripts).
     pub forward_stdin: bool,
+    /// `--output DIR`: each node's streams also to DIR/RANK.out and .err.
+    pub output_dir: Option<PathBuf>,
+    /// `--timestamps`: every line prefixed with the time it came.
+    pub timestamps: bool,
+    /// `--group`: output gathered, printed at the end grouped by content.
+    pub group: bool,
     /// Take a snapshot of every node before `--timeout` ends the run.
     pub snapshot_on_timeout: bool,
 }
@@ -60,6 +67,9 @@ impl RunOptions {
             forward_output: true,
             fanout: DEFAULT_FANOUT,
             forward_stdin: false,
+            output_dir: None,
+            timestamps: false,
+            group: false,
             snapshot_on_timeout: false,
         }
     }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
+use super::files::NodeFiles;
 use super::relay;
 use super::types::OutputStats;
 use crate::stdio::{Fd, FdWriter};
@@ -252,6 +253,10 @@ pub struct NodeSink {
     end_partial: bool,
     /// This node is a relay: look for its report in stderr.
     relay: bool,
+    /// `--timestamps`: every line starts with the time it came.
+    timestamps: bool,
+    /// `--output DIR`: the node's files.
+    files: Option<NodeFiles>,
     out: Partial,
     err: Partial,
     pub stats: OutputStats,
@@ -296,6 +301,8 @@ impl NodeSink {
     ) -> Self {
         NodeSink {
             relay: false,
+            timestamps: false,
+            files: None,
             hold: shared || label.is_some(),
             end_partial: shared || label.is_some(),
             writer,
@@ -314,6 +321,12 @@ impl NodeSink {
         match stream {
             Stream::Out => self.stats.bytes_out += data.len() as u64,
             Stream::Err => self.stats.bytes_err += data.len() as u64,
+        }
+        if let Some(files) = &mut self.files {
+            files.write(stream, data);
+            if files.failure.is_some() && self.stats.file_failure.is_none() {
+                self.stats.file_failure = files.failure.clone();
+            }
         }
         if self.capture {
             let kept = match stream {
@@ -417,11 +430,28 @@ impl NodeSink {
         }
     }
 
+    /// `--output DIR`: the node's bytes also go to its files, as they come.
+    pub fn with_files(mut self, files: NodeFiles) -> Self {
+        self.files = Some(files);
+        self
+    }
+
+    /// `--timestamps`: every line is prefixed with the time it came (before
+    /// the label, if any); lines are then cut as for labels.
+    pub fn with_timestamps(mut self) -> Self {
+        self.timestamps = true;
+        self.label.get_or_insert_with(Vec::new);
+        self.hold = true;
+        self.end_partial = true;
+        self
+    }
+
     /// Marks this sink as a relay's: its lines are labelled by the relay
     /// already, and its report is taken out of its stderr.
     pub fn relay(mut self) -> Self {
         self.relay = true;
         self.label = None;
+        self.timestamps = false;
         self.hold = true;
         self
     }
@@ -438,6 +468,9 @@ impl NodeSink {
             }
         }
         remember_tail(&mut self.stats.tail, &block);
+        if let Some(line) = super::nccl_line::last_in(&block) {
+            self.stats.nccl_line = Some(line);
+        }
         if self.label.is_none() {
             let partial = match stream {
                 Stream::Out => &mut self.out,
@@ -449,11 +482,22 @@ impl NodeSink {
             return;
         }
         let block = match &self.label {
+            Some(label) if self.timestamps => {
+                let mut prefix = timestamp(std::time::SystemTime::now()).into_bytes();
+                prefix.push(b' ');
+                prefix.extend_from_slice(label);
+                labelled(&prefix, &block)
+            }
             Some(label) => labelled(label, &block),
             None => block,
         };
         let _ = self.writer.tx.send(Message::Block(stream, block)).await;
     }
+}
+
+/// `2026-12-01T09:24:20.123Z`: `--timestamps`' prefix.
+pub fn timestamp(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// Where to cut `data`: after its last line end. Labelled, a `\r` that is
@@ -572,6 +616,26 @@ mod tests {
             ]
         );
         assert_eq!((sink.stats.bytes_out, sink.stats.bytes_err), (6, 5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_nccl_line_and_timestamps() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut sink = NodeSink::new(writer(tx), None, true, false, true).with_timestamps();
+        sink.feed(Stream::Err, b"h:1:2 [0] NCCL WARN first\nplain\n")
+            .await;
+        sink.feed(Stream::Out, b"x: NCCL error in: y\nok\n").await;
+        sink.finish().await;
+        assert_eq!(sink.stats.nccl_line.as_deref(), Some("x: NCCL error in: y"));
+        let got = blocks(&mut rx);
+        assert_eq!(got.len(), 2);
+        for (_, text) in &got {
+            for line in text.lines() {
+                // 2026-12-01T09:24:20.123Z, a space, the line.
+                assert_eq!(&line[23..25], "Z ", "{line:?}");
+            }
+        }
+        assert!(got[1].1.ends_with("Z ok\n"), "{got:?}");
     }
 
     fn writer(tx: mpsc::Sender<Message>) -> Writer {

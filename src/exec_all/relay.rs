@@ -79,7 +79,7 @@ pub fn plan_groups(selected: &[usize], local: usize, fanout: usize) -> Vec<Vec<u
 }
 
 /// `0-3,7`: ranks as ranges, for `--nodes`.
-fn ranks_spec(ranks: &[usize]) -> String {
+pub fn ranks_spec(ranks: &[usize]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ranks.len() {
@@ -133,6 +133,15 @@ pub fn command(
     if options.label {
         cmd.extend_from_slice(b" --label");
     }
+    if options.timestamps {
+        cmd.extend_from_slice(b" --timestamps");
+    }
+    if let Some(dir) = &options.output_dir {
+        cmd.extend_from_slice(b" --output ");
+        cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
+            dir.as_os_str(),
+        )));
+    }
     if !options.fail_fast {
         cmd.extend_from_slice(b" --no-fail-fast");
     }
@@ -181,6 +190,15 @@ fn record(n: report::NodeReport) -> NodeRecord {
     record.stats.bytes_out = n.bytes_out;
     record.stats.bytes_err = n.bytes_err;
     record.stats.tail = n.last_lines.into();
+    record.stats.nccl_line = n.nccl_line;
+    // The relay's report carries what each node of its group could tell.
+    if n.oom_kills.is_some() || n.core.is_some() {
+        record.exit_info = Some(crate::protocol::exit_info::ExitInfo {
+            oom_kills: n.oom_kills,
+            cgroup: n.cgroup,
+            core: n.core,
+        });
+    }
     record
 }
 

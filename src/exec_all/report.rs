@@ -7,10 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::types::{CancelReason, NodeOutcome, NodeRecord, RunResult};
+use super::verdict::{self, Verdict};
 use crate::process::{Outcome, signal_name};
 
 /// Above this many nodes, the table lists only those that did not succeed.
 const FULL_TABLE_MAX: usize = 32;
+/// The table's LAST OUTPUT is cut to this many characters (the report has it whole).
+const LAST_OUTPUT_MAX: usize = 80;
 
 /// One node in `--report FILE`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,6 +36,19 @@ pub struct NodeReport {
     pub bytes_out: u64,
     pub bytes_err: u64,
     pub last_lines: Vec<String>,
+    /// OOM kills the node's cgroup counted while the script ran; `null`:
+    /// the node cannot tell (see `exit_info`).
+    #[serde(default)]
+    pub oom_kills: Option<u64>,
+    /// The cgroup file the node read them from.
+    #[serde(default)]
+    pub cgroup: Option<String>,
+    /// A core file written meanwhile, or where cores are piped.
+    #[serde(default)]
+    pub core: Option<String>,
+    /// The node's last line that looks like an NCCL warning or error.
+    #[serde(default)]
+    pub nccl_line: Option<String>,
 }
 
 /// `--report FILE`.
@@ -42,6 +58,9 @@ pub struct Report {
     /// Why the run ended early, if it did.
     pub cancelled: Option<CancelReason>,
     pub first_failure: Option<usize>,
+    /// The first failure, told in full (see `verdict`).
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
     pub started: f64,
     pub nodes: Vec<NodeReport>,
     /// What every node was doing when `--timeout` expired (`--snapshot-on-timeout`).
@@ -104,6 +123,10 @@ pub fn build(result: &RunResult) -> Report {
                 bytes_out: n.stats.bytes_out,
                 bytes_err: n.stats.bytes_err,
                 last_lines: n.stats.tail.iter().cloned().collect(),
+                oom_kills: n.exit_info.as_ref().and_then(|i| i.oom_kills),
+                cgroup: n.exit_info.as_ref().and_then(|i| i.cgroup.clone()),
+                core: n.exit_info.as_ref().and_then(|i| i.core.clone()),
+                nccl_line: n.stats.nccl_line.clone(),
             }
         })
         .collect();
@@ -111,6 +134,7 @@ pub fn build(result: &RunResult) -> Report {
         exit_code: result.exit_code,
         cancelled: result.cancelled,
         first_failure: result.first_failure,
+        verdict: super::verdict::build(result),
         started: epoch(result.started),
         nodes,
         snapshot: result.snapshot.clone(),
@@ -132,7 +156,7 @@ pub fn table(result: &RunResult) -> String {
             format!(
                 "rank {rank} ({}) {} first",
                 node.map(|n| n.host.as_str()).unwrap_or("?"),
-                describe(node.and_then(|n| n.outcome.as_ref()))
+                node.map(status_cell).unwrap_or_default()
             )
         }
         (Some(CancelReason::Timeout), None) => "--timeout expired".into(),
@@ -159,11 +183,15 @@ pub fn table(result: &RunResult) -> String {
             [
                 n.rank.to_string(),
                 n.host.clone(),
-                describe(n.outcome.as_ref()),
+                status_cell(n),
                 n.duration()
                     .map(|d| format!("{:.1}s", d.as_secs_f64()))
                     .unwrap_or_else(|| "-".into()),
-                n.stats.tail.back().cloned().unwrap_or_default(),
+                n.stats
+                    .tail
+                    .back()
+                    .map(|l| cut(l, LAST_OUTPUT_MAX))
+                    .unwrap_or_default(),
             ]
         })
         .collect();
@@ -200,17 +228,35 @@ pub fn table(result: &RunResult) -> String {
             total - rows.len()
         );
     }
-    if let Some(node) = result
-        .first_failure
-        .and_then(|r| result.nodes.iter().find(|n| n.rank == r))
-        && node.stats.tail.len() > 1
-    {
-        let _ = writeln!(out, "last lines of rank {} ({}):", node.rank, node.host);
-        for l in &node.stats.tail {
-            let _ = writeln!(out, "  {l}");
-        }
+    if let Some(verdict) = verdict::build(result) {
+        out.push_str(&verdict::render(&verdict));
     }
     out
+}
+
+/// The table's STATUS: short (`exit 137 (SIGKILL), OOM-killed`, `lost`);
+/// the long story is the verdict's and the report's.
+fn status_cell(n: &NodeRecord) -> String {
+    let Some(outcome) = &n.outcome else {
+        return "not started".into();
+    };
+    let (how, _, _) = verdict::how(outcome);
+    let oom = !outcome.success() && n.exit_info.as_ref().and_then(|i| i.oom_kills).unwrap_or(0) > 0;
+    if oom {
+        format!("{how}, OOM-killed")
+    } else {
+        how
+    }
+}
+
+/// `text` cut to `max` characters, with `...` when it was longer.
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(max.saturating_sub(3)).collect();
+    s.push_str("...");
+    s
 }
 
 #[cfg(test)]
@@ -261,15 +307,74 @@ mod tests {
         let table = table(&result());
         let expected = "\
 mn-exec-all: 3 of 3 nodes did not succeed; rank 1 (node1) exit 3 first; exit code 3
-RANK  HOST   STATUS                 TIME  LAST OUTPUT
-0     node0  killed by SIGTERM      1.5s  working
-1     node1  exit 3                 1.5s  error: disk full
-2     node2  lost: connection lost  1.5s
-last lines of rank 1 (node1):
-  step 1
-  error: disk full
+RANK  HOST   STATUS             TIME  LAST OUTPUT
+0     node0  killed by SIGTERM  1.5s  working
+1     node1  exit 3             1.5s  error: disk full
+2     node2  lost               1.5s
+first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 3
+  OOM-killed: unknown (the node cannot tell: no multinode agent there, or no readable cgroup OOM counter)
+  last lines:
+    step 1
+    error: disk full
+  the whole job was down 0.00 s after this failure
 ";
         assert_eq!(table, expected);
+    }
+
+    #[test]
+    fn the_verdict_of_an_oom_kill_and_of_a_lost_node() {
+        let mut result = result();
+        let t0 = result.started;
+        let n1 = &mut result.nodes[1];
+        n1.outcome = Some(NodeOutcome::Finished(Outcome::Exited(137)));
+        n1.exit_info = Some(crate::exit_info::ExitInfo {
+            oom_kills: Some(1),
+            cgroup: Some("/sys/fs/cgroup/memory.events".into()),
+            core: None,
+        });
+        n1.stats.nccl_line = Some("h:1:1 [1] NCCL WARN socket closed".into());
+        n1.stats.tail = ["x".repeat(300)].into_iter().collect();
+        result.nodes[0].ended = Some(t0 + Duration::from_millis(2250));
+        result.exit_code = 137;
+        let text = table(&result);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "mn-exec-all: 3 of 3 nodes did not succeed; rank 1 (node1) exit 137 (SIGKILL), OOM-killed first; exit code 137"
+        );
+        // Long output is cut in the table, whole in the verdict.
+        assert_eq!(
+            lines[3],
+            format!(
+                "1     node1  exit 137 (SIGKILL), OOM-killed  1.5s  {}...",
+                "x".repeat(77)
+            )
+        );
+        let verdict = lines[5..].join("\n");
+        let expected = format!(
+            "\
+first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137 (SIGKILL)
+  OOM-killed: yes (oom_kill rose in /sys/fs/cgroup/memory.events)
+  last NCCL warning/error: h:1:1 [1] NCCL WARN socket closed
+  last lines:
+    {}
+  the whole job was down 0.75 s after this failure",
+            "x".repeat(300)
+        );
+        assert_eq!(verdict, expected);
+        let report = serde_json::to_value(build(&result)).unwrap();
+        assert_eq!(report["verdict"]["oom_killed"], true);
+        assert_eq!(report["verdict"]["signal"], "SIGKILL");
+        assert_eq!(report["verdict"]["down_after_s"], 0.75);
+        assert_eq!(report["nodes"][1]["oom_kills"], 1);
+
+        // A lost node: the table says "lost", the verdict says why.
+        result.first_failure = Some(2);
+        let text = table(&result);
+        assert!(
+            text.contains("first failure: rank 2 (node2), 1.50 s into the run (00:16:41.500Z UTC): lost\n  why: connection lost\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::script::Script;
 use crate::process::Outcome;
+use crate::protocol::exit_info::ExitInfo;
 use crate::transport::client::Connector;
 
 /// What every node task shares.
@@ -68,6 +69,9 @@ pub struct NodeRecord {
     pub ended: Option<SystemTime>,
     pub outcome: Option<NodeOutcome>,
     pub stats: OutputStats,
+    /// What the node saw of its script's end (OOM kills, a core); `None`
+    /// when it cannot tell (not an agent) or the script never ran.
+    pub exit_info: Option<ExitInfo>,
 }
 
 impl NodeRecord {
@@ -80,6 +84,7 @@ impl NodeRecord {
             ended: None,
             outcome: None,
             stats: OutputStats::default(),
+            exit_info: None,
         }
     }
 
@@ -115,7 +120,7 @@ pub enum Event {
     Started {
         address: Option<String>,
     },
-    Ended(End),
+    Ended(Box<End>),
 }
 
 #[derive(Debug)]
@@ -125,6 +130,8 @@ pub struct End {
     pub ended: SystemTime,
     /// For a relay: what its exec_all reported of each node of its group.
     pub subtree: Option<Subtree>,
+    /// What the node saw of the script's end, when it can tell.
+    pub exit_info: Option<ExitInfo>,
 }
 
 /// A relay's report of its group.
@@ -183,4 +190,8 @@ pub struct OutputStats {
     pub captured_err: Vec<u8>,
     /// A relay's report line (see `relay::REPORT_MARKER`), taken out of its stderr.
     pub relay_report: Option<String>,
+    /// The last line that looks like an NCCL warning or error (`nccl_line`).
+    pub nccl_line: Option<String>,
+    /// Why `--output`'s files of this node stopped being written.
+    pub file_failure: Option<String>,
 }

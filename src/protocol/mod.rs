@@ -4,11 +4,13 @@
 //!
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, `wait-release`).
 //! - `signals`: signals by their SSH names, and a channel's exit message as an `Outcome`.
+//! - `exit_info`: what a node tells of its command's end (OOM kills, a core), and how.
 //! - `algorithms`: key exchange and cipher preferences between two `multinode` ends.
 //! - here: the variables and constants both ends share, keepalive and channel settings.
 
 pub mod algorithms;
 pub mod control;
+pub mod exit_info;
 pub mod signals;
 
 use std::time::Duration;

@@ -120,7 +120,10 @@ pub(crate) async fn dump(py_spy: &Path, pid: i32, timeout: Duration) -> PyStack 
         },
         Ok(Ok(out)) => {
             let why = first_error(&out.stdout, &out.stderr);
-            let hint = if why.contains("ermission") || why.contains("ptrace") {
+            let hint = if why.contains("ermission")
+                || why.contains("not permitted")
+                || why.contains("ptrace")
+            {
                 " (py-spy needs ptrace permission: CAP_SYS_PTRACE, or kernel.yama.ptrace_scope=0)"
             } else {
                 ""
@@ -166,6 +169,39 @@ mod tests {
             "Permission denied (os error 13)"
         );
         assert_eq!(first_error(b"", b""), "no output");
+    }
+
+    fn fake(dir: &Path, body: &str) -> PathBuf {
+        let exe = dir.join("py-spy");
+        std::fs::write(&exe, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        exe
+    }
+
+    #[tokio::test]
+    async fn a_refusal_or_a_hang_is_a_note_not_a_stack() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // What py-spy prints without ptrace permission.
+        let denied = fake(
+            dir.path(),
+            "echo 'Error: Operation not permitted (os error 1)' >&2; exit 1",
+        );
+        assert_eq!(
+            dump(&denied, 4242, Duration::from_secs(5)).await,
+            PyStack::Note(
+                "py-spy: Operation not permitted (os error 1) (py-spy needs ptrace permission: \
+                 CAP_SYS_PTRACE, or kernel.yama.ptrace_scope=0)"
+                    .into()
+            )
+        );
+        let hung = fake(dir.path(), "exec sleep 30");
+        let t = std::time::Instant::now();
+        assert_eq!(
+            dump(&hung, 4242, Duration::from_millis(300)).await,
+            PyStack::Note("py-spy did not answer within 0.3 s".into())
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod agent;
 mod agent_login;
 mod bytepipe;
 mod check;
+mod diagnose;
 mod docs;
 mod env;
 mod exec_all;

@@ -7,6 +7,9 @@
 #   the image's binary stands for; the container's user is root, so `sudo`
 #   is a function that runs its command. /multinode/generic-helper must then
 #   be the repository's helpers/generic-helper;
+# - quickstart-dockerfile: the page's lines for a user's own image, after a
+#   FROM of the base image and with the test image's binary as the build
+#   context: the image has the two names and /multinode/generic-helper;
 # - quickstart-demo and quickstart-demo-label: the `$ ` lines run as
 #   written; the output must be the page's lines, in any order;
 # - quickstart-install-denied: the same command as a user who may not write
@@ -100,4 +103,31 @@ else
     check_fail "one-machine sequence: output differs from the page: $(diff "$MN_TMP/one-machine.want" "$MN_TMP/one-machine.got" | tr '\n' ' ')"
 fi
 check_eq "agents left after the sequence" 0 "$(fact agents-left)"
+
+# The page's Dockerfile lines on a user's image (here the base image). The
+# image built is the scenario's own, removed when it ends.
+ctx=$MN_TMP/image
+mkdir -p "$ctx"
+user_image=mn-quickstart-user:$MN_RUN_ID
+trap 'docker rmi -f "$user_image" >/dev/null 2>&1 || true' EXIT
+cid=$(docker create --label "$MN_LABEL" "$MN_IMAGE" true)
+docker cp "$cid:/usr/local/bin/multinode" "$ctx/multinode"
+docker rm "$cid" >/dev/null
+{
+    echo "FROM ${MULTINODE_BASE_IMAGE:-multinode-base:bookworm}"
+    mn_doc_block "$page" quickstart-dockerfile
+} >"$ctx/Dockerfile"
+rc=0
+docker build -q -t "$user_image" "$ctx" >"$MN_TMP/user-image.out" 2>&1 || rc=$?
+check_eq "docker build with the page's Dockerfile lines" 0 "$rc"
+if ((rc == 0)); then
+    layout=$(mn_docker --rm --network none -v "$MN_TMP/page:/page:ro" "$user_image" sh -c '
+        echo "$(readlink /usr/local/bin/mn-ssh) $(readlink /usr/local/bin/mn-exec-all)"
+        cmp -s /multinode/generic-helper /page/generic-helper.want && echo helper=same
+    ' 2>&1 | tr '\n' ' ')
+    check_eq "the user's image: mn-ssh, mn-exec-all links, the helper" \
+        "multinode multinode helper=same " "$layout"
+else
+    sed 's/^/  | /' "$MN_TMP/user-image.out"
+fi
 finish
