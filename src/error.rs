@@ -29,5 +29,3 @@ impl Error {
         }
     }
 }
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -135,14 +135,17 @@ pub fn make_group_leader(cmd: &mut Command) {
     }
 }
 
-/// Default dispositions for every catchable signal and an empty mask.
-/// Async-signal-safe: used between fork and exec.
-fn reset_signals() {
-    for signo in 1..32 {
+/// Default dispositions for every catchable signal, real-time ones
+/// included, and an empty mask: the one reset every child of `multinode`
+/// gets (group leaders here, the supervisor's command). Async-signal-safe:
+/// used between fork and exec.
+pub fn reset_signals() {
+    for signo in 1..=libc::SIGRTMAX() {
         if signo == libc::SIGKILL || signo == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: setting SIG_DFL is always valid for these numbers.
+        // SAFETY: setting SIG_DFL is valid for these numbers (the C library
+        // refuses, harmlessly, the few it reserves for itself).
         unsafe {
             libc::signal(signo, libc::SIG_DFL);
         }
@@ -311,6 +314,19 @@ pub async fn end_group_after(pgid: Pid, grace: Duration, signalled: Option<tokio
         }
         _ => end_group(pgid, grace).await,
     }
+}
+
+/// Ending without a runtime (the keeper, the supervisor): SIGTERM through
+/// `signal`, up to `grace` until `gone()` says everything ended (polled every
+/// 50 ms), then SIGKILL through `signal` to whatever is left. The blocking
+/// twin of [`end_group`].
+pub fn end_blocking(signal: impl Fn(Signal), mut gone: impl FnMut() -> bool, grace: Duration) {
+    signal(Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline && !gone() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(Signal::SIGKILL);
 }
 
 /// Waits until the group is empty or `deadline` has come, then SIGKILLs

@@ -12,7 +12,9 @@ use crate::error::Error;
 
 /// SIGINT, SIGTERM and SIGHUP: what ends a launcher.
 pub const STOP_SIGNALS: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-/// What `mn-ssh` passes on to the remote command, as ssh would with a terminal.
+/// What is passed on to a command rather than handled: `mn-ssh` sends these
+/// to the remote command (as ssh would with a terminal), the agent's init
+/// (PID 1) to the agent, the supervisor keeps them blocked for its command.
 pub const FORWARDED_SIGNALS: &[i32] = &[
     libc::SIGINT,
     libc::SIGTERM,

@@ -14,25 +14,15 @@
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{self, SigHandler, SigSet, Signal};
+use nix::sys::signal::{self, SigHandler, SigSet};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getppid};
 
 use crate::cli::SuperviseArgs;
 use crate::error::Error;
-
-/// The signals a caller forwards to the group; the supervisor keeps them blocked.
-const FORWARDED: [Signal; 7] = [
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGPIPE,
-];
+use crate::signals::FORWARDED_SIGNALS;
 
 /// How often the supervisor checks that its parent is still there, in case
 /// the parent-death signal was lost (the parent thread ended earlier).
@@ -72,8 +62,9 @@ pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
         // reaches the child between fork and exec stays pending there, and is
         // delivered once the child restores the mask (ignored, it would be lost).
         let mut blocked = set;
-        for sig in FORWARDED {
-            libc::sigaddset(&mut blocked, sig as libc::c_int);
+        // SIGPIPE too: a caller's closed pipe is the command's business.
+        for &sig in FORWARDED_SIGNALS.iter().chain(&[libc::SIGPIPE]) {
+            libc::sigaddset(&mut blocked, sig);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
         set
@@ -86,7 +77,7 @@ pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
     // (async-signal-safe calls).
     unsafe {
         cmd.pre_exec(|| {
-            reset_child_signals();
+            crate::process::reset_signals();
             Ok(())
         });
     }
@@ -128,20 +119,6 @@ fn parent_death_signal() -> i32 {
     libc::SIGRTMIN() + 1
 }
 
-fn reset_child_signals() {
-    // SAFETY: all async-signal-safe; run in the child before exec.
-    unsafe {
-        for signo in 1..libc::SIGRTMAX() {
-            if signo != libc::SIGKILL && signo != libc::SIGSTOP {
-                libc::signal(signo, libc::SIG_DFL);
-            }
-        }
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    }
-}
-
 fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     let ts = libc::timespec {
         // `as _`: time_t is a deprecated alias on musl (it becomes 64-bit there).
@@ -176,18 +153,19 @@ fn reap(child: Pid) -> Option<i32> {
 /// The caller is gone: end the whole group, this process last.
 fn end_group(child: Pid, grace: Duration) -> ! {
     let group = getpgrp();
-    let _ = signal::killpg(group, Signal::SIGTERM);
-    let start = Instant::now();
-    while start.elapsed() < grace {
-        std::thread::sleep(Duration::from_millis(50));
-        if matches!(
-            waitpid(child, Some(WaitPidFlag::WNOHANG)),
-            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
-        ) {
-            break;
-        }
-    }
-    let _ = signal::killpg(group, Signal::SIGKILL);
+    // This process is in the group too: the command's exit is what counts.
+    crate::process::end_blocking(
+        |sig| {
+            let _ = signal::killpg(group, sig);
+        },
+        || {
+            matches!(
+                waitpid(child, Some(WaitPidFlag::WNOHANG)),
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+            )
+        },
+        grace,
+    );
     std::process::exit(crate::exit_code::CONNECTION_FAILED)
 }
 

@@ -10,15 +10,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::error::Error;
-
-const FORWARDED: [Signal; 6] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
+use crate::signals::FORWARDED_SIGNALS;
 
 /// Returns in the agent process; in the init process it never returns.
 /// Must run before any thread exists (before the tokio runtime).
@@ -27,8 +19,8 @@ pub(crate) fn become_init_if_pid1() -> Result<(), Error> {
         return Ok(());
     }
     let mut set = SigSet::empty();
-    for sig in FORWARDED {
-        set.add(sig);
+    for &signo in FORWARDED_SIGNALS {
+        set.add(Signal::try_from(signo).expect("a standard signal"));
     }
     set.add(Signal::SIGCHLD);
     set.thread_block()

@@ -261,20 +261,19 @@ pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
         }
     }
     // The agent is gone.
-    for &pgid in &groups {
-        process::signal_group(Pid::from_raw(pgid), Signal::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline
-        && groups
-            .iter()
-            .any(|&pgid| process::group_alive(Pid::from_raw(pgid)))
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for &pgid in &groups {
-        process::signal_group(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
+    process::end_blocking(
+        |sig| {
+            for &pgid in &groups {
+                process::signal_group(Pid::from_raw(pgid), sig);
+            }
+        },
+        || {
+            !groups
+                .iter()
+                .any(|&pgid| process::group_alive(Pid::from_raw(pgid)))
+        },
+        grace,
+    );
     Ok(0)
 }
 

@@ -198,7 +198,6 @@ mod tests {
     ) -> NodeCapture {
         NodeCapture {
             rank,
-            host: format!("gpu{:02}", rank + 1),
             outcome,
             stdout: stdout.to_vec(),
             stderr: stderr.to_vec(),

@@ -13,7 +13,7 @@
 //! - `checks`: facts in, one result a check out.
 //! - `report`: the table and the JSON.
 //! - `head`: `multinode check` on the head.
-//! - `nvidia_smi`, `cuda`, `nccl`, `nodeset`: pure parsers (nvidia-smi's
+//! - `nvidia_smi`, `cuda`: pure parsers (nvidia-smi's
 //!   output, CUDA versions and architectures, NCCL's and Gloo's lists,
 //!   host names folded as `node[01-04]`).
 

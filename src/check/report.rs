@@ -46,23 +46,8 @@ pub(crate) fn render_table(results: &[CheckResult]) -> String {
         })
         .collect();
     let header = ["CHECK", "STATUS", "NODES", "FIX"].map(String::from);
-    let widths: Vec<usize> = (0..3)
-        .map(|c| {
-            std::iter::once(&header)
-                .chain(&rows)
-                .map(|l| l[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for line in std::iter::once(&header).chain(&rows) {
-        for (c, width) in widths.iter().enumerate() {
-            out.push_str(&format!("{:<width$}  ", line[c]));
-        }
-        out.push_str(&line[3]);
-        out.push('\n');
-    }
+    let lines: Vec<&[String; 4]> = std::iter::once(&header).chain(&rows).collect();
+    let mut out = crate::table::render(&lines);
     let not_ok: Vec<&CheckResult> = results.iter().filter(|r| r.status != Status::Ok).collect();
     if !not_ok.is_empty() {
         out.push('\n');

@@ -8,15 +8,10 @@ pub fn render_sh(vars: &[(String, String)]) -> String {
         out.push_str("export ");
         out.push_str(name);
         out.push('=');
-        out.push_str(&sh_quote(value));
+        out.push_str(&crate::sh::quote_str(value));
         out.push('\n');
     }
     out
-}
-
-/// `value` in single quotes for `sh`.
-fn sh_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
 }
 
 /// One JSON object, its keys in the contract's order, every value a string.
@@ -52,7 +47,7 @@ mod tests {
             ])),
             "export A='plain'\nexport B='it'\\''s $HOME `x` \\n\nline2'\nexport C=''\n"
         );
-        assert_eq!(sh_quote("''"), r"''\'''\'''");
+        assert_eq!(crate::sh::quote_str("''"), r"''\'''\'''");
     }
 
     #[test]

@@ -257,7 +257,22 @@ pub async fn run(
             .map(NodeOutcome::exit_code)
             .unwrap_or(exit_code::CONNECTION_FAILED)
     });
-    let exit_code = match cancelled {
+    RunResult {
+        exit_code: run_exit_code(cancelled, failure_code),
+        cancelled,
+        first_failure,
+        nodes,
+        started,
+        output_failure: None,
+        snapshot,
+    }
+}
+
+/// The run's exit code: 124 for `--timeout`; else the first failure's code;
+/// else what ended the run early (128 + the signal; SIGKILL for a second
+/// signal; SIGPIPE for closed output); else 0.
+fn run_exit_code(cancelled: Option<CancelReason>, failure_code: Option<i32>) -> i32 {
+    match cancelled {
         Some(CancelReason::Timeout) => exit_code::TIMEOUT,
         Some(CancelReason::Signal(signo)) => failure_code.unwrap_or(exit_code::from_signal(signo)),
         Some(CancelReason::SecondSignal) => {
@@ -267,14 +282,174 @@ pub async fn run(
             failure_code.unwrap_or(exit_code::from_signal(libc::SIGPIPE))
         }
         Some(CancelReason::NodeFailed) | None => failure_code.unwrap_or(exit_code::SUCCESS),
-    };
-    RunResult {
-        exit_code,
-        cancelled,
-        first_failure,
-        nodes,
-        started,
-        output_failure: None,
-        snapshot,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::Outcome;
+
+    #[test]
+    fn exit_codes_follow_the_cancel_reason_and_the_first_failure() {
+        use CancelReason::*;
+        assert_eq!(run_exit_code(None, None), 0);
+        assert_eq!(run_exit_code(None, Some(3)), 3);
+        assert_eq!(run_exit_code(Some(NodeFailed), Some(3)), 3);
+        assert_eq!(run_exit_code(Some(Timeout), Some(3)), 124, "timeout wins");
+        assert_eq!(run_exit_code(Some(Signal(libc::SIGINT)), None), 130);
+        assert_eq!(run_exit_code(Some(Signal(libc::SIGINT)), Some(3)), 3);
+        assert_eq!(run_exit_code(Some(SecondSignal), None), 137);
+        assert_eq!(run_exit_code(Some(OutputClosed), None), 141);
+        assert!(SecondSignal > Signal(1) && Signal(1) > Timeout && Timeout > OutputClosed);
+        assert!(OutputClosed > NodeFailed, "the most serious reason wins");
+    }
+
+    fn spec(fail_fast: bool, grace_ms: u64, timeout_ms: Option<u64>) -> Dispatch {
+        Dispatch {
+            fail_fast,
+            grace: Duration::from_millis(grace_ms),
+            timeout: timeout_ms.map(Duration::from_millis),
+            progress: false,
+            snapshot: None,
+            snapshot_on_timeout: false,
+        }
+    }
+
+    /// A run of `n` nodes driven by hand: the dispatcher's future, the
+    /// events it reads, and each node's orders.
+    struct Run {
+        events: mpsc::UnboundedSender<(usize, Event)>,
+        orders: Vec<mpsc::UnboundedReceiver<Control>>,
+        result: tokio::task::JoinHandle<RunResult>,
+        _closed: mpsc::UnboundedSender<()>,
+    }
+
+    fn start(spec: Dispatch, n: usize) -> Run {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let (closed, closed_rx) = mpsc::unbounded_channel();
+        let (writer_closed, _) = mpsc::unbounded_channel();
+        let (writer, _thread) = super::super::output::start(writer_closed);
+        let mut handles = Vec::new();
+        let mut orders = Vec::new();
+        for rank in 0..n {
+            let (tx, rx) = mpsc::unbounded_channel();
+            handles.push(TaskHandle { rank, control: tx });
+            orders.push(rx);
+        }
+        let records = (0..n)
+            .map(|r| NodeRecord::new(r, format!("node{r}")))
+            .collect();
+        let result = tokio::spawn(async move {
+            run(&spec, records, handles, events_rx, closed_rx, writer).await
+        });
+        Run {
+            events,
+            orders,
+            result,
+            _closed: closed,
+        }
+    }
+
+    fn end(run: &Run, rank: usize, outcome: Outcome) {
+        let end = End {
+            outcome: NodeOutcome::Finished(outcome),
+            stats: Default::default(),
+            ended: SystemTime::now(),
+            subtree: None,
+            exit_info: Default::default(),
+        };
+        run.events
+            .send((rank, Event::Ended(Box::new(end))))
+            .unwrap();
+    }
+
+    async fn order(run: &mut Run, rank: usize) -> Control {
+        tokio::time::timeout(Duration::from_secs(5), run.orders[rank].recv())
+            .await
+            .expect("an order within 5 s")
+            .expect("the dispatcher is running")
+    }
+
+    #[tokio::test]
+    async fn a_failure_with_fail_fast_ends_the_others_with_sigterm() {
+        let mut run = start(spec(true, 5_000, None), 3);
+        end(&run, 1, Outcome::Exited(3));
+        for rank in [0, 2] {
+            assert!(matches!(
+                order(&mut run, rank).await,
+                Control::Signal(libc::SIGTERM)
+            ));
+        }
+        let killed = Outcome::Signaled {
+            signal: libc::SIGTERM,
+            core_dumped: false,
+        };
+        end(&run, 0, killed);
+        end(&run, 2, killed);
+        let result = run.result.await.unwrap();
+        assert_eq!(result.exit_code, 3, "the first failure's code");
+        assert_eq!(result.first_failure, Some(1));
+        assert_eq!(result.cancelled, Some(CancelReason::NodeFailed));
+        assert!(
+            run.orders[1].try_recv().is_err(),
+            "the failed node got no order"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_fail_fast_a_failure_waits_for_everyone() {
+        let mut run = start(spec(false, 5_000, None), 2);
+        end(&run, 0, Outcome::Exited(2));
+        end(&run, 1, Outcome::Exited(0));
+        let result = run.result.await.unwrap();
+        assert_eq!(result.exit_code, 2);
+        assert_eq!(result.cancelled, None);
+        assert!(run.orders[1].try_recv().is_err(), "nobody was signalled");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_sends_sigterm_then_sigkill_after_the_grace() {
+        let mut run = start(spec(true, 200, Some(50)), 1);
+        let started = Instant::now();
+        assert!(matches!(
+            order(&mut run, 0).await,
+            Control::Signal(libc::SIGTERM)
+        ));
+        // The node ignores SIGTERM: SIGKILL comes once the grace is over.
+        assert!(matches!(
+            order(&mut run, 0).await,
+            Control::Signal(libc::SIGKILL)
+        ));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        end(
+            &run,
+            0,
+            Outcome::Signaled {
+                signal: libc::SIGKILL,
+                core_dumped: false,
+            },
+        );
+        let result = run.result.await.unwrap();
+        assert_eq!(result.exit_code, 124);
+        assert_eq!(result.cancelled, Some(CancelReason::Timeout));
+        assert_eq!(
+            result.first_failure, None,
+            "failures after the timeout are not the cause"
+        );
+    }
+
+    #[tokio::test]
+    async fn closed_output_ends_the_run_with_141() {
+        let mut run = start(spec(true, 5_000, None), 1);
+        run._closed.send(()).unwrap();
+        assert!(matches!(
+            order(&mut run, 0).await,
+            Control::Signal(libc::SIGTERM)
+        ));
+        end(&run, 0, Outcome::Exited(0));
+        let result = run.result.await.unwrap();
+        assert_eq!(result.exit_code, 141);
+        assert_eq!(result.cancelled, Some(CancelReason::OutputClosed));
     }
 }

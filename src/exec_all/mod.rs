@@ -42,10 +42,8 @@ use dispatch::Dispatch;
 /// they run the script).
 const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 use node::NodeTask;
-pub use options::DEFAULT_FANOUT;
 pub(crate) use options::RunOptions;
 use script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
-pub use types::CancelReason;
 use types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Transport};
 
 use crate::cli::ExecAllArgs;
@@ -509,7 +507,6 @@ async fn broadcast_stdin(txs: Vec<mpsc::Sender<Bytes>>) {
 #[derive(Debug, Clone)]
 pub struct NodeCapture {
     pub rank: usize,
-    pub host: String,
     /// How the command ended, or why the node could not run it (unreachable, lost).
     pub outcome: Result<Outcome, String>,
     pub stdout: Vec<u8>,
@@ -540,7 +537,6 @@ pub async fn collect(
         .into_iter()
         .map(|n| NodeCapture {
             rank: n.rank,
-            host: n.host,
             outcome: match n.outcome {
                 Some(NodeOutcome::Finished(outcome)) => Ok(outcome),
                 Some(NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e)) => Err(e),

@@ -8,9 +8,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::options::RunOptions;
 use super::report;
-use super::script::{self, Script, sh_quote};
+use super::script::{self, Script};
 use super::types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Subtree};
 use crate::process::Outcome;
+use crate::sh::quote as sh_quote;
 
 /// The line a relay's exec_all ends its stderr with: this marker, then its
 /// report as JSON. The head takes it out of the output.

@@ -196,31 +196,9 @@ pub fn table(result: &RunResult) -> String {
         })
         .collect();
     let header = ["RANK", "HOST", "STATUS", "TIME", "LAST OUTPUT"];
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, cell) in widths.iter_mut().zip(row.iter()).take(4) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let mut s = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i < 4 {
-                let _ = write!(s, "{cell:<w$}  ", w = widths[i]);
-            } else {
-                s.push_str(cell);
-            }
-        }
-        s.trim_end().to_string()
-    };
-    let _ = writeln!(out, "{}", line(header));
-    for row in &cells {
-        let _ = writeln!(
-            out,
-            "{}",
-            line([&row[0], &row[1], &row[2], &row[3], &row[4]])
-        );
-    }
+    let header = header.map(String::from);
+    let lines: Vec<&[String; 5]> = std::iter::once(&header).chain(&cells).collect();
+    out.push_str(&crate::table::render(&lines));
     if rows.len() < total {
         let _ = writeln!(
             out,

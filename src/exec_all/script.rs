@@ -121,21 +121,6 @@ pub fn is_name(name: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// `'text'` for sh, with `'` written as `'\''`: safe for any bytes.
-pub fn sh_quote(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len() + 2);
-    out.push(b'\'');
-    for &b in bytes {
-        if b == b'\'' {
-            out.extend_from_slice(b"'\\''");
-        } else {
-            out.push(b);
-        }
-    }
-    out.push(b'\'');
-    out
-}
-
 /// How the script reaches the nodes.
 #[derive(Debug, Clone)]
 pub enum Script {
@@ -160,14 +145,14 @@ impl Script {
             Script::Stdin(_) => b"exec sh -s --".to_vec(),
             Script::Inline(text) => {
                 let mut c = b"exec sh -c ".to_vec();
-                c.extend_from_slice(&sh_quote(text));
+                c.extend_from_slice(&crate::sh::quote(text));
                 c.extend_from_slice(b" sh");
                 c
             }
         };
         for arg in args {
             cmd.push(b' ');
-            cmd.extend_from_slice(&sh_quote(arg.as_bytes()));
+            cmd.extend_from_slice(&crate::sh::quote(arg.as_bytes()));
         }
         cmd
     }
@@ -188,7 +173,7 @@ impl Script {
                 let mut cmd = b"set --".to_vec();
                 for arg in args {
                     cmd.push(b' ');
-                    cmd.extend_from_slice(&sh_quote(arg.as_bytes()));
+                    cmd.extend_from_slice(&crate::sh::quote(arg.as_bytes()));
                 }
                 cmd.push(b'\n');
                 cmd.extend_from_slice(text);
@@ -228,9 +213,9 @@ impl Script {
 /// string: change directory, export the variables, then run the script.
 pub fn wrapped_command(shell_command: &[u8], cwd: &[u8], env: &[(String, String)]) -> Vec<u8> {
     let mut out = b"cd ".to_vec();
-    out.extend_from_slice(&sh_quote(cwd));
+    out.extend_from_slice(&crate::sh::quote(cwd));
     out.extend_from_slice(b" 2>/dev/null || echo \"mn-exec-all: warning: no directory ");
-    out.extend_from_slice(&sh_quote(cwd));
+    out.extend_from_slice(&crate::sh::quote(cwd));
     out.extend_from_slice(b" on $(hostname)\" >&2; ");
     let exported: Vec<&(String, String)> = env.iter().filter(|(k, _)| is_name(k)).collect();
     if !exported.is_empty() {
@@ -239,7 +224,7 @@ pub fn wrapped_command(shell_command: &[u8], cwd: &[u8], env: &[(String, String)
             out.push(b' ');
             out.extend_from_slice(k.as_bytes());
             out.push(b'=');
-            out.extend_from_slice(&sh_quote(v.as_bytes()));
+            out.extend_from_slice(&crate::sh::quote(v.as_bytes()));
         }
         out.extend_from_slice(b"; ");
     }

@@ -145,24 +145,14 @@ fn processes(out: &mut String, snap: &NodeSnapshot) {
     let head = [
         "PID", "S", "CPU%", "RSS", "ELAPSED", "WAIT", "GPU", "COMMAND",
     ];
-    let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
+    let head = head.map(String::from);
+    let all: Vec<&[String; 8]> = std::iter::once(&head).chain(&rows).collect();
+    let columns = crate::table::Columns::fit(&all);
     let line = |out: &mut String, cells: &[&str]| {
-        let mut l = String::from("  ");
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(c);
-            } else {
-                let _ = write!(l, "{c:<w$}  ");
-            }
-        }
-        let _ = writeln!(out, "{}", l.trim_end());
+        let _ = writeln!(out, "  {}", columns.line(cells));
     };
-    line(out, &head);
+    let head_cells: Vec<&str> = head.iter().map(String::as_str).collect();
+    line(out, &head_cells);
     for (p, r) in snap.processes.iter().zip(&rows) {
         let cells: Vec<&str> = r.iter().map(String::as_str).collect();
         line(out, &cells);

@@ -29,18 +29,7 @@ fn render_table(rows: &[HostRow]) -> String {
             r.address.map_or_else(|| "-".to_string(), |a| a.to_string()),
         ]
     }));
-    let widths: Vec<usize> = (0..3)
-        .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for line in &lines {
-        for (c, width) in widths.iter().enumerate() {
-            out.push_str(&format!("{:<width$}  ", line[c]));
-        }
-        out.push_str(&line[3]);
-        out.push('\n');
-    }
-    out
+    crate::table::render(&lines)
 }
 
 fn render_json(rows: &[HostRow]) -> String {

@@ -38,8 +38,8 @@ mod slots;
 mod tasks_per_node;
 mod this_node;
 
+pub use error::TopologyError;
 pub(crate) use error::shorten;
-pub use error::{ParseError, TopologyError};
 pub use hosts::cmd_hosts;
 pub(crate) use placement::{Placement, resolve_placement};
 

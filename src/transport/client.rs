@@ -702,10 +702,6 @@ impl Connection {
         }
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.handle.is_closed()
-    }
-
     /// Closes the connection and waits until the disconnect is sent.
     pub async fn close(self) {
         let _ = self

@@ -1,6 +1,6 @@
 //! How a command reaches a node: `mn-ssh` and its option parsing.
 
 pub mod client;
-pub mod route;
-pub mod ssh;
-pub mod ssh_args;
+pub(crate) mod route;
+pub(crate) mod ssh;
+pub(crate) mod ssh_args;

@@ -377,11 +377,6 @@ fn set_destination(inv: &mut SshInvocation, dest: &str) -> Result<(), SshArgsErr
     Ok(())
 }
 
-/// The words of the command as a display string (for messages only).
-pub fn display_command(command: &[u8]) -> String {
-    String::from_utf8_lossy(command).into_owned()
-}
-
 #[cfg(test)]
 fn os(s: &str) -> OsString {
     OsString::from(s)

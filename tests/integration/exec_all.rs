@@ -277,24 +277,43 @@ fn sigint_reaches_every_node_and_a_second_one_kills() {
         .spawn()
         .unwrap();
     assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    // The output as it comes, line by line.
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     signal(&child, nix::sys::signal::Signal::SIGINT);
-    // Every shell answers SIGINT; the sleeps ignore it, so the run goes on...
-    std::thread::sleep(Duration::from_millis(700));
+    let first = std::time::Instant::now();
+    // Every shell answers SIGINT (its line is the condition waited for); the
+    // sleeps ignore it, so the run goes on...
+    let mut out = String::new();
+    while (0..3).any(|rank| !out.contains(&format!("got-int-{rank}"))) {
+        let line = lines
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("not every rank answered SIGINT ({e}): {out}"));
+        out.push_str(&line);
+        out.push('\n');
+    }
     assert!(
         child.try_wait().unwrap().is_none(),
         "ended on the first SIGINT"
     );
     assert_eq!(sleepers(&tag).len(), 3);
-    // ...until a second SIGINT, which is SIGKILL for everyone.
+    // ...until a second SIGINT, which is SIGKILL for everyone. A person's
+    // second Ctrl-C: the same signal within 250 ms of the first counts once
+    // (`Stops::next_distinct`), so it comes after that.
+    std::thread::sleep(
+        (first + Duration::from_millis(400)).saturating_duration_since(std::time::Instant::now()),
+    );
     signal(&child, nix::sys::signal::Signal::SIGINT);
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    out.extend(lines.try_iter().map(|l| l + "\n"));
     for rank in 0..3 {
         assert!(
             out.contains(&format!("got-int-{rank}")),

@@ -36,7 +36,11 @@ start_head '
     python3 -c "import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((\"0.0.0.0\", 29500)); s.listen(64); time.sleep(120)" &
-    sleep 1
+    # Until the listener is there (it answers a connection).
+    for _ in $(seq 100); do
+        python3 -c "import socket; socket.create_connection((\"127.0.0.1\", 29500), 1)" 2>/dev/null && break
+        sleep 0.1
+    done
     multinode check --format json --port 29500'
 # shellcheck disable=SC2119 # no options for this worker
 start_worker
