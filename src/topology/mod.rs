@@ -107,7 +107,7 @@ impl Topology {
 
     /// Parses a `MULTINODE_HOSTLIST` (full or folded) into a topology whose
     /// source is `source`.
-    pub fn from_hostlist(list: &str, source: &str) -> Result<Self, ParseError> {
+    pub fn from_hostlist(list: &str, source: &str) -> Result<Self, error::ParseError> {
         Ok(Topology {
             nodes: host_slots::parse_host_slots(list)?,
             source: source.to_string(),
