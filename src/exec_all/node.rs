@@ -81,8 +81,9 @@ pub async fn run(ctx: Arc<RunCtx>, task: NodeTask) {
     }
 }
 
-/// A node's stdin: the script (for `-`), then exec_all's stdin (for a file
-/// or `-c`), then EOF.
+/// A local process's stdin: the script (for `-`), then exec_all's stdin
+/// (for a file or `-c`), then EOF. A remote node's goes the same way through
+/// `transport::client::send_input`.
 struct StdinSource {
     prefix: Option<Bytes>,
     rx: Option<mpsc::Receiver<Bytes>>,
@@ -166,15 +167,9 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     let tx = Arc::new(tx);
     let stdin = {
         let tx = tx.clone();
-        let mut source = StdinSource::new(&ctx, task.stdin.take());
-        tokio::spawn(async move {
-            while let Some(chunk) = source.next().await {
-                if tx.data_bytes(chunk).await.is_err() {
-                    return;
-                }
-            }
-            let _ = tx.eof().await;
-        })
+        let prefix = ctx.script.stdin_prefix().map(Bytes::copy_from_slice);
+        let input = task.stdin.take();
+        tokio::spawn(async move { crate::transport::client::send_input(&tx, prefix, input).await })
     };
     let mut status = None;
     let mut abandoned = false;

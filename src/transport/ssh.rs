@@ -135,18 +135,8 @@ pub async fn run(
 
     let stdin_task = {
         let tx = tx.clone();
-        let no_stdin = inv.no_stdin;
-        tokio::spawn(async move {
-            if !no_stdin {
-                let mut stdin = stdio::stdin_chunks();
-                while let Some(chunk) = stdin.recv().await {
-                    if tx.data_bytes(chunk).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            let _ = tx.eof().await;
-        })
+        let input = (!inv.no_stdin).then(stdio::stdin_chunks);
+        tokio::spawn(async move { super::client::send_input(&tx, None, input).await })
     };
 
     let mut stops = Stops::new(FORWARDED_SIGNALS)?;
