@@ -364,6 +364,8 @@ TOOLS = {
 if BASE:
     TOOLS["mn-exec-all (base)"] = t_mn(exe=BASE_EXEC_ALL)
     TOOLS["mn-exec-all --label (base)"] = t_mn(label=True, exe=BASE_EXEC_ALL)
+    TOOLS["mn-exec-all (flat) (base)"] = t_mn(extra_args=("--fanout", "1000000"),
+                                              exe=BASE_EXEC_ALL)
 LABELLED = ("pdsh", "clush", "mn-exec-all --label")
 
 

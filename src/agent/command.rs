@@ -17,7 +17,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::Shared;
+use super::{Shared, plain};
 use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome};
 use crate::protocol::signals::{signal_number, signal_to_sig};
@@ -48,23 +48,23 @@ pub(crate) async fn run(
     conn: CancellationToken,
 ) {
     let id = tx.id();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c").arg(OsStr::from_bytes(&req.command));
-    // Registered with the keeper: the group ends even if this agent is killed.
-    shared.keeper.register_on_spawn(&mut cmd);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
+    // exec_all sends the hostlists folded; this node writes them out.
+    let mut env = req.env;
+    if let Err(e) = crate::env::hostlists::expand_wire(&mut env) {
+        let msg = format!("multinode agent: warning: {e}\n");
+        let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+    }
     let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let mut cwd_set = false;
     let mut wants_exit_info = false;
-    for (name, value) in &req.env {
+    let mut vars = Vec::with_capacity(env.len());
+    for (name, value) in env {
         if name == protocol::exit_info::REQUEST_VAR {
             wants_exit_info = value == "1";
         } else if name == CWD_VAR {
-            if std::path::Path::new(value).is_dir() {
-                cmd.current_dir(value);
+            if std::path::Path::new(&value).is_dir() {
                 cwd = value.into();
+                cwd_set = true;
             } else {
                 let msg = format!(
                     "multinode agent: warning: no directory {value} here; staying in the agent's\n"
@@ -72,12 +72,56 @@ pub(crate) async fn run(
                 let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
             }
         } else {
-            cmd.env(name, value);
+            vars.push((name, value));
         }
     }
+    let path = vars
+        .iter()
+        .chain(shared.base_env.iter())
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let direct = plain::argv(&req.command).and_then(|argv| plain::resolve(argv, path));
+    let build = |direct: Option<&plain::Direct<'_>>| {
+        let mut cmd = match direct {
+            Some(d) => {
+                let mut cmd = Command::new(&d.program);
+                cmd.arg0(d.argv[0]).args(&d.argv[1..]);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new("/bin/sh");
+                cmd.arg("-c").arg(OsStr::from_bytes(&req.command));
+                cmd
+            }
+        };
+        // Registered with the keeper: the group ends even if this agent is killed.
+        shared.keeper.register_on_spawn(&mut cmd);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
+        cmd.envs(vars.iter().map(|(k, v)| (k, v)));
+        if cwd_set {
+            cmd.current_dir(&cwd);
+        }
+        if direct.is_some() {
+            // As sh exports it: the directory the command runs in (a PWD
+            // among the variables was the head's).
+            cmd.env("PWD", &cwd);
+        }
+        cmd
+    };
 
     let watch = wants_exit_info.then(|| exit_info::Watch::start(&cwd));
-    let mut child = match GroupChild::spawn(&mut cmd) {
+    let spawned = match &direct {
+        // A program exec cannot start (a script without #!) is sh's to run.
+        Some(d) => GroupChild::spawn(&mut build(Some(d))).or_else(|e| {
+            debug!(program = %d.program.display(), error = %e, "direct exec failed; through sh");
+            GroupChild::spawn(&mut build(None))
+        }),
+        None => GroupChild::spawn(&mut build(None)),
+    };
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let msg = format!("multinode agent: cannot run /bin/sh: {e}\n");

@@ -18,6 +18,7 @@ mod init;
 mod keeper;
 mod lifecycle;
 mod login;
+mod plain;
 mod server;
 mod sftp;
 mod snapshot;

@@ -50,6 +50,7 @@ pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
         keepalive_max: protocol::KEEPALIVE_MAX,
         nodelay: true,
         channel_buffer_size: protocol::CHANNEL_BUFFER,
+        window_size: protocol::AGENT_WINDOW,
         ..Default::default()
     }
 }

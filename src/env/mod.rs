@@ -6,6 +6,7 @@
 //! node's processes). [`render_sh`] and [`render_json`] print them.
 //! docs/environment.md describes every variable.
 
+pub(crate) mod hostlists;
 pub(crate) mod programs;
 mod render;
 
@@ -122,7 +123,8 @@ pub fn agent_port(env: &EnvMap) -> Result<u16, Error> {
 }
 
 /// The contract's variables for this node, in this order: `MULTINODE_HOSTLIST`,
-/// `MULTINODE_HOSTLIST_NOSLOTS`, `MULTINODE_TOTAL_SLOTS`, `MULTINODE_NNODES`,
+/// `MULTINODE_HOSTLIST_NOSLOTS`, (`MULTINODE_HOSTFILE` when the lists are
+/// folded, see [`hostlists`]), `MULTINODE_TOTAL_SLOTS`, `MULTINODE_NNODES`,
 /// `MULTINODE_HEAD`, `MULTINODE_NODE_IP`, `MULTINODE_LOCAL_IP`, `RANK`,
 /// `MULTINODE_NODE_RANK`, `MULTINODE_AGENT_PORT`, `MULTINODE_SSH_WRAPPER`,
 /// `MULTINODE_RSH_WRAPPER`, `MULTINODE_BIN`.
@@ -139,40 +141,107 @@ pub fn contract(job: &Job) -> Vec<(String, String)> {
 /// connected to may put it in instead). A `rank` outside the topology also
 /// gets an empty `MULTINODE_LOCAL_IP`.
 pub fn contract_for_rank(job: &Job, rank: usize) -> Vec<(String, String)> {
-    let local_ip = if rank == job.rank {
-        job.local_ip.to_string()
-    } else {
-        job.topology
-            .nodes
-            .get(rank)
-            .and_then(|n| n.host.parse::<IpAddr>().ok())
-            .map(|ip| ip.to_string())
-            .unwrap_or_default()
-    };
-    let topo = &job.topology;
-    let head = topo
-        .nodes
-        .first()
-        .map(|n| n.host.clone())
-        .unwrap_or_default();
-    [
-        ("MULTINODE_HOSTLIST", topo.hostlist()),
-        ("MULTINODE_HOSTLIST_NOSLOTS", topo.hostlist_noslots()),
-        ("MULTINODE_TOTAL_SLOTS", topo.total_slots().to_string()),
-        ("MULTINODE_NNODES", topo.nodes.len().to_string()),
-        ("MULTINODE_HEAD", head),
-        ("MULTINODE_NODE_IP", job.head_ip.to_string()),
-        (LOCAL_IP_VAR, local_ip),
-        ("RANK", rank.to_string()),
-        ("MULTINODE_NODE_RANK", rank.to_string()),
-        ("MULTINODE_AGENT_PORT", job.agent_port.to_string()),
-        ("MULTINODE_SSH_WRAPPER", job.wrapper.clone()),
-        ("MULTINODE_RSH_WRAPPER", job.rsh_wrapper.clone()),
-        ("MULTINODE_BIN", job.bin.clone()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    Contract::new(job).for_rank(rank)
+}
+
+/// The contract of a job, its rank-independent part rendered once: a caller
+/// that starts many nodes (exec_all) pays for the hostlists once, not once a node.
+#[derive(Debug, Clone)]
+pub struct Contract<'a> {
+    job: &'a Job,
+    lists: hostlists::Lists,
+    total_slots: String,
+    nnodes: String,
+    head: String,
+}
+
+impl<'a> Contract<'a> {
+    pub fn new(job: &'a Job) -> Self {
+        let topo = &job.topology;
+        Contract {
+            job,
+            lists: hostlists::Lists::new(topo),
+            total_slots: topo.total_slots().to_string(),
+            nnodes: topo.nodes.len().to_string(),
+            head: topo
+                .nodes
+                .first()
+                .map(|n| n.host.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// [`contract_for_rank`].
+    pub fn for_rank(&self, rank: usize) -> Vec<(String, String)> {
+        self.with_lists(rank, self.lists.vars.clone())
+    }
+
+    /// What exec_all sends an agent for node `rank`: [`Contract::for_rank`]
+    /// with the lists as one folded variable, which the agent expands on its
+    /// node ([`hostlists::expand_wire`]). Its size does not depend on the
+    /// number of nodes when their names are regular.
+    pub fn wire_for_rank(&self, rank: usize) -> Vec<(String, String)> {
+        let folded = vec![(hostlists::FOLDED_VAR.to_string(), self.lists.folded.clone())];
+        self.with_lists(rank, folded)
+    }
+
+    /// For a node reached through an external wrapper (sshd, a platform's):
+    /// [`Contract::for_rank`] without `MULTINODE_HOSTFILE`, a file of this node.
+    pub fn remote_for_rank(&self, rank: usize) -> Vec<(String, String)> {
+        let mut vars = self.for_rank(rank);
+        vars.retain(|(k, _)| k != hostlists::HOSTFILE_VAR);
+        vars
+    }
+
+    /// Every name [`Contract::for_rank`] or [`Contract::wire_for_rank`] may set.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        hostlists::NAMES.into_iter().chain([
+            "MULTINODE_TOTAL_SLOTS",
+            "MULTINODE_NNODES",
+            "MULTINODE_HEAD",
+            "MULTINODE_NODE_IP",
+            LOCAL_IP_VAR,
+            "RANK",
+            "MULTINODE_NODE_RANK",
+            "MULTINODE_AGENT_PORT",
+            "MULTINODE_SSH_WRAPPER",
+            "MULTINODE_RSH_WRAPPER",
+            "MULTINODE_BIN",
+        ])
+    }
+
+    fn with_lists(&self, rank: usize, lists: Vec<(String, String)>) -> Vec<(String, String)> {
+        let job = self.job;
+        let local_ip = if rank == job.rank {
+            job.local_ip.to_string()
+        } else {
+            job.topology
+                .nodes
+                .get(rank)
+                .and_then(|n| n.host.parse::<IpAddr>().ok())
+                .map(|ip| ip.to_string())
+                .unwrap_or_default()
+        };
+        let mut vars = lists;
+        vars.extend(
+            [
+                ("MULTINODE_TOTAL_SLOTS", self.total_slots.clone()),
+                ("MULTINODE_NNODES", self.nnodes.clone()),
+                ("MULTINODE_HEAD", self.head.clone()),
+                ("MULTINODE_NODE_IP", job.head_ip.to_string()),
+                (LOCAL_IP_VAR, local_ip),
+                ("RANK", rank.to_string()),
+                ("MULTINODE_NODE_RANK", rank.to_string()),
+                ("MULTINODE_AGENT_PORT", job.agent_port.to_string()),
+                ("MULTINODE_SSH_WRAPPER", job.wrapper.clone()),
+                ("MULTINODE_RSH_WRAPPER", job.rsh_wrapper.clone()),
+                ("MULTINODE_BIN", job.bin.clone()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+        );
+        vars
+    }
 }
 
 /// Fills in `MULTINODE_LOCAL_IP` in the contract of a node that was reached
@@ -293,6 +362,62 @@ mod tests {
         let outside = contract_for_rank(&job, 9);
         assert_eq!(get(&outside, "MULTINODE_LOCAL_IP").as_deref(), Some(""));
         assert_eq!(contract_for_rank(&job, 0), contract(&job));
+    }
+
+    #[test]
+    fn bytes_sent_to_a_node_do_not_grow_with_the_node_count() {
+        let job_of = |n: usize| Job {
+            topology: Topology {
+                nodes: (1..=n)
+                    .map(|i| Node {
+                        host: format!("gpu-node-{i:05}"),
+                        slots: 8,
+                    })
+                    .collect(),
+                source: "test".into(),
+            },
+            rank: 0,
+            head_ip: ip("10.0.0.1"),
+            local_ip: ip("10.0.0.1"),
+            agent_port: DEFAULT_AGENT_PORT,
+            wrapper: "/opt/mn/bin/mn-ssh".into(),
+            rsh_wrapper: "/opt/mn/bin/mn-ssh".into(),
+            bin: "/opt/mn/bin/multinode".into(),
+        };
+        let bytes = |vars: Vec<(String, String)>| -> usize {
+            vars.iter().map(|(k, v)| k.len() + v.len()).sum()
+        };
+        let (small, large) = (job_of(100), job_of(10_000));
+        let (small, large) = (Contract::new(&small), Contract::new(&large));
+        // Only the digits of MULTINODE_NNODES and _TOTAL_SLOTS differ (3 + 3).
+        let (s, l) = (
+            bytes(small.wire_for_rank(42)),
+            bytes(large.wire_for_rank(42)),
+        );
+        assert!(l <= s + 6, "{s} bytes at 100 nodes, {l} at 10,000");
+        assert!(l < 400, "{l} bytes");
+        // What the node's commands then see, written out by its agent:
+        // at 10,000 nodes the full list would not pass exec (128 KiB).
+        let mut on_node = large.wire_for_rank(42);
+        hostlists::expand_wire(&mut on_node).expect("expands");
+        assert_eq!(on_node, large.for_rank(42));
+        assert!(job_of(10_000).topology.hostlist().len() > 128 * 1024);
+        let get = |name: &str| {
+            on_node
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            get("MULTINODE_HOSTLIST").as_deref(),
+            Some("gpu-node-[00001-10000]:8")
+        );
+        assert!(get(hostlists::HOSTFILE_VAR).is_some());
+        // Below the limit the node sees the lists written out, as before.
+        let mut small_on_node = small.wire_for_rank(42);
+        hostlists::expand_wire(&mut small_on_node).expect("expands");
+        assert_eq!(small_on_node, small.for_rank(42));
+        assert_eq!(small_on_node[0].1.len(), 100 * 17 - 1);
     }
 
     #[test]

@@ -363,16 +363,16 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     // The contract is set per node below; the head's own values of those
     // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
     // ~12 bytes a node, sent to every node: quadratic in the node count).
-    let contract_names: Vec<String> = crate::env::contract_for_rank(job, job.rank)
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
     let exported: Vec<(String, String)> = options
         .export
         .select(&head_vars)
         .into_iter()
-        .filter(|(k, _)| !contract_names.contains(k))
+        .filter(|(k, _)| !crate::env::Contract::names().any(|n| n == k))
         .collect();
+    // Rendered once; agents get the hostlists folded (constant bytes a node).
+    let contract = crate::env::Contract::new(job);
+    let to_agents =
+        matches!(&ctx.transport, Transport::Native(c) if matches!(c.auth(), Auth::Agent(_)));
     let forward_all = env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
@@ -392,7 +392,13 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         let host = job.topology.nodes[rank].host.clone();
         let local = rank == job.rank;
         let mut node_env = if local { Vec::new() } else { exported.clone() };
-        node_env.extend(crate::env::contract_for_rank(job, rank));
+        node_env.extend(if local {
+            contract.for_rank(rank)
+        } else if to_agents {
+            contract.wire_for_rank(rank)
+        } else {
+            contract.remote_for_rank(rank)
+        });
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let stdin = options.forward_stdin.then(|| {
             let (tx, rx) = mpsc::channel::<Bytes>(4);

@@ -166,6 +166,9 @@ impl Script {
     pub fn agent_command(&self, args: &[OsString]) -> Vec<u8> {
         match self {
             Script::Stdin(_) => self.shell_command(args),
+            // Without arguments the script is the command as it is, so
+            // that a plain one (`hostname`) needs no shell on the agent.
+            Script::Inline(text) if args.is_empty() => text.clone(),
             Script::Inline(text) => {
                 let mut cmd = b"set --".to_vec();
                 for arg in args {

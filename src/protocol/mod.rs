@@ -25,11 +25,16 @@ pub const PIPE_GRACE: Duration = Duration::from_secs(1);
 
 /// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
 pub const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
-/// Client keepalive: a silent server is probed every 2 s and declared lost
-/// after [`KEEPALIVE_MAX`] unanswered probes, so a lost node is noticed in about 8 s.
-pub const CLIENT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
-/// Unanswered keepalives before either end gives the connection up.
+/// Unanswered keepalives before the agent gives a client up. (A client
+/// decides from its socket instead: `transport::client`'s liveness.)
 pub const KEEPALIVE_MAX: usize = 3;
+
+/// An agent's receive window for a channel, larger than any TCP receive
+/// buffer: when a command leaves its stdin unread, the agent's read loop
+/// waits (see ARCHITECTURE.md) and the client's bytes then stay in TCP,
+/// where the client sees a zero window from a live peer (not a lost one).
+/// It costs no memory: russh refills it as the bytes arrive.
+pub const AGENT_WINDOW: u32 = 1 << 30;
 
 /// Messages queued per channel before the TCP stream is paused (both ends):
 /// a reader that stops reading stops the sender through SSH flow control.

@@ -22,6 +22,7 @@ use std::borrow::Cow;
 
 mod address;
 mod error;
+mod fold;
 mod host_slots;
 mod hostfile;
 mod hostlist;
@@ -91,6 +92,26 @@ impl Topology {
             .map(|n| n.written())
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// [`Topology::hostlist`] folded as `nodeset -f` folds: `gpu[01-64]:8`.
+    /// It parses back to the same nodes, in the same order.
+    pub fn hostlist_folded(&self) -> String {
+        fold::fold(&self.nodes, true)
+    }
+
+    /// [`Topology::hostlist_noslots`] folded: `gpu[01-64]`.
+    pub fn hostlist_noslots_folded(&self) -> String {
+        fold::fold(&self.nodes, false)
+    }
+
+    /// Parses a `MULTINODE_HOSTLIST` (full or folded) into a topology whose
+    /// source is `source`.
+    pub fn from_hostlist(list: &str, source: &str) -> Result<Self, error::ParseError> {
+        Ok(Topology {
+            nodes: host_slots::parse_host_slots(list)?,
+            source: source.to_string(),
+        })
     }
 }
 

@@ -17,6 +17,42 @@ use crate::keys::JobKeys;
 use crate::protocol;
 use crate::protocol::control::{Control, PingReply};
 
+/// A server that sends nothing for this long is lost (a frozen node: its
+/// kernel still acknowledges, nothing answers; or a node gone: nothing
+/// acknowledges), unless one side waits on the other: its kernel says it has
+/// no room for our bytes (a zero window whose probes it answers: it is not
+/// reading what we send, as an agent whose command leaves its stdin unread),
+/// or bytes from it wait to be read here (our output is slow). Silent servers are probed
+/// every quarter of it (an SSH keepalive, which a live server answers at
+/// once, however busy its CPUs). `MULTINODE_LOST_AFTER` (seconds; 0 = never)
+/// changes it.
+pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(4);
+/// Keepalives sent to a silent server per `lost_after`.
+const PROBES: u32 = 4;
+/// The variable that sets how long a silent server may take.
+pub const LOST_AFTER_VAR: &str = "MULTINODE_LOST_AFTER";
+
+/// How long a silent server may take: `MULTINODE_LOST_AFTER` (seconds, 0 for
+/// never), else [`DEFAULT_LOST_AFTER`]. `None` is never.
+pub fn lost_after(env: &crate::environ::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
+    let Some(text) = env.get(LOST_AFTER_VAR) else {
+        return Ok(Some(DEFAULT_LOST_AFTER));
+    };
+    match text
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    {
+        Some(d) if d.is_zero() => Ok(None),
+        Some(d) if d >= Duration::from_millis(400) => Ok(Some(d)),
+        _ => Err(crate::error::Error::usage(format!(
+            "{LOST_AFTER_VAR}='{}' is not a number of seconds of at least 0.4 (or 0 for never); fix it, or unset it for the default {}",
+            crate::topology::shorten(text),
+            DEFAULT_LOST_AFTER.as_secs()
+        ))),
+    }
+}
+
 /// How the client proves who it is and checks who the server is.
 #[derive(Clone)]
 pub enum Auth {
@@ -214,27 +250,41 @@ pub struct Connector {
     config: Arc<client::Config>,
     auth: Auth,
     connect_timeout: Duration,
+    lost_after: Option<Duration>,
 }
 
 impl Connector {
     pub fn new(auth: Auth, connect_timeout: Duration) -> Self {
-        let preferred = match &auth {
+        Connector {
+            config: Arc::new(Self::config(&auth, Some(DEFAULT_LOST_AFTER))),
+            auth,
+            connect_timeout,
+            lost_after: Some(DEFAULT_LOST_AFTER),
+        }
+    }
+
+    /// The same, with servers lost after `lost_after` of silence (`None`: never).
+    pub fn with_lost_after(mut self, lost_after: Option<Duration>) -> Self {
+        self.config = Arc::new(Self::config(&self.auth, lost_after));
+        self.lost_after = lost_after;
+        self
+    }
+
+    fn config(auth: &Auth, lost_after: Option<Duration>) -> client::Config {
+        let preferred = match auth {
             Auth::Agent(_) => protocol::algorithms::agent_preferred(),
             Auth::OpenSsh(_) => russh::Preferred::default(),
         };
-        let config = client::Config {
+        client::Config {
             preferred,
             inactivity_timeout: None,
-            keepalive_interval: Some(protocol::CLIENT_KEEPALIVE_INTERVAL),
-            keepalive_max: protocol::KEEPALIVE_MAX,
+            // Probes only: `liveness` decides, from the socket's state
+            // (russh would count a server that waits on us as lost).
+            keepalive_interval: lost_after.map(|d| d / PROBES),
+            keepalive_max: 0,
             nodelay: true,
             channel_buffer_size: protocol::CHANNEL_BUFFER,
             ..Default::default()
-        };
-        Connector {
-            config: Arc::new(config),
-            auth,
-            connect_timeout,
         }
     }
 
@@ -270,6 +320,8 @@ impl Connector {
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
         let (stream, peer) = tcp_connect(target).await?;
+        // For the liveness watch: a descriptor of the socket russh will own.
+        let socket = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
         let rejection = Arc::new(std::sync::Mutex::new(None));
         let handler = ClientHandler {
             auth: self.auth.clone(),
@@ -344,7 +396,165 @@ impl Connector {
                 }
             }
         }
-        Ok(Connection { handle, peer })
+        let watch = tokio_util::sync::CancellationToken::new();
+        if let (Some(lost_after), Some(socket)) = (self.lost_after, socket) {
+            tokio::spawn(liveness(
+                socket,
+                lost_after,
+                watch.clone(),
+                target.to_string(),
+            ));
+        }
+        Ok(Connection {
+            handle,
+            peer,
+            _watch: watch.drop_guard(),
+        })
+    }
+}
+
+/// What the kernel knows of one TCP connection.
+struct SocketState {
+    established: bool,
+    /// Since the last bytes came from the peer.
+    since_recv: Duration,
+    /// Bytes from the peer not read yet: we are the slow side.
+    unread: bool,
+    /// Bytes to the peer held back because its kernel says it has no room
+    /// (a zero window whose probes it answers), or acknowledged a moment
+    /// ago: the peer is alive and not reading what we send.
+    peer_full: bool,
+}
+
+/// The head of Linux's `struct tcp_info` (include/uapi/linux/tcp.h) up to
+/// `tcpi_snd_wnd` (Linux 5.4), which libc's musl definition lacks.
+#[repr(C)]
+#[derive(Default)]
+struct TcpInfo {
+    state: u8,
+    ca_state: u8,
+    retransmits: u8,
+    probes: u8,
+    backoff: u8,
+    options: u8,
+    wscale: u8,
+    flags: u8,
+    rto: u32,
+    ato: u32,
+    snd_mss: u32,
+    rcv_mss: u32,
+    unacked: u32,
+    sacked: u32,
+    lost: u32,
+    retrans: u32,
+    fackets: u32,
+    last_data_sent: u32,
+    last_ack_sent: u32,
+    last_data_recv: u32,
+    last_ack_recv: u32,
+    pmtu: u32,
+    rcv_ssthresh: u32,
+    rtt: u32,
+    rttvar: u32,
+    snd_ssthresh: u32,
+    snd_cwnd: u32,
+    advmss: u32,
+    reordering: u32,
+    rcv_rtt: u32,
+    rcv_space: u32,
+    total_retrans: u32,
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs_out: u32,
+    segs_in: u32,
+    notsent_bytes: u32,
+    min_rtt: u32,
+    data_segs_in: u32,
+    data_segs_out: u32,
+    delivery_rate: u64,
+    busy_time: u64,
+    rwnd_limited: u64,
+    sndbuf_limited: u64,
+    delivered: u32,
+    delivered_ce: u32,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    dsack_dups: u32,
+    reord_seen: u32,
+    rcv_ooopack: u32,
+    snd_wnd: u32,
+}
+
+fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> Option<SocketState> {
+    use std::os::fd::AsRawFd;
+    let fd = fd.as_raw_fd();
+    let mut info = TcpInfo::default();
+    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
+    let (mut unsent, mut unread): (libc::c_int, libc::c_int) = (0, 0);
+    // SAFETY: TcpInfo is plain data laid out as the kernel's; getsockopt
+    // writes at most `len` bytes of it; the ioctls write one int each.
+    let ok = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut TcpInfo).cast(),
+            &mut len,
+        ) == 0
+            && libc::ioctl(fd, libc::TIOCOUTQ, &mut unsent) == 0
+            && libc::ioctl(fd, libc::FIONREAD, &mut unread) == 0
+    };
+    if !ok {
+        return None;
+    }
+    let has_wnd = len as usize >= std::mem::size_of::<TcpInfo>();
+    let zero_window = has_wnd && info.snd_wnd == 0 && info.probes == 0;
+    let acked_lately = Duration::from_millis(u64::from(info.last_ack_recv)) < lost_after;
+    Some(SocketState {
+        established: info.state == 1, // TCP_ESTABLISHED
+        since_recv: Duration::from_millis(u64::from(info.last_data_recv)),
+        unread: unread > 0,
+        peer_full: unsent > 0 && (zero_window || acked_lately),
+    })
+}
+
+/// Watches one connection until it is dropped or closed. When nothing has
+/// come from the server for `lost_after` while neither side waits on the
+/// other (see [`DEFAULT_LOST_AFTER`]), shuts the socket down: russh's session
+/// then ends, and so does every channel (the node is lost).
+async fn liveness(
+    socket: std::os::fd::OwnedFd,
+    lost_after: Duration,
+    done: tokio_util::sync::CancellationToken,
+    target: String,
+) {
+    let least = Duration::from_millis(250);
+    let mut wait = lost_after;
+    loop {
+        tokio::select! {
+            () = done.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        let Some(state) = socket_state(&socket, lost_after) else {
+            return;
+        };
+        if !state.established {
+            return;
+        }
+        // Waiting on each other is not silence: the peer has no room for
+        // our bytes (alive, not reading), or its bytes wait to be read here.
+        if state.since_recv < lost_after || state.peer_full || state.unread {
+            wait = lost_after.saturating_sub(state.since_recv).max(least);
+            continue;
+        }
+        debug!(target = %target, silent = ?state.since_recv, "lost: nothing from the server and nothing waits");
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            nix::sys::socket::Shutdown::Both,
+        );
+        return;
     }
 }
 
@@ -398,6 +608,8 @@ impl Start<'_> {
 pub struct Connection {
     handle: Handle<ClientHandler>,
     peer: SocketAddr,
+    /// Ends the liveness watch with the connection.
+    _watch: tokio_util::sync::DropGuard,
 }
 
 impl Connection {

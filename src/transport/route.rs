@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth};
+use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, lost_after};
 use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
@@ -107,7 +107,7 @@ impl Route {
                 let auth = Auth::Agent(Arc::new(JobKeys::derive(&secret)));
                 Ok(Route {
                     kind,
-                    connector: Connector::new(auth, timeout),
+                    connector: Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
                     user: spec.user.clone().unwrap_or_else(|| "multinode".into()),
                     port,
                 })
@@ -122,7 +122,7 @@ impl Route {
                 let auth = Auth::OpenSsh(Arc::new(auth));
                 Ok(Route {
                     kind,
-                    connector: Connector::new(auth, timeout),
+                    connector: Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
                     user,
                     port: spec.port.unwrap_or(22),
                 })

@@ -83,8 +83,24 @@ remove_labelled() {
     fi
     ids=$(docker network ls -q "${filters[@]}")
     if [[ -n $ids ]]; then
-        # shellcheck disable=SC2086
-        docker network rm $ids >/dev/null && log "removed $(wc -w <<<"$ids") network(s)"
+        # A network keeps the endpoints of containers just removed for a
+        # moment (tens of containers on a busy machine): try again a while,
+        # then warn. A network left over costs nothing but its name and
+        # subnet; it must not fail the run.
+        local try removed=0
+        for try in 1 2 3 4 5 6 7 8 9 10; do
+            # shellcheck disable=SC2086
+            if docker network rm $ids >/dev/null 2>&1; then
+                removed=1
+                break
+            fi
+            sleep "0.$try"
+        done
+        if ((removed)); then
+            log "removed $(wc -w <<<"$ids") network(s)"
+        else
+            log "warning: could not remove network(s) $(docker network ls --format '{{.Name}}' "${filters[@]}" | tr '\n' ' ')(stale endpoints); left behind"
+        fi
     fi
 }
 

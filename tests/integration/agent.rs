@@ -626,3 +626,19 @@ fn kill_9_of_the_agent_leaves_no_command_behind() {
     let _ = client.wait();
     assert!(gone, "left after kill -9 of the agent: {left:?}");
 }
+
+#[test]
+fn a_client_that_stops_reading_for_longer_than_lost_after_does_not_lose_the_agent() {
+    // mn-ssh's own output is blocked 6 s (more than the 4 s of silence after
+    // which a server is lost): the agent's bytes wait, unread, on this side.
+    let agent = Agent::start(&fresh_loopback());
+    let script = format!(
+        "'{}' {} 'head -c 20000000 /dev/zero; echo end' | (sleep 6; wc -c)",
+        mn_ssh().display(),
+        agent.host
+    );
+    let out = sh(&script, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "20000004");
+    assert_eq!(stderr(&out), "");
+}

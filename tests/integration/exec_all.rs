@@ -874,3 +874,113 @@ fn kill_9_of_exec_all_over_a_tree_leaves_nothing() {
     kill_all(left.clone());
     assert!(gone, "left after kill -9 of exec_all: {left:?}");
 }
+
+#[test]
+fn ten_thousand_nodes_through_env_the_helper_and_exec_all() {
+    // Node 0-3 are real (this machine and 3 agents); 4-9,999 are names as a
+    // cluster has them. Written out, MULTINODE_HOSTLIST would be ~170 KB:
+    // more than Linux passes in one environment string (128 KiB).
+    let cluster = Cluster::start(4);
+    let hostlist = format!("{},gpu-node-[00005-10000]:8", cluster.hostlist(8));
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("helpers/generic-helper");
+    let report = r#"echo "$RANK ${#MULTINODE_HOSTLIST} ${#MULTINODE_HOSTLIST_NOSLOTS} $MULTINODE_NNODES $MULTINODE_TOTAL_SLOTS $(wc -l < "$MULTINODE_HOSTFILE") $(sed -n 10000p "$MULTINODE_HOSTFILE") $(multinode hosts --no-resolve | grep -c gpu-node-)""#;
+    let script = format!(
+        ". {helper} || exit 9\n{report}\nmultinode env --format json | grep -c '\"MULTINODE_HOSTFILE\"'\n\
+         exec_all --nodes 0-3 --fanout 2 -c '{report}'\n",
+        helper = helper.display()
+    );
+    let path = format!(
+        "{}:{}",
+        multinode().parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = cmd(Path::new("/bin/sh"))
+        .env("MULTINODE_HOSTLIST", &hostlist)
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_AGENT_PORT", cluster.port.to_string())
+        .env("PATH", &path)
+        .arg("-c")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(stderr(&out), "");
+    let text = stdout(&out);
+    let mut lines: Vec<&str> = text.lines().collect();
+    // The head's own line, then `multinode env`'s, then the four nodes' in any order.
+    assert_eq!(lines.len(), 6, "{text}");
+    assert_eq!(lines.remove(1), "1", "multinode env names the hostfile");
+    lines.sort();
+    for (rank, line) in lines[1..].iter().enumerate() {
+        let fields: Vec<&str> = line.splitn(4, ' ').collect();
+        assert_eq!(fields[0], rank.to_string(), "{text}");
+        // Both lists folded: a few dozen bytes, not ~170,000.
+        let (list, noslots): (usize, usize) =
+            (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+        assert!(list < 100 && noslots < list, "{text}");
+        assert_eq!(
+            fields[3], "10000 80000 10000 gpu-node-10000 slots=8 9996",
+            "{text}"
+        );
+    }
+    assert_eq!(lines[0], lines[1], "the head sees what node 0 sees");
+}
+
+#[test]
+fn a_frozen_agent_is_lost_in_under_5_seconds() {
+    // SIGSTOP: the kernel still acknowledges its TCP, nothing answers (as
+    // `docker pause`); only the keepalives can tell.
+    let cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--report", report.to_str().unwrap(), "-c"])
+        .arg(format!("exec sleep {tag}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let start = Instant::now();
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    let took = start.elapsed();
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(status.expect("exec_all must end").code(), Some(255));
+    assert!(took < Duration::from_secs(5), "lost after {took:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["nodes"][2]["status"], "lost", "{json}");
+    assert_eq!(json["nodes"][1]["status"], "killed", "{json}");
+    // Thawed, the agent sees its client gone and ends its command.
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+}
+
+#[test]
+fn a_bad_lost_after_is_one_clear_error() {
+    let cluster = Cluster::start(2);
+    for bad in ["soon", "0.1", "-1"] {
+        let out = cluster
+            .command(&mn_exec_all())
+            .env("MULTINODE_LOST_AFTER", bad)
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "mn-exec-all: error: MULTINODE_LOST_AFTER='{bad}' is not a number of seconds of at least 0.4 (or 0 for never); fix it, or unset it for the default 4\n"
+            )
+        );
+    }
+}

@@ -6,7 +6,7 @@
 #   back: keepalives must notice).
 # Every worker must end the job's processes and exit 255 on its own, its log
 # naming the head as unreachable: after the loss is noticed (at once, or by
-# keepalive: about 8 s) and the idle timeout (5 s), within 20 s in all.
+# keepalive: about 4 s) and the idle timeout (5 s), within 20 s in all.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 

@@ -5,7 +5,7 @@
 #   processes die, so exec_all hears of it at once;
 # - power-off: node2 is cut from the network, then killed: nothing ever
 #   comes back from it (no FIN, no RST), so only exec_all's keepalive can
-#   notice (documented: every 2 s, 3 misses, about 8 s).
+#   notice (documented: lost after 4 s of silence, a probe every second).
 # Either way exec_all must end within 10 s, exit 255, and its report must name
 # node2 as lost (and first failure). Fail-fast then ends the others: no
 # `sleep 1234` is left on any node, and nothing but the agent on the

@@ -2,7 +2,7 @@
 # A network partition: `docker network disconnect` cuts node2 off while the
 # head's JOB runs `mn-exec-all --report FILE -c 'sleep 1234'`. Nothing comes
 # back from node2 (no FIN, no RST), so keepalives must notice, on both sides:
-# - the head's exec_all (client keepalive: every 2 s, 3 misses) must end
+# - the head's exec_all (client keepalive: every 1 s, lost after 4 s) must end
 #   within 10 s, exit 255, with node2 lost in its report;
 # - node2's agent (SSH keepalive every 3 s, 3 misses; TCP keepalive and
 #   TCP_USER_TIMEOUT 15 s) must end the job's processes on its side within

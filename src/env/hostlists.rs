@@ -1,0 +1,240 @@
+//! `MULTINODE_HOSTLIST` and `_NOSLOTS` at any size.
+//!
+//! Linux refuses to `exec` with one environment string longer than 128 KiB
+//! (`MAX_ARG_STRLEN`): a hostlist written out in full passes that near 8,000
+//! nodes, and every command of the job would then fail with E2BIG. So:
+//!
+//! - up to [`FULL_LIMIT`] bytes, both lists are written out in full
+//!   (`gpu01:8,gpu02:8`), as `mpirun -H` wants them;
+//! - past it, both are folded (`gpu[01-99]:8`, which every `multinode`
+//!   command reads as the same list) and [`HOSTFILE_VAR`] names a file that
+//!   holds every node on its own line, `host slots=N` (Open MPI's hostfile
+//!   form, which `--hostfile` reads too).
+//!
+//! Between exec_all and an agent the lists always travel folded, in one
+//! variable ([`FOLDED_VAR`]), which the agent turns back into the above on
+//! its node ([`expand_wire`]): the bytes sent to a node do not grow with the
+//! node count when the names are regular.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::topology::Topology;
+
+/// The longest `MULTINODE_HOSTLIST` written out in full, in bytes.
+pub const FULL_LIMIT: usize = 65_536;
+/// Names the file of every node when the lists are folded.
+pub const HOSTFILE_VAR: &str = "MULTINODE_HOSTFILE";
+/// exec_all → agent only: the folded `MULTINODE_HOSTLIST`, from which the
+/// agent writes both lists for the command.
+pub const FOLDED_VAR: &str = "MULTINODE_HOSTLIST_FOLDED";
+
+/// The lists as a node's commands see them, rendered once for a job.
+#[derive(Debug, Clone)]
+pub(crate) struct Lists {
+    /// `MULTINODE_HOSTLIST`, `MULTINODE_HOSTLIST_NOSLOTS` and, when folded,
+    /// `MULTINODE_HOSTFILE`.
+    pub vars: Vec<(String, String)>,
+    /// The folded `MULTINODE_HOSTLIST`, for the wire.
+    pub folded: String,
+}
+
+impl Lists {
+    /// Renders the lists of `topo`; past [`FULL_LIMIT`], writes the hostfile
+    /// (a file that cannot be written is a warning, and the variable is left out).
+    pub fn new(topo: &Topology) -> Self {
+        let folded = topo.hostlist_folded();
+        let full = topo.hostlist();
+        let mut vars = Vec::with_capacity(3);
+        if full.len() <= FULL_LIMIT {
+            vars.push(("MULTINODE_HOSTLIST".to_string(), full));
+            vars.push((
+                "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
+                topo.hostlist_noslots(),
+            ));
+        } else {
+            vars.push(("MULTINODE_HOSTLIST".to_string(), folded.clone()));
+            vars.push((
+                "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
+                topo.hostlist_noslots_folded(),
+            ));
+            match write_hostfile(topo, &std::env::temp_dir()) {
+                Ok(path) => vars.push((
+                    HOSTFILE_VAR.to_string(),
+                    path.to_string_lossy().into_owned(),
+                )),
+                Err(e) => tracing::warn!(
+                    "cannot write the hostfile of {} nodes: {e}; {HOSTFILE_VAR} is not set",
+                    topo.nodes.len()
+                ),
+            }
+        }
+        Lists { vars, folded }
+    }
+}
+
+/// Every variable name this module may set, the wire's included.
+pub(crate) const NAMES: [&str; 4] = [
+    "MULTINODE_HOSTLIST",
+    "MULTINODE_HOSTLIST_NOSLOTS",
+    HOSTFILE_VAR,
+    FOLDED_VAR,
+];
+
+/// On an agent: replaces [`FOLDED_VAR`] in a request's variables by the
+/// lists as [`Lists::new`] writes them. Returns a message when the value is
+/// not a hostlist (the variable is then dropped).
+pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String> {
+    let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
+        return Ok(());
+    };
+    let (_, folded) = env.remove(at);
+    let topo =
+        Topology::from_hostlist(&folded, FOLDED_VAR).map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
+    env.retain(|(k, _)| !NAMES.contains(&k.as_str()));
+    let lists = Lists::new(&topo);
+    let at = at.min(env.len());
+    env.splice(at..at, lists.vars);
+    Ok(())
+}
+
+/// Writes `host slots=N` lines for every node into `dir`, under a name made
+/// of this user's id and a digest of the content, and returns its path. A
+/// file of that name already there is used when it is this user's and holds
+/// the same text; otherwise it is replaced (through a new file and a rename).
+fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
+    let mut text = String::with_capacity(topo.nodes.len() * 24);
+    for node in &topo.nodes {
+        text.push_str(&node.host);
+        text.push_str(" slots=");
+        text.push_str(&node.slots.to_string());
+        text.push('\n');
+    }
+    let digest = Sha256::digest(text.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let uid = nix::unistd::getuid().as_raw();
+    let path = dir.join(format!("multinode-hosts-{uid}-{hex}"));
+    if let Ok(meta) = std::fs::symlink_metadata(&path)
+        && meta.is_file()
+        && meta.uid() == uid
+        && std::fs::read(&path).is_ok_and(|old| old == text.as_bytes())
+    {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(
+        "multinode-hosts-{uid}-{hex}.{}.tmp",
+        std::process::id()
+    ));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map(|()| path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Node;
+
+    fn topo(n: usize) -> Topology {
+        Topology {
+            nodes: (1..=n)
+                .map(|i| Node {
+                    host: format!("gpu-node-{i:05}"),
+                    slots: 8,
+                })
+                .collect(),
+            source: "test".into(),
+        }
+    }
+
+    fn get<'a>(vars: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        vars.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn full_up_to_the_limit_then_folded_with_a_file() {
+        // 17 bytes a node ("gpu-node-00001:8,"): 3,855 nodes fit in 65,536.
+        let small = Lists::new(&topo(3855));
+        assert_eq!(
+            get(&small.vars, "MULTINODE_HOSTLIST").map(str::len),
+            Some(3855 * 17 - 1)
+        );
+        assert_eq!(get(&small.vars, HOSTFILE_VAR), None);
+        assert_eq!(small.folded, "gpu-node-[00001-03855]:8");
+        let big = Lists::new(&topo(3856));
+        assert_eq!(
+            get(&big.vars, "MULTINODE_HOSTLIST"),
+            Some("gpu-node-[00001-03856]:8")
+        );
+        assert_eq!(
+            get(&big.vars, "MULTINODE_HOSTLIST_NOSLOTS"),
+            Some("gpu-node-[00001-03856]")
+        );
+        let file = get(&big.vars, HOSTFILE_VAR).expect("a hostfile");
+        let text = std::fs::read_to_string(file).expect("readable");
+        assert_eq!(text.lines().count(), 3856);
+        assert_eq!(text.lines().nth(41), Some("gpu-node-00042 slots=8"));
+        // The same list again: the same file.
+        assert_eq!(get(&Lists::new(&topo(3856)).vars, HOSTFILE_VAR), Some(file));
+    }
+
+    #[test]
+    fn a_stale_or_foreign_file_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = topo(3);
+        let path = write_hostfile(&t, dir.path()).expect("written");
+        std::fs::write(&path, "other\n").expect("spoiled");
+        assert_eq!(write_hostfile(&t, dir.path()).expect("rewritten"), path);
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "gpu-node-00001 slots=8\ngpu-node-00002 slots=8\ngpu-node-00003 slots=8\n"
+        );
+    }
+
+    #[test]
+    fn the_agent_expands_the_wire_form() {
+        let mut env = vec![
+            ("A".to_string(), "1".to_string()),
+            (FOLDED_VAR.to_string(), "gpu[01-03]:2,cpu1:1".to_string()),
+            ("MULTINODE_HOSTLIST".to_string(), "stale".to_string()),
+            ("B".to_string(), "2".to_string()),
+        ];
+        expand_wire(&mut env).expect("expands");
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            ["A", "MULTINODE_HOSTLIST", "MULTINODE_HOSTLIST_NOSLOTS", "B"]
+        );
+        assert_eq!(
+            get(&env, "MULTINODE_HOSTLIST"),
+            Some("gpu01:2,gpu02:2,gpu03:2,cpu1:1")
+        );
+        assert_eq!(
+            get(&env, "MULTINODE_HOSTLIST_NOSLOTS"),
+            Some("gpu01,gpu02,gpu03,cpu1")
+        );
+        let mut bad = vec![(FOLDED_VAR.to_string(), "gpu[3-1]".to_string())];
+        assert!(
+            expand_wire(&mut bad)
+                .expect_err("reversed")
+                .contains("reversed range")
+        );
+        assert!(bad.is_empty());
+        let mut none = vec![("A".to_string(), "1".to_string())];
+        expand_wire(&mut none).expect("nothing to do");
+        assert_eq!(none.len(), 1);
+    }
+}
