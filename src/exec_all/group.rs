@@ -41,7 +41,7 @@ pub fn render(nodes: &[NodeOutput<'_>], cut_at: usize) -> Vec<u8> {
             [rank] => format!("rank {rank} ({})", hosts[rank]),
             _ => format!(
                 "ranks {} ({} nodes)",
-                super::relay::ranks_spec(&ranks),
+                crate::topology::nodeset::fold_ranks(&ranks),
                 ranks.len()
             ),
         };

@@ -12,6 +12,7 @@ use super::script::{self, Script};
 use super::types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Subtree};
 use crate::process::Outcome;
 use crate::sh::quote as sh_quote;
+use crate::topology::nodeset::fold_ranks;
 
 /// The line a relay's exec_all ends its stderr with: this marker, then its
 /// report as JSON. The head takes it out of the output.
@@ -79,25 +80,6 @@ pub fn plan_groups(selected: &[usize], local: usize, fanout: usize) -> Vec<Vec<u
     groups
 }
 
-/// `0-3,7`: ranks as ranges, for `--nodes`.
-pub fn ranks_spec(ranks: &[usize]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            ranks[i].to_string()
-        } else {
-            format!("{}-{}", ranks[i], ranks[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
-}
-
 /// What a relay runs: this binary's exec_all for its group, with this run's
 /// options; it ends its stderr with its report (`--relay-report`). It passes
 /// on exactly the variables this process exports (by name: the relay has their
@@ -113,7 +95,7 @@ pub fn command(
     let mut cmd = format!(
         "exec \"${{MULTINODE_BIN:-multinode}}\" exec-all --relay-report --nodes {} --grace {:.3} \
          --connect-timeout {:.3} --fanout {} --max-connecting {} --export ",
-        ranks_spec(&sorted),
+        fold_ranks(&sorted),
         options.grace.as_secs_f64(),
         options.connect_timeout.as_secs_f64(),
         options.fanout,

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::{NodeSnapshot, Proc};
+use crate::topology::nodeset::fold_ranks;
 
 /// How many Python frames, from the innermost, make a signature.
 pub(crate) const TOP_FRAMES: usize = 3;
@@ -127,27 +128,6 @@ fn in_collective(summary: &str) -> bool {
     COLLECTIVES.iter().any(|c| s.contains(c))
 }
 
-/// `[0,1,2,3,5,7,8]` as `0-3,5,7-8`.
-pub(crate) fn ranks_text(ranks: &[usize]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let start = ranks[i];
-        let mut end = start;
-        while i + 1 < ranks.len() && ranks[i + 1] == end + 1 {
-            i += 1;
-            end = ranks[i];
-        }
-        out.push(if end == start {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    out.join(",")
-}
-
 /// Folds the nodes by signature: the smallest groups first (the odd ones
 /// out); between groups of one size, those not waiting in a collective
 /// first; then by first rank. The last group is what most nodes do.
@@ -161,7 +141,7 @@ pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Group> {
         .map(|(summary, mut ranks)| {
             ranks.sort_unstable();
             Group {
-                ranks: ranks_text(&ranks),
+                ranks: fold_ranks(&ranks),
                 rank_list: ranks,
                 summary,
                 odd: false,
@@ -336,12 +316,5 @@ mod tests {
         second.pid = 12;
         a.processes.push(second);
         assert_eq!(signature(&a), "2 x python3 sleeping in all_reduce");
-    }
-
-    #[test]
-    fn rank_ranges() {
-        assert_eq!(ranks_text(&[0, 1, 2, 3, 5, 7, 8]), "0-3,5,7-8");
-        assert_eq!(ranks_text(&[4]), "4");
-        assert_eq!(ranks_text(&[]), "");
     }
 }

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::fold::{Group, ranks_text};
+use super::fold::Group;
 use super::{NodeSnapshot, Proc};
+use crate::topology::nodeset::fold_ranks;
 
 /// The JSON document of `--format json` and of the report's `snapshot`.
 #[derive(Debug, Serialize)]
@@ -223,7 +224,7 @@ pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
             format!(
                 " (shown for the {} ranks {} alike)",
                 g.rank_list.len(),
-                ranks_text(&g.rank_list)
+                fold_ranks(&g.rank_list)
             )
         } else {
             String::new()

@@ -11,33 +11,7 @@
 use std::fmt::Write;
 
 use super::Node;
-
-/// The longest run of digits folded; longer ones stay literal (the parser
-/// reads at most 18 digits a number).
-const MAX_DIGITS: usize = 18;
-
-/// A name cut around its last run of digits: `rack1-node` `07` `-ib`.
-struct Parts<'a> {
-    prefix: &'a str,
-    digits: &'a str,
-    suffix: &'a str,
-}
-
-fn parts(host: &str) -> Option<Parts<'_>> {
-    if host.contains(':') {
-        return None; // IPv6: written in brackets, never folded
-    }
-    let end = host.rfind(|c: char| c.is_ascii_digit())? + 1;
-    let start = host[..end]
-        .rfind(|c: char| !c.is_ascii_digit())
-        .map_or(0, |i| i + 1);
-    let digits = &host[start..end];
-    (digits.len() <= MAX_DIGITS).then_some(Parts {
-        prefix: &host[..start],
-        digits,
-        suffix: &host[end..],
-    })
-}
+use super::nodeset::split;
 
 /// One bracket item: `07` or `07-11` (every number printed with the width of
 /// the start, as the parser expands it).
@@ -95,7 +69,7 @@ pub(crate) fn fold(nodes: &[Node], with_slots: bool) -> String {
     };
     for node in nodes {
         let slots = if with_slots { node.slots } else { 1 };
-        let Some(p) = parts(&node.host) else {
+        let Some(p) = split(&node.host) else {
             flush(&mut out, current.take());
             if !out.is_empty() {
                 out.push(',');

@@ -7,14 +7,17 @@
 
 use std::collections::BTreeSet;
 
-/// A name split around its last run of digits.
-struct Split<'a> {
-    prefix: &'a str,
-    digits: &'a str,
-    suffix: &'a str,
+/// A name split around its last run of digits: `rack1-node` `07` `-ib`.
+pub(crate) struct Split<'a> {
+    pub(crate) prefix: &'a str,
+    pub(crate) digits: &'a str,
+    pub(crate) suffix: &'a str,
 }
 
-fn split(host: &str) -> Option<Split<'_>> {
+/// `host` cut around its last run of digits; `None` for a name without
+/// digits, an IPv6 literal, or a number too long for `u64` (at most 18
+/// digits are read): those stay literal, in a fold and in the parser.
+pub(crate) fn split(host: &str) -> Option<Split<'_>> {
     if host.contains(':') {
         return None;
     }
@@ -135,9 +138,37 @@ fn render(f: &Family<'_>) -> String {
     format!("{}[{}]{}", f.prefix, ranges.join(","), f.suffix)
 }
 
+/// Ranks in the order given, consecutive ones as ranges: `[0,1,2,3,5,7,8]`
+/// as `0-3,5,7-8` (a relay's `--nodes`, the ranks of a snapshot's or
+/// `--group`'s entry).
+pub(crate) fn fold_ranks(ranks: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            ranks[i].to_string()
+        } else {
+            format!("{}-{}", ranks[i], ranks[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_ranges() {
+        assert_eq!(fold_ranks(&[0, 1, 2, 3, 5, 7, 8]), "0-3,5,7-8");
+        assert_eq!(fold_ranks(&[4]), "4");
+        assert_eq!(fold_ranks(&[]), "");
+    }
 
     #[test]
     fn ranges_and_singles() {
