@@ -45,7 +45,7 @@ impl Pool {
                 .with_lost_after(lost_after);
         Pool {
             connector,
-            job: wire::job_id(keys),
+            job: wire::job_id(keys.client_public()),
             slots: std::sync::Mutex::new(HashMap::new()),
             connecting: Semaphore::new(MAX_CONNECTING),
         }

@@ -69,8 +69,8 @@ pub struct Open {
 
 /// Which job a client belongs to: its client key in OpenSSH form. A client
 /// of another job (another secret) is refused and connects itself.
-pub fn job_id(keys: &crate::keys::JobKeys) -> String {
-    keys.client_public().to_openssh().unwrap_or_default()
+pub fn job_id(client_public: &russh::keys::PublicKey) -> String {
+    client_public.to_openssh().unwrap_or_default()
 }
 
 /// Why no channel was opened.

@@ -41,7 +41,7 @@ impl MuxClient {
     pub fn new(path: PathBuf, keys: &JobKeys) -> Self {
         MuxClient {
             path,
-            job: wire::job_id(keys),
+            job: wire::job_id(keys.client_public()),
         }
     }
 
