@@ -21,11 +21,16 @@ One JSON line per run in results/<suite>.jsonl:
   client_cpu   user+sys of the tool and all its waited-for children (wait4)
   client_maxrss_kb  largest single process of the tool's tree (GNU time %M:
                wait4 here would count the fork of this Python process)
+  relay_cpu    CPU seconds of exec_all's relays (the tree past --fanout: the
+               `multinode exec-all` a relay node runs for its group), from
+               the mn_bench_relays cpuacct group (0 for a flat run); user and
+               sys apart in relay_user, relay_sys
   server_cpu   CPU seconds of the server side, after minus before: every
                sshd process and remote command, or every agent and its
                commands (cgroup-v1 cpuacct groups made by lib/setup.sh, exact
                in ns; without them: cutime of the sshd listener and its
-               subreaper, or utime+stime+cutime+cstime of the agents)
+               subreaper, or utime+stime+cutime+cstime of the agents); the
+               relays' CPU is not in it
   total_cpu    machine-wide busy CPU seconds (/proc/stat)
   pre_busy     busy cores in the 0.5 s before the run (load of other work)
   ok, bad      the check's verdict
@@ -35,6 +40,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -187,6 +193,33 @@ class CpuGroup:
     def cpu(self):
         with open(os.path.join(self.path, "cpuacct.usage")) as f:
             return int(f.read()) / 1e9
+
+    def user_sys(self):
+        """(user, sys) seconds: cpuacct.stat, in clock ticks."""
+        v = {}
+        with open(os.path.join(self.path, "cpuacct.stat")) as f:
+            for line in f:
+                k, x = line.split()
+                v[k] = int(x) / CLK
+        return v.get("user", 0.0), v.get("system", 0.0)
+
+
+RELAYS = CpuGroup("mn_bench_relays")
+
+# What bench.py puts beside mn-exec-all as `multinode` when the relays'
+# group exists: the head sends its path to the nodes (MULTINODE_BIN), so a
+# relay's `multinode exec-all` starts through it and moves into the relays'
+# group; the `multinode supervise` a relay runs for its own node's command
+# moves back to the agents' group (that is node work). argv[0] stays this
+# path, so the relay finds the same wrapper for its supervise.
+RELAY_WRAPPER = """#!/bin/bash
+# made by bench/bench.py: counts exec_all's relays apart (see bench.py)
+case $1 in
+  exec-all) echo $$ > %(cg)s/mn_bench_relays/cgroup.procs ;;
+  supervise) echo $$ > %(cg)s/mn_bench_agents/cgroup.procs ;;
+esac
+exec -a "$0" %(real)s "$@"
+"""
 
 
 class Sshd:
@@ -360,12 +393,15 @@ TOOLS = {
     # The tree relay (docs/scale.md): flat, the default (256 direct), 32 direct.
     "mn-exec-all (flat)": t_mn(extra_args=("--fanout", "1000000")),
     "mn-exec-all --fanout 32": t_mn(extra_args=("--fanout", "32")),
+    "mn-exec-all --label (flat)": t_mn(label=True, extra_args=("--fanout", "1000000")),
 }
 if BASE:
     TOOLS["mn-exec-all (base)"] = t_mn(exe=BASE_EXEC_ALL)
     TOOLS["mn-exec-all --label (base)"] = t_mn(label=True, exe=BASE_EXEC_ALL)
     TOOLS["mn-exec-all (flat) (base)"] = t_mn(extra_args=("--fanout", "1000000"),
                                               exe=BASE_EXEC_ALL)
+    TOOLS["mn-exec-all --label (flat) (base)"] = t_mn(
+        label=True, extra_args=("--fanout", "1000000"), exe=BASE_EXEC_ALL)
 LABELLED = ("pdsh", "clush", "mn-exec-all --label")
 
 
@@ -408,6 +444,7 @@ def run_once(ctx, tool, n, cmd, discard=False):
     pre_busy, waited = wait_quiet()
     base = ctx.sshd.procs()
     s0 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
+    r0 = RELAYS.user_sys() if RELAYS.path else (0.0, 0.0)
     b0 = sys_busy()
     outp = os.path.join(STATE, "out.tmp")
     errp = os.path.join(STATE, "err.tmp")
@@ -424,6 +461,7 @@ def run_once(ctx, tool, n, cmd, discard=False):
     idle = ctx.sshd.wait_idle(base) if kind == "sshd" else True
     time.sleep(0.1)  # agents: connection teardown after the client exits
     s1 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
+    r1 = RELAYS.user_sys() if RELAYS.path else (0.0, 0.0)
     b1 = sys_busy()
     out = "" if discard else open(outp).read()
     err = open(errp).read()
@@ -433,6 +471,8 @@ def run_once(ctx, tool, n, cmd, discard=False):
     return {"tool": tool, "n": n, "wall": wall,
             "client_cpu": ru.ru_utime + ru.ru_stime, "client_user": ru.ru_utime,
             "client_sys": ru.ru_stime, "client_maxrss_kb": maxrss,
+            "relay_cpu": (r1[0] - r0[0]) + (r1[1] - r0[1]),
+            "relay_user": r1[0] - r0[0], "relay_sys": r1[1] - r0[1],
             "server_cpu": s1 - s0, "server": kind, "total_cpu": b1 - b0,
             "pre_busy": pre_busy, "waited": waited, "load1": loadavg()[0],
             "rc": rc, "ok": not bad, "bad": bad, "stderr": err[-300:]}
@@ -705,6 +745,12 @@ SUITES = {"fanout": suite_fanout, "latency": suite_latency,
           "relay": suite_relay, "memory": suite_memory, "check": suite_check}
 
 
+def sh_free():
+    with open("/proc/meminfo") as f:
+        kb = {l.split(":")[0]: int(l.split()[1]) for l in f}
+    return "MemAvailable %.1f GiB" % (kb["MemAvailable"] / 2**20)
+
+
 def machine(run_id, args):
     def sh(c):
         try:
@@ -770,7 +816,16 @@ def main():
     for alias, target in links:
         if os.path.lexists(alias):
             os.unlink(alias)
-        os.symlink(os.path.realpath(target), alias)
+        if os.path.basename(alias) == "multinode" and RELAYS.path:
+            with open(alias, "w") as f:
+                f.write(RELAY_WRAPPER % {"cg": CPUACCT, "real": os.path.realpath(target)})
+            os.chmod(alias, 0o755)
+        else:
+            os.symlink(os.path.realpath(target), alias)
+    # One descriptor a connection (the head, sshd's tools) and a few a child.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < min(hard, 65536):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
     os.makedirs(RESULTS, exist_ok=True)
     m = machine(a.run_id, sys.argv[1:])
     need = max([max(a.ns) if "fanout" in suites else 8]
@@ -780,6 +835,13 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         agents.start()
+        pss = [pss_kb(p) for p in agents.pids()]
+        rss = [status_kb(p, "VmRSS") for p in agents.pids()]
+        m["agents"] = {"n": len(pss), "pss_mb_sum": round(sum(pss) / 1024),
+                       "rss_kb_median": statistics.median(rss)}
+        log("[agents] %d idle: PSS %.0f MB in all, RSS median %d kB; %s" % (
+            len(pss), sum(pss) / 1024, statistics.median(rss),
+            sh_free()))
         for s in suites:
             log("##### suite %s %s (load %s)" % (s, time.strftime("%T"), loadavg()))
             SUITES[s](ctx, a, a.run_id)
