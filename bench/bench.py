@@ -73,6 +73,10 @@ CFG_CM = os.path.join(STATE, "ssh_config_cm")
 SECRET = "bench-secret-0123456789abcdef-0123456789"
 CLK = os.sysconf("SC_CLK_TCK")
 QUIET_MAX_WAIT = float(os.environ.get("QUIET_MAX_WAIT", "10"))
+# More options for every agent, e.g. BENCH_AGENT_ARGS="--login-timeout 300":
+# a tree of 256 relays over 4,096 agents on 2 cores holds ~3,800 handshakes
+# at once, past the agents' 30 s login deadline (docs/scale.md).
+AGENT_ARGS = os.environ.get("BENCH_AGENT_ARGS", "").split()
 GEN = "head -c 100000000 /dev/zero | tr '\\0' a | fold -w 100"
 GEN_LINES = 1000000
 
@@ -270,7 +274,7 @@ class Agents:
         env = self.env()
         for h in self.hosts:
             p = subprocess.Popen(
-                [MULTINODE, "agent", "--listen", "%s:%d" % (h, AGENT_PORT)],
+                [MULTINODE, "agent", "--listen", "%s:%d" % (h, AGENT_PORT)] + AGENT_ARGS,
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                 env=env, cwd=self.home, start_new_session=True,
                 preexec_fn=self.group.add_self if self.group.path else None)
@@ -328,6 +332,10 @@ def mn_env(hs, extra=None):
          # is a remote agent, reached through the network like the peers' nodes.
          "MULTINODE_HOSTLIST": ",".join(["127.0.0.1:1"] + [h + ":1" for h in hs]),
          "MULTINODE_NODE_RANK": "0"}
+    # Passed on when set: 4,096 agents and a tree's relays on 2 cores leave a
+    # connection silent past the default 4 s (docs/scale.md).
+    if os.environ.get("MULTINODE_LOST_AFTER"):
+        e["MULTINODE_LOST_AFTER"] = os.environ["MULTINODE_LOST_AFTER"]
     e.update(extra or {})
     return e
 
@@ -768,6 +776,8 @@ def machine(run_id, args):
         "multinode_commit": sh("git -C %s rev-parse --short HEAD" % REPO),
         "multinode_dirty": bool(sh("git -C %s status --porcelain -- src Cargo.toml" % REPO)),
         "loadavg_start": loadavg(),
+        "lost_after": os.environ.get("MULTINODE_LOST_AFTER"),
+        "agent_args": AGENT_ARGS,
         # Whether BENCH_BASE was given (not its path: results name no path of the machine).
         "base": "BENCH_BASE" if BASE else None,
     }
