@@ -21,11 +21,16 @@ One JSON line per run in results/<suite>.jsonl:
   client_cpu   user+sys of the tool and all its waited-for children (wait4)
   client_maxrss_kb  largest single process of the tool's tree (GNU time %M:
                wait4 here would count the fork of this Python process)
+  relay_cpu    CPU seconds of exec_all's relays (the tree past --fanout: the
+               `multinode exec-all` a relay node runs for its group), from
+               the mn_bench_relays cpuacct group (0 for a flat run); user and
+               sys apart in relay_user, relay_sys
   server_cpu   CPU seconds of the server side, after minus before: every
                sshd process and remote command, or every agent and its
                commands (cgroup-v1 cpuacct groups made by lib/setup.sh, exact
                in ns; without them: cutime of the sshd listener and its
-               subreaper, or utime+stime+cutime+cstime of the agents)
+               subreaper, or utime+stime+cutime+cstime of the agents); the
+               relays' CPU is not in it
   total_cpu    machine-wide busy CPU seconds (/proc/stat)
   pre_busy     busy cores in the 0.5 s before the run (load of other work)
   ok, bad      the check's verdict
@@ -35,6 +40,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -67,6 +73,10 @@ CFG_CM = os.path.join(STATE, "ssh_config_cm")
 SECRET = "bench-secret-0123456789abcdef-0123456789"
 CLK = os.sysconf("SC_CLK_TCK")
 QUIET_MAX_WAIT = float(os.environ.get("QUIET_MAX_WAIT", "10"))
+# More options for every agent, e.g. BENCH_AGENT_ARGS="--login-timeout 300":
+# a tree of 256 relays over 4,096 agents on 2 cores holds ~3,800 handshakes
+# at once, past the agents' 30 s login deadline (docs/scale.md).
+AGENT_ARGS = os.environ.get("BENCH_AGENT_ARGS", "").split()
 GEN = "head -c 100000000 /dev/zero | tr '\\0' a | fold -w 100"
 GEN_LINES = 1000000
 
@@ -188,6 +198,33 @@ class CpuGroup:
         with open(os.path.join(self.path, "cpuacct.usage")) as f:
             return int(f.read()) / 1e9
 
+    def user_sys(self):
+        """(user, sys) seconds: cpuacct.stat, in clock ticks."""
+        v = {}
+        with open(os.path.join(self.path, "cpuacct.stat")) as f:
+            for line in f:
+                k, x = line.split()
+                v[k] = int(x) / CLK
+        return v.get("user", 0.0), v.get("system", 0.0)
+
+
+RELAYS = CpuGroup("mn_bench_relays")
+
+# What bench.py puts beside mn-exec-all as `multinode` when the relays'
+# group exists: the head sends its path to the nodes (MULTINODE_BIN), so a
+# relay's `multinode exec-all` starts through it and moves into the relays'
+# group; the `multinode supervise` a relay runs for its own node's command
+# moves back to the agents' group (that is node work). argv[0] stays this
+# path, so the relay finds the same wrapper for its supervise.
+RELAY_WRAPPER = """#!/bin/bash
+# made by bench/bench.py: counts exec_all's relays apart (see bench.py)
+case $1 in
+  exec-all) echo $$ > %(cg)s/mn_bench_relays/cgroup.procs ;;
+  supervise) echo $$ > %(cg)s/mn_bench_agents/cgroup.procs ;;
+esac
+exec -a "$0" %(real)s "$@"
+"""
+
 
 class Sshd:
     def __init__(self):
@@ -237,7 +274,7 @@ class Agents:
         env = self.env()
         for h in self.hosts:
             p = subprocess.Popen(
-                [MULTINODE, "agent", "--listen", "%s:%d" % (h, AGENT_PORT)],
+                [MULTINODE, "agent", "--listen", "%s:%d" % (h, AGENT_PORT)] + AGENT_ARGS,
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                 env=env, cwd=self.home, start_new_session=True,
                 preexec_fn=self.group.add_self if self.group.path else None)
@@ -295,6 +332,10 @@ def mn_env(hs, extra=None):
          # is a remote agent, reached through the network like the peers' nodes.
          "MULTINODE_HOSTLIST": ",".join(["127.0.0.1:1"] + [h + ":1" for h in hs]),
          "MULTINODE_NODE_RANK": "0"}
+    # Passed on when set: 4,096 agents and a tree's relays on 2 cores leave a
+    # connection silent past the default 4 s (docs/scale.md).
+    if os.environ.get("MULTINODE_LOST_AFTER"):
+        e["MULTINODE_LOST_AFTER"] = os.environ["MULTINODE_LOST_AFTER"]
     e.update(extra or {})
     return e
 
@@ -404,12 +445,15 @@ TOOLS = {
     # inside `multinode agent -- JOB`): that agent's CPU counts as the head's.
     "mn-exec-all (shared)": t_mn(shared=True),
     "mn-exec-all --label (shared)": t_mn(label=True, shared=True),
+    "mn-exec-all --label (flat)": t_mn(label=True, extra_args=("--fanout", "1000000")),
 }
 if BASE:
     TOOLS["mn-exec-all (base)"] = t_mn(exe=BASE_EXEC_ALL)
     TOOLS["mn-exec-all --label (base)"] = t_mn(label=True, exe=BASE_EXEC_ALL)
     TOOLS["mn-exec-all (flat) (base)"] = t_mn(extra_args=("--fanout", "1000000"),
                                               exe=BASE_EXEC_ALL)
+    TOOLS["mn-exec-all --label (flat) (base)"] = t_mn(
+        label=True, extra_args=("--fanout", "1000000"), exe=BASE_EXEC_ALL)
 LABELLED = ("pdsh", "clush", "mn-exec-all --label")
 
 
@@ -453,6 +497,7 @@ def run_once(ctx, tool, n, cmd, discard=False):
     base = ctx.sshd.procs()
     s0 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
     m0 = MASTER.cpu()
+    r0 = RELAYS.user_sys() if RELAYS.path else (0.0, 0.0)
     b0 = sys_busy()
     outp = os.path.join(STATE, "out.tmp")
     errp = os.path.join(STATE, "err.tmp")
@@ -470,6 +515,7 @@ def run_once(ctx, tool, n, cmd, discard=False):
     time.sleep(0.1)  # agents: connection teardown after the client exits
     s1 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
     master = MASTER.cpu() - m0 if "MULTINODE_MUX_SOCKET" in extra else 0.0
+    r1 = RELAYS.user_sys() if RELAYS.path else (0.0, 0.0)
     b1 = sys_busy()
     out = "" if discard else open(outp).read()
     err = open(errp).read()
@@ -480,6 +526,8 @@ def run_once(ctx, tool, n, cmd, discard=False):
             "client_cpu": ru.ru_utime + ru.ru_stime + master, "master_cpu": master,
             "client_user": ru.ru_utime,
             "client_sys": ru.ru_stime, "client_maxrss_kb": maxrss,
+            "relay_cpu": (r1[0] - r0[0]) + (r1[1] - r0[1]),
+            "relay_user": r1[0] - r0[0], "relay_sys": r1[1] - r0[1],
             "server_cpu": s1 - s0, "server": kind, "total_cpu": b1 - b0,
             "pre_busy": pre_busy, "waited": waited, "load1": loadavg()[0],
             "rc": rc, "ok": not bad, "bad": bad, "stderr": err[-300:]}
@@ -752,6 +800,12 @@ SUITES = {"fanout": suite_fanout, "latency": suite_latency,
           "relay": suite_relay, "memory": suite_memory, "check": suite_check}
 
 
+def sh_free():
+    with open("/proc/meminfo") as f:
+        kb = {l.split(":")[0]: int(l.split()[1]) for l in f}
+    return "MemAvailable %.1f GiB" % (kb["MemAvailable"] / 2**20)
+
+
 def machine(run_id, args):
     def sh(c):
         try:
@@ -769,6 +823,8 @@ def machine(run_id, args):
         "multinode_commit": sh("git -C %s rev-parse --short HEAD" % REPO),
         "multinode_dirty": bool(sh("git -C %s status --porcelain -- src Cargo.toml" % REPO)),
         "loadavg_start": loadavg(),
+        "lost_after": os.environ.get("MULTINODE_LOST_AFTER"),
+        "agent_args": AGENT_ARGS,
         # Whether BENCH_BASE was given (not its path: results name no path of the machine).
         "base": "BENCH_BASE" if BASE else None,
     }
@@ -817,7 +873,16 @@ def main():
     for alias, target in links:
         if os.path.lexists(alias):
             os.unlink(alias)
-        os.symlink(os.path.realpath(target), alias)
+        if os.path.basename(alias) == "multinode" and RELAYS.path:
+            with open(alias, "w") as f:
+                f.write(RELAY_WRAPPER % {"cg": CPUACCT, "real": os.path.realpath(target)})
+            os.chmod(alias, 0o755)
+        else:
+            os.symlink(os.path.realpath(target), alias)
+    # One descriptor a connection (the head, sshd's tools) and a few a child.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < min(hard, 65536):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
     os.makedirs(RESULTS, exist_ok=True)
     m = machine(a.run_id, sys.argv[1:])
     need = max([max(a.ns) if "fanout" in suites else 8]
@@ -829,6 +894,13 @@ def main():
         agents.start()
         if any("(shared)" in t for t in a.fanout_tools + a.relay_tools):
             MASTER.start(agents)
+        pss = [pss_kb(p) for p in agents.pids()]
+        rss = [status_kb(p, "VmRSS") for p in agents.pids()]
+        m["agents"] = {"n": len(pss), "pss_mb_sum": round(sum(pss) / 1024),
+                       "rss_kb_median": statistics.median(rss)}
+        log("[agents] %d idle: PSS %.0f MB in all, RSS median %d kB; %s" % (
+            len(pss), sum(pss) / 1024, statistics.median(rss),
+            sh_free()))
         for s in suites:
             log("##### suite %s %s (load %s)" % (s, time.strftime("%T"), loadavg()))
             SUITES[s](ctx, a, a.run_id)

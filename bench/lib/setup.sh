@@ -18,6 +18,12 @@ if ss -Hltn "sport = :$SSHD_PORT" | grep -q .; then
 fi
 
 mkdir -p "$BENCH_STATE" "$BENCH_STATE/cm" /run/sshd
+# Thousands of agents (bench.py --ns 4096: ~4 threads each, and the relays):
+# pid_max counts threads; raised for the bench, restored by teardown.sh.
+if [ "$(cat /proc/sys/kernel/pid_max)" -lt 131072 ] && [ ! -f "$BENCH_STATE/pid_max" ]; then
+  cat /proc/sys/kernel/pid_max > "$BENCH_STATE/pid_max"
+  echo 131072 > /proc/sys/kernel/pid_max
+fi
 chmod 711 "$BENCH_STATE"
 if ! id "$BENCH_USER" >/dev/null 2>&1; then
   useradd -M -p '*' -d "$BENCH_STATE/home" -s /bin/bash -c "multinode bench (bench/lib/setup.sh)" "$BENCH_USER"
@@ -101,10 +107,13 @@ setsid "$BENCH_DIR/lib/sshd-reaper.py" "$BENCH_STATE/sshd-reaper.pid" -- \
   /usr/sbin/sshd -D -f "$BENCH_STATE/sshd_config" </dev/null >/dev/null 2>&1 &
 for _ in $(seq 100); do [ -s sshd.pid ] && [ -s sshd-reaper.pid ] && break; sleep 0.1; done
 # Exact server CPU: one cpuacct cgroup for sshd (with every session it forks)
-# and one the agents join (bench.py); descendants stay in their group.
+# and one the agents join (bench.py); descendants stay in their group. A
+# third holds exec_all's relays (the tree past --fanout): bench.py's
+# `multinode` beside mn-exec-all moves a relay's `multinode exec-all` there,
+# so its CPU is counted with the head's, not the nodes'.
 CG=/sys/fs/cgroup/cpuacct
 if [ -d "$CG" ]; then
-  for g in mn_bench_sshd mn_bench_agents; do mkdir -p "$CG/$g"; done
+  for g in mn_bench_sshd mn_bench_agents mn_bench_relays; do mkdir -p "$CG/$g"; done
   echo "$(cat sshd-reaper.pid)" > "$CG/mn_bench_sshd/cgroup.procs"
   echo "$(cat sshd.pid)" > "$CG/mn_bench_sshd/cgroup.procs"
   touch cgroups

@@ -33,10 +33,14 @@ if [ -f nft_table ]; then
   rm -f nft_table
 fi
 if [ -f cgroups ]; then
-  for g in mn_bench_sshd mn_bench_agents; do
+  for g in mn_bench_sshd mn_bench_agents mn_bench_relays; do
     for _ in $(seq 20); do rmdir "/sys/fs/cgroup/cpuacct/$g" 2>/dev/null && break; sleep 0.25; done
   done
   rm -f cgroups
+fi
+if [ -f pid_max ]; then
+  cat pid_max > /proc/sys/kernel/pid_max && echo "kernel.pid_max back to $(cat pid_max)"
+  rm -f pid_max
 fi
 if [ -f created_user ]; then
   # the user's sessions are gone with sshd; userdel refuses while any remain

@@ -19,6 +19,7 @@
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
@@ -35,45 +36,59 @@ pub const FOLDED_VAR: &str = "MULTINODE_HOSTLIST_FOLDED";
 /// The lists as a node's commands see them, rendered once for a job.
 #[derive(Debug, Clone)]
 pub(crate) struct Lists {
-    /// `MULTINODE_HOSTLIST`, `MULTINODE_HOSTLIST_NOSLOTS` and, when folded,
-    /// `MULTINODE_HOSTFILE`.
-    pub vars: Vec<(String, String)>,
     /// The folded `MULTINODE_HOSTLIST`, for the wire.
     pub folded: String,
+    /// `MULTINODE_HOSTLIST`, `MULTINODE_HOSTLIST_NOSLOTS` and, when folded,
+    /// `MULTINODE_HOSTFILE`: rendered when a node first needs them (exec_all
+    /// sends agents `folded` alone; a relay's exec_all, one process of the
+    /// tree per group, renders them for its own node only).
+    written: OnceLock<Vec<(String, String)>>,
 }
 
 impl Lists {
-    /// Renders the lists of `topo`; past [`FULL_LIMIT`], writes the hostfile
-    /// (a file that cannot be written is a warning, and the variable is left out).
+    /// The lists of `topo`, folded; the rest comes with [`Lists::vars`].
     pub fn new(topo: &Topology) -> Self {
-        let folded = topo.hostlist_folded();
-        let full = topo.hostlist();
-        let mut vars = Vec::with_capacity(3);
-        if full.len() <= FULL_LIMIT {
-            vars.push(("MULTINODE_HOSTLIST".to_string(), full));
-            vars.push((
-                "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
-                topo.hostlist_noslots(),
-            ));
-        } else {
-            vars.push(("MULTINODE_HOSTLIST".to_string(), folded.clone()));
-            vars.push((
-                "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
-                topo.hostlist_noslots_folded(),
-            ));
-            match write_hostfile(topo, &std::env::temp_dir()) {
-                Ok(path) => vars.push((
-                    HOSTFILE_VAR.to_string(),
-                    path.to_string_lossy().into_owned(),
-                )),
-                Err(e) => tracing::warn!(
-                    "cannot write the hostfile of {} nodes: {e}; {HOSTFILE_VAR} is not set",
-                    topo.nodes.len()
-                ),
-            }
+        Lists {
+            folded: topo.hostlist_folded(),
+            written: OnceLock::new(),
         }
-        Lists { vars, folded }
     }
+
+    /// The variables of `topo` (the topology given to [`Lists::new`]);
+    /// past [`FULL_LIMIT`], writes the hostfile (a file that cannot be written
+    /// is a warning, and the variable is left out).
+    pub fn vars(&self, topo: &Topology) -> &[(String, String)] {
+        self.written.get_or_init(|| written(topo, &self.folded))
+    }
+}
+
+fn written(topo: &Topology, folded: &str) -> Vec<(String, String)> {
+    let full = topo.hostlist();
+    let mut vars = Vec::with_capacity(3);
+    if full.len() <= FULL_LIMIT {
+        vars.push(("MULTINODE_HOSTLIST".to_string(), full));
+        vars.push((
+            "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
+            topo.hostlist_noslots(),
+        ));
+    } else {
+        vars.push(("MULTINODE_HOSTLIST".to_string(), folded.to_string()));
+        vars.push((
+            "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
+            topo.hostlist_noslots_folded(),
+        ));
+        match write_hostfile(topo, &std::env::temp_dir()) {
+            Ok(path) => vars.push((
+                HOSTFILE_VAR.to_string(),
+                path.to_string_lossy().into_owned(),
+            )),
+            Err(e) => tracing::warn!(
+                "cannot write the hostfile of {} nodes: {e}; {HOSTFILE_VAR} is not set",
+                topo.nodes.len()
+            ),
+        }
+    }
+    vars
 }
 
 /// Every variable name this module may set, the wire's included.
@@ -97,7 +112,7 @@ pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String>
     env.retain(|(k, _)| !NAMES.contains(&k.as_str()));
     let lists = Lists::new(&topo);
     let at = at.min(env.len());
-    env.splice(at..at, lists.vars);
+    env.splice(at..at, lists.vars(&topo).iter().cloned());
     Ok(())
 }
 
@@ -167,28 +182,34 @@ mod tests {
     #[test]
     fn full_up_to_the_limit_then_folded_with_a_file() {
         // 17 bytes a node ("gpu-node-00001:8,"): 3,855 nodes fit in 65,536.
-        let small = Lists::new(&topo(3855));
+        let (small_topo, big_topo) = (topo(3855), topo(3856));
+        let small = Lists::new(&small_topo);
+        let small_vars = small.vars(&small_topo);
         assert_eq!(
-            get(&small.vars, "MULTINODE_HOSTLIST").map(str::len),
+            get(small_vars, "MULTINODE_HOSTLIST").map(str::len),
             Some(3855 * 17 - 1)
         );
-        assert_eq!(get(&small.vars, HOSTFILE_VAR), None);
+        assert_eq!(get(small_vars, HOSTFILE_VAR), None);
         assert_eq!(small.folded, "gpu-node-[00001-03855]:8");
-        let big = Lists::new(&topo(3856));
+        let big = Lists::new(&big_topo);
+        let big_vars = big.vars(&big_topo);
         assert_eq!(
-            get(&big.vars, "MULTINODE_HOSTLIST"),
+            get(big_vars, "MULTINODE_HOSTLIST"),
             Some("gpu-node-[00001-03856]:8")
         );
         assert_eq!(
-            get(&big.vars, "MULTINODE_HOSTLIST_NOSLOTS"),
+            get(big_vars, "MULTINODE_HOSTLIST_NOSLOTS"),
             Some("gpu-node-[00001-03856]")
         );
-        let file = get(&big.vars, HOSTFILE_VAR).expect("a hostfile");
+        let file = get(big_vars, HOSTFILE_VAR).expect("a hostfile");
         let text = std::fs::read_to_string(file).expect("readable");
         assert_eq!(text.lines().count(), 3856);
         assert_eq!(text.lines().nth(41), Some("gpu-node-00042 slots=8"));
         // The same list again: the same file.
-        assert_eq!(get(&Lists::new(&topo(3856)).vars, HOSTFILE_VAR), Some(file));
+        assert_eq!(
+            get(Lists::new(&big_topo).vars(&big_topo), HOSTFILE_VAR),
+            Some(file)
+        );
     }
 
     #[test]

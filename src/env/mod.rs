@@ -173,7 +173,7 @@ impl<'a> Contract<'a> {
 
     /// [`contract_for_rank`].
     pub fn for_rank(&self, rank: usize) -> Vec<(String, String)> {
-        self.with_lists(rank, self.lists.vars.clone())
+        self.with_lists(rank, self.lists.vars(&self.job.topology).to_vec())
     }
 
     /// What exec_all sends an agent for node `rank`: [`Contract::for_rank`]

@@ -46,6 +46,11 @@ pub(crate) fn split_slots(element: &str) -> Result<(HostPart<'_>, Option<&str>),
     let Some((host, slots)) = element.rsplit_once(':') else {
         return Ok((HostPart::Expr(element), None));
     };
+    if !host.contains(':') {
+        // One ':' in all: neither the element nor the host is an IPv6
+        // address (those have two at least), and the host has no ':' left.
+        return Ok((HostPart::Expr(host), Some(slots)));
+    }
     if element.parse::<Ipv6Addr>().is_ok() {
         return Err(ParseError::UnbracketedIpv6 {
             text: shorten(element),
@@ -56,24 +61,21 @@ pub(crate) fn split_slots(element: &str) -> Result<(HostPart<'_>, Option<&str>),
             text: shorten(host),
         });
     }
-    if host.contains(':') {
-        // `gpu01:2;gpu02:2`, `gpu01:2 gpu02:2`: two entries, wrongly separated.
-        if let Some(sep) = host.chars().find(|c| *c == ';' || c.is_whitespace()) {
-            return Err(ParseError::BadSeparator {
-                list: shorten(element),
-                sep: if sep == ';' {
-                    "';'".into()
-                } else {
-                    "whitespace".into()
-                },
-            });
-        }
-        return Err(ParseError::BadChar {
-            host: shorten(host),
-            what: "':'".to_string(),
+    // `gpu01:2;gpu02:2`, `gpu01:2 gpu02:2`: two entries, wrongly separated.
+    if let Some(sep) = host.chars().find(|c| *c == ';' || c.is_whitespace()) {
+        return Err(ParseError::BadSeparator {
+            list: shorten(element),
+            sep: if sep == ';' {
+                "';'".into()
+            } else {
+                "whitespace".into()
+            },
         });
     }
-    Ok((HostPart::Expr(host), Some(slots)))
+    Err(ParseError::BadChar {
+        host: shorten(host),
+        what: "':'".to_string(),
+    })
 }
 
 /// `host:slots,gpu[01-02]:4,[fe80::1]:2,other` → nodes (`other` gets 1 slot).

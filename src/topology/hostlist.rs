@@ -104,8 +104,9 @@ pub(crate) fn validate_host(host: &str) -> Result<(), ParseError> {
 pub(crate) fn find_duplicate<'a>(
     hosts: impl IntoIterator<Item = &'a str>,
 ) -> Option<(String, usize, usize)> {
-    let mut seen: HashMap<Cow<'a, str>, usize> = HashMap::new();
-    for (i, host) in hosts.into_iter().enumerate() {
+    let hosts = hosts.into_iter();
+    let mut seen: HashMap<Cow<'a, str>, usize> = HashMap::with_capacity(hosts.size_hint().0);
+    for (i, host) in hosts.enumerate() {
         let key = if host.bytes().any(|b| b.is_ascii_uppercase()) {
             Cow::Owned(host.to_ascii_lowercase())
         } else {
@@ -119,6 +120,9 @@ pub(crate) fn find_duplicate<'a>(
 }
 
 fn check_unique(hosts: &[String], expr: &str) -> Result<(), ParseError> {
+    if hosts.len() < 2 {
+        return Ok(());
+    }
     match find_duplicate(hosts.iter().map(String::as_str)) {
         Some((host, first, second)) => Err(ParseError::Duplicate {
             host,
@@ -161,6 +165,17 @@ fn expand_element(
         expr: shorten(list),
         limit,
     };
+    if !element.contains('[') {
+        // A name written out (`gpu01`, `10.0.0.1`): the same checks, in the
+        // same order, as the general case below, without its parts.
+        check_literal(element, element)?;
+        if budget == 0 {
+            return Err(too_many());
+        }
+        check_host(element)?;
+        out.push(element.to_string());
+        return Ok(());
+    }
     let parts = parse_element(element, budget, &too_many)?;
     let mut count: usize = 1;
     for part in &parts {

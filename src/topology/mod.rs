@@ -78,20 +78,29 @@ impl Topology {
 
     /// `host1:2,host2:2,[fd00::2]:2`
     pub fn hostlist(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("{}:{}", n.written(), n.slots))
-            .collect::<Vec<_>>()
-            .join(",")
+        self.render(true)
     }
 
     /// `host1,host2,[fd00::2]`
     pub fn hostlist_noslots(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| n.written())
-            .collect::<Vec<_>>()
-            .join(",")
+        self.render(false)
+    }
+
+    /// Both lists above, written into one buffer (a relay renders them for
+    /// thousands of nodes: no string a node).
+    fn render(&self, slots: bool) -> String {
+        use std::fmt::Write;
+        let mut out = String::with_capacity(self.nodes.len() * 16);
+        for (i, n) in self.nodes.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&n.written());
+            if slots {
+                let _ = write!(out, ":{}", n.slots);
+            }
+        }
+        out
     }
 
     /// [`Topology::hostlist`] folded as `nodeset -f` folds: `gpu[01-64]:8`.
