@@ -170,10 +170,10 @@ fn stdin_exit_signals_and_a_kill_of_exec_all_through_the_heads_connections() {
         printf 'line one\nline two\n' | mn-exec-all --label -c 'wc -l'
         mn-exec-all --nodes 1 -c 'kill -USR1 $$'; echo "status $?"
         mn-exec-all --nodes 1,2 -c 'sleep {tag}' & pid=$!
-        i=0; while [ $i -lt 100 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
         echo "sleepers $(pgrep -cxf 'sleep {tag}')"
         kill -9 $pid
-        i=0; while [ $i -lt 100 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 0 ]; do sleep 0.05; i=$((i+1)); done
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 0 ]; do sleep 0.05; i=$((i+1)); done
         echo "left $(pgrep -cxf 'sleep {tag}')"
     "#
     );
@@ -216,7 +216,7 @@ fn a_worker_that_dies_is_lost_through_the_heads_connection() {
     let job = format!(
         r#"
         mn-exec-all -c 'sleep {tag}' & pid=$!
-        i=0; while [ $i -lt 100 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
         pkill -9 -f "agent --listen $W1_HOST"
         wait $pid; echo "status $?"
         pkill -f 'sleep {tag}'
@@ -269,7 +269,7 @@ fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
         .iter()
         .map(|h| Agent::start_with(h, PORT, &[], &[]))
         .collect();
-    assert!(eventually(Duration::from_secs(5), || socket.exists()));
+    assert!(eventually(Duration::from_secs(30), || socket.exists()));
     // Rank 0 (this host) runs locally; ranks 1 and 2 through the socket.
     let out = cmd(&mn_exec_all())
         .env("MULTINODE_HOSTLIST", hosts.join(","))
