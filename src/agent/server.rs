@@ -17,6 +17,7 @@ use super::command::{self, Request};
 use super::login::{Login, MAX_AUTH_TRIES};
 use super::{Shared, control, sftp};
 use crate::protocol;
+use crate::protocol::env_pack;
 
 /// When the agent stops, how long a client may take to close its connection
 /// after its commands ended, before the agent disconnects it.
@@ -385,6 +386,17 @@ async fn serve_channel(
             // well run `env NAME=VALUE cmd`): LANG, LC_*, GIT_PROTOCOL (git's
             // protocol v2), exec_all's contract. Only what cannot be a
             // variable is dropped, as sshd drops what AcceptEnv does not name.
+            Some(ChannelMsg::SetEnv {
+                variable_name,
+                variable_value,
+                ..
+            }) if variable_name == env_pack::NAME => {
+                for (name, value) in env_pack::unpack(&variable_value) {
+                    if is_env_name(name) {
+                        env.push((name.to_string(), value.to_string()));
+                    }
+                }
+            }
             Some(ChannelMsg::SetEnv {
                 variable_name,
                 variable_value,

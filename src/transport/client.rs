@@ -408,6 +408,7 @@ impl Connector {
         Ok(Connection {
             handle,
             peer,
+            packs_env: matches!(self.auth, Auth::Agent(_)),
             _watch: watch.drop_guard(),
         })
     }
@@ -608,6 +609,8 @@ impl Start<'_> {
 pub struct Connection {
     handle: Handle<ClientHandler>,
     peer: SocketAddr,
+    /// An agent of this job: the variables go as one packed `env` request.
+    packs_env: bool,
     /// Ends the liveness watch with the connection.
     _watch: tokio_util::sync::DropGuard,
 }
@@ -638,7 +641,8 @@ impl Connection {
         self.start(Start::Exec(command), env).await
     }
 
-    /// Opens a channel, sends the variables as `env` requests and asks for
+    /// Opens a channel, sends the variables as `env` requests (to an agent of
+    /// this job, packed into one) and asks for
     /// `what`, wanting a reply: the channel's first `Success` or `Failure`
     /// answers it.
     pub async fn start(
@@ -647,10 +651,19 @@ impl Connection {
         env: &[(String, String)],
     ) -> Result<Channel<Msg>, russh::Error> {
         let channel = self.handle.channel_open_session().await?;
-        for (name, value) in env {
+        if self.packs_env && env.len() > 1 {
+            // One SSH message instead of one a variable (a node's
+            // environment is often a hundred variables or more).
+            let packed = protocol::env_pack::pack(env);
             channel
-                .set_env(false, name.as_str(), value.as_str())
+                .set_env(false, protocol::env_pack::NAME, packed.as_str())
                 .await?;
+        } else {
+            for (name, value) in env {
+                channel
+                    .set_env(false, name.as_str(), value.as_str())
+                    .await?;
+            }
         }
         match what {
             Start::Exec(command) => channel.exec(true, command.to_vec()).await?,
