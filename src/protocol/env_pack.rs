@@ -22,9 +22,7 @@ pub fn pack(env: &[(String, String)]) -> String {
 
 /// The pairs of a packed value, in order; a piece without `=` is skipped.
 pub fn unpack(packed: &str) -> impl Iterator<Item = (&str, &str)> {
-    packed
-        .split('\0')
-        .filter_map(|pair| pair.split_once('='))
+    packed.split('\0').filter_map(|pair| pair.split_once('='))
 }
 
 #[cfg(test)]

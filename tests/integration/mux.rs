@@ -222,9 +222,13 @@ fn a_worker_that_dies_is_lost_through_the_heads_connection() {
     let job = format!(
         r#"
         mn-exec-all -c 'sleep {tag}' & pid=$!
-        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
+        # Three sleepers: the head's own (local) and the two workers'.
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 3 ]; do sleep 0.05; i=$((i+1)); done
+        echo "sleepers $(pgrep -cxf 'sleep {tag}')"
+        t0=$(date +%s%N)
         pkill -9 -f "agent --listen $W1_HOST"
         wait $pid; echo "status $?"
+        echo "lost after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
         pkill -f 'sleep {tag}'
     "#
     );
@@ -245,7 +249,16 @@ fn a_worker_that_dies_is_lost_through_the_heads_connection() {
         .output()
         .unwrap();
     let out = stdout(&head);
-    // 255: a node lost; well before the sleep would end.
+    assert!(out.contains("sleepers 3"), "{out}");
+    // 255: a node lost, at once (its TCP connection closed with the agent).
+    let ms: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("lost after "))
+        .and_then(|l| l.strip_suffix(" ms"))
+        .expect("lost after line")
+        .parse()
+        .unwrap();
+    assert!(ms < 5000, "{out}");
     assert!(
         out.contains("status 255"),
         "{out}\n{}",
