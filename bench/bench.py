@@ -342,13 +342,53 @@ def mn_env(hs, extra=None):
     return e
 
 
-def t_mn(label=False, extra_args=(), exe=MN_EXEC_ALL):
+def t_mn(label=False, extra_args=(), exe=MN_EXEC_ALL, shared=False):
     def build(hs, cmd, n):
         argv = [exe, "--exclude", "0"] + list(extra_args)
         if label:
             argv.append("--label")
-        return argv + ["-c", cmd], mn_env(hs), "agent"
+        extra = {"MULTINODE_MUX_SOCKET": MASTER.socket} if shared else None
+        return argv + ["-c", cmd], mn_env(hs, extra), "agent"
     return build
+
+
+class Master:
+    """The head's agent for the "(shared)" tools: `multinode agent
+    --mux-socket`, its connections to the agents shared with exec_all. Not in
+    the agents' group: its CPU is the head's, added to the client's."""
+
+    def __init__(self):
+        self.socket = os.path.join(STATE, "mux.sock")
+        self.proc = None
+
+    def start(self, agents):
+        if os.path.lexists(self.socket):
+            os.unlink(self.socket)
+        self.proc = subprocess.Popen(
+            [MULTINODE, "agent", "--listen", "127.0.0.1:%d" % (AGENT_PORT + 1),
+             "--mux-socket", self.socket],
+            stdin=subprocess.DEVNULL, stdout=agents.log, stderr=agents.log,
+            env=agents.env(), cwd=agents.home, start_new_session=True)
+        deadline = time.time() + 30
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise SystemExit("the head agent (--mux-socket) did not start (see %s/agents.log)" % STATE)
+            time.sleep(0.02)
+
+    def cpu(self):
+        return own_and_children_cpu(self.proc.pid) if self.proc else 0.0
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+MASTER = Master()
 
 
 def t_pdsh(fanout=None):
@@ -403,6 +443,10 @@ TOOLS = {
     # The tree relay (docs/scale.md): flat, the default (256 direct), 32 direct.
     "mn-exec-all (flat)": t_mn(extra_args=("--fanout", "1000000")),
     "mn-exec-all --fanout 32": t_mn(extra_args=("--fanout", "32")),
+    # Through a head agent's shared connections (MULTINODE_MUX_SOCKET, as
+    # inside `multinode agent -- JOB`): that agent's CPU counts as the head's.
+    "mn-exec-all (shared)": t_mn(shared=True),
+    "mn-exec-all --label (shared)": t_mn(label=True, shared=True),
     "mn-exec-all --label (flat)": t_mn(label=True, extra_args=("--fanout", "1000000")),
 }
 if BASE:
@@ -454,6 +498,7 @@ def run_once(ctx, tool, n, cmd, discard=False):
     pre_busy, waited = wait_quiet()
     base = ctx.sshd.procs()
     s0 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
+    m0 = MASTER.cpu()
     r0 = RELAYS.user_sys() if RELAYS.path else (0.0, 0.0)
     b0 = sys_busy()
     outp = os.path.join(STATE, "out.tmp")
@@ -471,6 +516,7 @@ def run_once(ctx, tool, n, cmd, discard=False):
     idle = ctx.sshd.wait_idle(base) if kind == "sshd" else True
     time.sleep(0.1)  # agents: connection teardown after the client exits
     s1 = ctx.sshd.cpu() if kind == "sshd" else ctx.agents.cpu(n) if kind == "agent" else 0.0
+    master = MASTER.cpu() - m0 if "MULTINODE_MUX_SOCKET" in extra else 0.0
     r1 = RELAYS.user_sys() if RELAYS.path else (0.0, 0.0)
     b1 = sys_busy()
     out = "" if discard else open(outp).read()
@@ -479,7 +525,8 @@ def run_once(ctx, tool, n, cmd, discard=False):
     if not idle:
         bad = (bad + " server-not-idle").strip()
     return {"tool": tool, "n": n, "wall": wall,
-            "client_cpu": ru.ru_utime + ru.ru_stime, "client_user": ru.ru_utime,
+            "client_cpu": ru.ru_utime + ru.ru_stime + master, "master_cpu": master,
+            "client_user": ru.ru_utime,
             "client_sys": ru.ru_stime, "client_maxrss_kb": maxrss,
             "relay_cpu": (r1[0] - r0[0]) + (r1[1] - r0[1]),
             "relay_user": r1[0] - r0[0], "relay_sys": r1[1] - r0[1],
@@ -848,6 +895,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         agents.start()
+        if any("(shared)" in t for t in a.fanout_tools + a.relay_tools):
+            MASTER.start(agents)
         pss = [pss_kb(p) for p in agents.pids()]
         rss = [status_kb(p, "VmRSS") for p in agents.pids()]
         m["agents"] = {"n": len(pss), "pss_mb_sum": round(sum(pss) / 1024),
@@ -859,6 +908,7 @@ def main():
             log("##### suite %s %s (load %s)" % (s, time.strftime("%T"), loadavg()))
             SUITES[s](ctx, a, a.run_id)
     finally:
+        MASTER.stop()
         agents.stop()
         m["loadavg_end"] = loadavg()
         with open(os.path.join(RESULTS, "machine.jsonl"), "a") as f:

@@ -271,6 +271,11 @@ pub struct AgentArgs {
     /// A connection that has not logged in this long after it was accepted is closed (seconds).
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
     pub login_timeout: Duration,
+    /// Share this agent's connections to the nodes on a Unix socket at PATH
+    /// (the head of `-- JOB` does so on its own, in a private directory, and
+    /// tells JOB with MULTINODE_MUX_SOCKET).
+    #[arg(long, value_name = "PATH")]
+    pub mux_socket: Option<PathBuf>,
     /// JOB to run on the head once every worker answers.
     #[arg(last = true, value_name = "JOB")]
     pub job: Vec<OsString>,

@@ -11,6 +11,7 @@
 //! the workers too: they have nothing left to wait for.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +20,12 @@ use tokio::process::Command;
 use tracing::{debug, info, warn};
 
 use super::Shared;
+use super::mux::Pool;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::GroupChild;
 use crate::signals::{STOP_SIGNALS, Stops};
-use crate::transport::client::{Auth, ConnectError, Connector, Target};
+use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
 
 /// Between two attempts to reach a node that is not up yet.
 const RETRY: Duration = Duration::from_millis(250);
@@ -41,7 +43,15 @@ pub(crate) struct Plan {
     pub argv: Vec<OsString>,
     pub idle_timeout: Duration,
     pub wait_timeout: Duration,
+    /// On the head: the shared connections and their socket, for JOB.
+    pub mux: Option<(Arc<Pool>, PathBuf)>,
 }
+
+/// Up to this many workers, the head keeps the connections it pinged them
+/// on for JOB's exec_all (a flat run, at exec_all's default fan-out); past
+/// it, exec_all reaches the nodes through relays and the shared
+/// connections are made as it asks for them.
+const KEEP_PINGED_UP_TO: usize = 256;
 
 /// A plain agent: serve until SIGTERM/SIGINT/SIGHUP or a release.
 pub(crate) async fn serve_until_stopped(shared: &Shared) -> Result<i32, Error> {
@@ -72,7 +82,12 @@ fn target(job: &Job, rank: usize) -> Target {
 
 async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Result<i32, Error> {
     let mut stops = Stops::new(STOP_SIGNALS)?;
-    let waiting = wait_for_workers(&plan.job, connector, plan.wait_timeout);
+    let workers = plan.job.topology.nodes.len().saturating_sub(1);
+    let keep = match &plan.mux {
+        Some((pool, _)) if workers <= KEEP_PINGED_UP_TO => Some(pool.clone()),
+        _ => None,
+    };
+    let waiting = wait_for_workers(&plan.job, connector, plan.wait_timeout, keep);
     // Some(how the head ends) when JOB will not run.
     let gave_up = tokio::select! {
         ready = waiting => ready.err().map(Err),
@@ -100,6 +115,9 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
         &plan.argv,
     ));
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
+    if let Some((_, path)) = &plan.mux {
+        cmd.env(crate::protocol::mux::SOCKET_VAR, path);
+    }
     let mut child = GroupChild::spawn(&mut cmd).map_err(|e| {
         Error::usage(format!(
             "cannot run the job {:?}: {e}",
@@ -157,14 +175,30 @@ enum NotReady {
 
 /// Pings every worker until it answers as the rank it should be. A worker
 /// that rejects this job ends the wait at once.
-async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> Result<(), Error> {
+/// With `keep`, the connections of the workers that answered are kept there.
+async fn wait_for_workers(
+    job: &Job,
+    connector: &Connector,
+    limit: Duration,
+    keep: Option<Arc<Pool>>,
+) -> Result<(), Error> {
     let deadline = tokio::time::Instant::now() + limit;
     let mut tasks = tokio::task::JoinSet::new();
     for rank in 1..job.topology.nodes.len() {
         let target = target(job, rank);
         let connector = connector.clone();
+        let keep = keep.clone();
         tasks.spawn(async move {
-            let result = probe(&connector, &target, rank, deadline).await;
+            let result = match probe(&connector, &target, rank, deadline).await {
+                Ok(conn) => {
+                    match keep {
+                        Some(pool) => pool.keep(&target, conn).await,
+                        None => conn.close().await,
+                    }
+                    Ok(())
+                }
+                Err(why) => Err(why),
+            };
             (rank, target, result)
         });
     }
@@ -215,28 +249,34 @@ async fn wait_for_workers(job: &Job, connector: &Connector, limit: Duration) -> 
     }))
 }
 
-/// Tries one worker until it answers as `rank`, it rejects this job, or the deadline.
+/// Tries one worker until it answers as `rank`, it rejects this job, or the
+/// deadline; returns the connection it answered on.
 async fn probe(
     connector: &Connector,
     target: &Target,
     rank: usize,
     deadline: tokio::time::Instant,
-) -> Result<(), NotReady> {
+) -> Result<Connection, NotReady> {
     let mut last = None;
     loop {
         let attempt = async {
             let conn = connector.connect(target).await?;
-            let reply = conn.ping().await;
-            conn.close().await;
-            Ok::<_, ConnectError>(reply)
+            match conn.ping().await {
+                Ok(reply) => Ok::<_, ConnectError>(Ok((reply, conn))),
+                Err(e) => {
+                    conn.close().await;
+                    Ok(Err(e))
+                }
+            }
         };
         // No attempt outlives the deadline: the wait is what --wait-timeout says.
         match tokio::time::timeout_at(deadline, attempt).await {
-            Ok(Ok(Ok(reply))) if reply.rank.is_none_or(|r| r == rank) => {
+            Ok(Ok(Ok((reply, conn)))) if reply.rank.is_none_or(|r| r == rank) => {
                 debug!(rank, host = %target.host, "worker answered");
-                return Ok(());
+                return Ok(conn);
             }
-            Ok(Ok(Ok(reply))) => {
+            Ok(Ok(Ok((reply, conn)))) => {
+                conn.close().await;
                 return Err(NotReady::Rejected(format!(
                     "answers as rank {} ({}): is the hostlist the same on every node?",
                     reply.rank.unwrap_or_default(),

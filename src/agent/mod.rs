@@ -9,6 +9,7 @@
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
 //! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
+//! - `mux`: the head's connections to the nodes, shared with JOB's clients on a Unix socket.
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
 
@@ -18,6 +19,7 @@ mod init;
 mod keeper;
 mod lifecycle;
 mod login;
+mod mux;
 mod plain;
 mod server;
 mod sftp;
@@ -120,6 +122,8 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
         .map(|p| p.to_string_lossy().into_owned());
     let (grace, idle_timeout, wait_timeout) = (args.grace, args.idle_timeout, args.wait_timeout);
+    let mux_socket = args.mux_socket.clone();
+    let lost_after = crate::transport::client::lost_after(&env)?;
     // The job's topology is only needed for the lifecycle; a plain agent serves alone.
     let job = if args.job.is_empty() {
         None
@@ -180,6 +184,43 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         });
         let config = Arc::new(server::ssh_config(&shared));
         let server = tokio::spawn(server::serve(listener, shared.clone(), config));
+        // The head of a job (or an agent asked to) shares its connections.
+        let is_head = job.as_ref().is_some_and(|j| j.rank == 0);
+        let socket = match &mux_socket {
+            Some(path) => Some(mux::Socket::bind_path(path).map_err(|e| {
+                Error::usage(format!(
+                    "cannot listen on --mux-socket {}: {e}; choose a path in a directory you own",
+                    path.display()
+                ))
+            })?),
+            None if is_head => match mux::Socket::bind() {
+                Ok(socket) => Some(socket),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot share connections with the job (exec_all connects itself): {e}"
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let stop_mux = CancellationToken::new();
+        let (pool, sharing) = match socket {
+            Some(mut socket) => {
+                let pool = Arc::new(mux::Pool::new(&shared.keys, lost_after));
+                let path = socket.path().to_path_buf();
+                let task = tokio::spawn({
+                    let (pool, tracker, stop) =
+                        (pool.clone(), shared.tracker.clone(), stop_mux.clone());
+                    async move {
+                        mux::serve(&mut socket, pool, tracker, stop).await;
+                        socket
+                    }
+                });
+                (Some((pool, path)), Some(task))
+            }
+            None => (None, None),
+        };
         let serving = async {
             match job {
                 None => lifecycle::serve_until_stopped(&shared).await,
@@ -189,6 +230,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                         argv: args.job,
                         idle_timeout,
                         wait_timeout,
+                        mux: pool.clone(),
                     };
                     lifecycle::run(&shared, plan).await
                 }
@@ -199,6 +241,15 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             // Without a keeper the no-orphan guarantee is gone: stop serving.
             error = shared.keeper.watch(keeper_child) => Err(error),
         };
+        // No more shared channels; the kept connections close (their nodes
+        // end what is left of those channels' commands), the socket goes.
+        stop_mux.cancel();
+        if let Some(task) = sharing {
+            drop(task.await);
+        }
+        if let Some((pool, _)) = &pool {
+            pool.close().await;
+        }
         // End every command (their groups get SIGTERM, grace, SIGKILL), then wait for them.
         shared.shutdown.cancel();
         let _ = server.await;

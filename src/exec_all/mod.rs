@@ -54,6 +54,7 @@ use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::snapshot::gather::{Ask, RunNodes};
 use crate::transport::client::Auth;
+use crate::transport::mux::MuxClient;
 use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
@@ -270,14 +271,19 @@ fn transport(
     job: &Job,
     env: &EnvMap,
     connect_timeout: Duration,
-) -> Result<(Transport, u16, String), Error> {
+) -> Result<(Transport, u16, String, Option<MuxClient>), Error> {
     // An invalid MULTINODE_TRANSPORT only matters when exec_all talks SSH itself.
     let asked_agent = matches!(
         Requested::from_env(env),
         Ok(Requested::Exactly(TransportKind::Agent))
     );
     if !is_own_wrapper(&job.wrapper) && !asked_agent {
-        return Ok((Transport::External(job.wrapper.clone()), 0, String::new()));
+        return Ok((
+            Transport::External(job.wrapper.clone()),
+            0,
+            String::new(),
+            None,
+        ));
     }
     let spec = ClientSpec {
         connect_timeout: Some(connect_timeout),
@@ -295,7 +301,12 @@ fn transport(
             })?,
         },
     };
-    Ok((Transport::Native(route.connector), port, route.user))
+    Ok((
+        Transport::Native(route.connector),
+        port,
+        route.user,
+        route.mux,
+    ))
 }
 
 /// Plans and runs on a fresh runtime; returns when every node has ended.
@@ -317,7 +328,7 @@ pub(crate) fn run_blocking(
 /// Runs `options.script` on the selected nodes of `job`.
 pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<RunResult, Error> {
     crate::process::raise_fd_limit();
-    let (transport, port, user) = transport(job, env, options.connect_timeout)?;
+    let (transport, port, user, mux) = transport(job, env, options.connect_timeout)?;
     let cwd = std::env::current_dir()
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "/".into());
@@ -356,6 +367,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         grace: options.grace,
         bin,
         connect_slots: Semaphore::new(options.max_connecting),
+        mux,
     });
     // Like `srun --export=ALL`: the head's variables, minus per-host ones.
     let head_vars: Vec<(String, String)> =

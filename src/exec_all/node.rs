@@ -23,7 +23,9 @@ use crate::exit_info::{self, ExitInfo};
 use crate::process::{GroupChild, Outcome};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
+use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
 use crate::transport::client::Target;
+use crate::transport::mux::MuxError;
 
 /// Everything one node task needs.
 pub struct NodeTask {
@@ -83,7 +85,7 @@ pub async fn run(ctx: Arc<RunCtx>, task: NodeTask) {
 
 /// A local process's stdin: the script (for `-`), then exec_all's stdin
 /// (for a file or `-c`), then EOF. A remote node's goes the same way through
-/// `transport::client::send_input`.
+/// `transport::channel::send_input`.
 struct StdinSource {
     prefix: Option<Bytes>,
     rx: Option<mpsc::Receiver<Bytes>>,
@@ -114,6 +116,37 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         port: ctx.port,
         user: ctx.user.clone(),
     };
+    // Inside `multinode agent -- JOB`: through the head agent's connection.
+    if let Some(mux) = &ctx.mux {
+        let opened = tokio::select! {
+            opened = mux.open(&target) => opened,
+            ctl = task.control.recv() => {
+                debug!(rank = task.rank, ?ctl, "stopped before connecting");
+                return task.end(NodeOutcome::NotStarted);
+            }
+        };
+        match opened {
+            Ok(pending) => {
+                let peer = pending.peer();
+                let (command, env) = agent_request(&ctx, &task, peer);
+                return match pending.start(&command, &env).await {
+                    Ok((rx, tx)) => follow(&ctx, task, peer, rx, tx, None).await,
+                    Err(MuxError::Unreachable(e)) => task.end(NodeOutcome::Unreachable(e)),
+                    Err(MuxError::Failed(e)) => {
+                        task.end(NodeOutcome::Lost(format!("cannot start the script: {e}")))
+                    }
+                    Err(MuxError::NoMaster(e)) => {
+                        task.end(NodeOutcome::Lost(format!("cannot start the script: {e}")))
+                    }
+                };
+            }
+            Err(MuxError::NoMaster(e)) => {
+                debug!(rank = task.rank, socket = %mux.path().display(), error = %e, "no shared connection: connecting");
+            }
+            Err(MuxError::Unreachable(e)) => return task.end(NodeOutcome::Unreachable(e)),
+            Err(MuxError::Failed(e)) => return task.end(NodeOutcome::Unreachable(e)),
+        }
+    }
     let connected = {
         let _slot = tokio::select! {
             slot = ctx.connect_slots.acquire() => slot.expect("the semaphore is never closed"),
@@ -134,42 +167,86 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
         Ok(conn) => conn,
         Err(e) => return task.end(NodeOutcome::Unreachable(e.to_string())),
     };
-    let command = match &task.relay {
-        Some((_, command)) => command.as_slice(),
-        None => ctx.command.as_slice(),
-    };
-    let mut vars = task.env.clone();
-    crate::env::fill_reached_address(&mut vars, conn.peer().ip());
+    let peer = conn.peer();
     // An agent takes the variables and the directory as `env` requests; a stock
     // sshd drops those (AcceptEnv), so they go in the command line instead.
     let (command, env) = match connector.auth() {
-        crate::transport::client::Auth::Agent(_) => {
-            vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
-            vars.push((
-                protocol::exit_info::REQUEST_VAR.to_string(),
-                "1".to_string(),
-            ));
-            (command.to_vec(), vars)
+        crate::transport::client::Auth::Agent(_) => agent_request(&ctx, &task, peer),
+        crate::transport::client::Auth::OpenSsh(_) => {
+            let mut vars = task.env.clone();
+            crate::env::fill_reached_address(&mut vars, peer.ip());
+            (
+                super::script::wrapped_command(
+                    node_command(&ctx, &task),
+                    ctx.cwd.as_bytes(),
+                    &vars,
+                ),
+                Vec::new(),
+            )
         }
-        crate::transport::client::Auth::OpenSsh(_) => (
-            super::script::wrapped_command(command, ctx.cwd.as_bytes(), &vars),
-            Vec::new(),
-        ),
     };
     let channel = match conn.exec(&command, &env).await {
         Ok(channel) => channel,
         Err(e) => return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}"))),
     };
+    let (rx, tx) = channel.split();
+    follow(
+        &ctx,
+        task,
+        peer,
+        ChannelRx::Ssh(rx),
+        ChannelTx::Ssh(tx),
+        Some(conn),
+    )
+    .await;
+}
+
+/// What a node runs: the relay command for a subtree, else the job's.
+fn node_command<'a>(ctx: &'a RunCtx, task: &'a NodeTask) -> &'a [u8] {
+    match &task.relay {
+        Some((_, command)) => command.as_slice(),
+        None => ctx.command.as_slice(),
+    }
+}
+
+/// The command and the variables for an agent, which takes the variables
+/// and the directory as `env` requests.
+fn agent_request(
+    ctx: &RunCtx,
+    task: &NodeTask,
+    peer: std::net::SocketAddr,
+) -> (Vec<u8>, Vec<(String, String)>) {
+    let mut vars = task.env.clone();
+    crate::env::fill_reached_address(&mut vars, peer.ip());
+    vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
+    vars.push((
+        protocol::exit_info::REQUEST_VAR.to_string(),
+        "1".to_string(),
+    ));
+    (node_command(ctx, task).to_vec(), vars)
+}
+
+/// A started remote command to its end: input in, output and the exit
+/// status out, orders (signals, abandon) passed on. `conn` is this process's
+/// own connection, closed at the end; without one (a shared connection) the
+/// channel is closed instead.
+async fn follow(
+    ctx: &RunCtx,
+    mut task: NodeTask,
+    peer: std::net::SocketAddr,
+    mut rx: ChannelRx,
+    tx: ChannelTx,
+    conn: Option<crate::transport::client::Connection>,
+) {
     task.send(Event::Started {
-        address: Some(conn.peer().to_string()),
+        address: Some(peer.to_string()),
     });
-    let (mut rx, tx) = channel.split();
     let tx = Arc::new(tx);
     let stdin = {
         let tx = tx.clone();
         let prefix = ctx.script.stdin_prefix().map(Bytes::copy_from_slice);
         let input = task.stdin.take();
-        tokio::spawn(async move { crate::transport::client::send_input(&tx, prefix, input).await })
+        tokio::spawn(async move { send_input(&tx, prefix, input).await })
     };
     let mut status = None;
     let mut abandoned = false;
@@ -211,8 +288,14 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     }
     stdin.abort();
     task.sink.finish().await;
-    // Closing the connection makes the agent end whatever is left of the group.
-    let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+    // Closing the connection (or the shared one's channel) makes the agent
+    // end whatever is left of the group.
+    match conn {
+        Some(conn) => {
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+        }
+        None => tx.close().await,
+    }
     let outcome = match status {
         Some(outcome) => NodeOutcome::Finished(outcome),
         None if abandoned => NodeOutcome::Lost("abandoned: it did not end after SIGKILL".into()),

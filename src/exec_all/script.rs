@@ -25,6 +25,8 @@ pub const PER_HOST_VARS: &[&str] = &[
     "XAUTHORITY",
     "XDG_RUNTIME_DIR",
     "XDG_SESSION_ID",
+    // The head agent's socket for sharing its connections: a path on the head.
+    crate::protocol::mux::SOCKET_VAR,
     // Devices given to this host's processes.
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",

@@ -13,6 +13,7 @@ use super::script::Script;
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
 use crate::transport::client::Connector;
+use crate::transport::mux::MuxClient;
 
 /// What every node task shares.
 pub(crate) struct RunCtx {
@@ -31,6 +32,8 @@ pub(crate) struct RunCtx {
     pub bin: PathBuf,
     /// Bounds the connections being set up at once.
     pub connect_slots: Semaphore,
+    /// The head agent's shared connections (inside `multinode agent -- JOB`).
+    pub mux: Option<MuxClient>,
 }
 
 /// How remote nodes are reached.

@@ -5,12 +5,14 @@
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, `wait-release`).
 //! - `signals`: signals by their SSH names, and a channel's exit message as an `Outcome`.
 //! - `exit_info`: what a node tells of its command's end (OOM kills, a core), and how.
+//! - `mux`: connection sharing through the head's agent (frames on a Unix socket).
 //! - `algorithms`: key exchange and cipher preferences between two `multinode` ends.
 //! - here: the variables and constants both ends share, keepalive and channel settings.
 
 pub mod algorithms;
 pub mod control;
 pub mod exit_info;
+pub mod mux;
 pub mod signals;
 
 use std::time::Duration;

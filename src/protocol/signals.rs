@@ -48,6 +48,25 @@ pub fn signal_number(sig: &Sig) -> Option<nix::sys::signal::Signal> {
     name.parse::<Signal>().ok()
 }
 
+/// A signal's SSH name (`TERM`), as the wire carries it.
+pub fn sig_name(sig: &Sig) -> String {
+    match sig {
+        Sig::Custom(name) => name.clone(),
+        known => signal_number(known)
+            .map(|s| s.as_str().trim_start_matches("SIG").to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// The `Sig` an SSH name stands for (a name this system does not know stays
+/// a custom one).
+pub fn sig_from_name(name: &str) -> Sig {
+    match format!("SIG{name}").parse::<Signal>() {
+        Ok(signal) => signal_to_sig(signal as i32),
+        Err(_) => Sig::Custom(name.to_string()),
+    }
+}
+
 /// How the remote command ended, if `msg` says so (`exit-status` or
 /// `exit-signal`); the one decoder for exec_all and `mn-ssh`. A signal this
 /// system does not know is signal 0.
@@ -111,5 +130,15 @@ mod tests {
         }
         assert!(matches!(signal_to_sig(libc::SIGUSR2), Sig::Custom(ref n) if n == "USR2"));
         assert!(signal_number(&Sig::Custom("NOPE".into())).is_none());
+    }
+
+    #[test]
+    fn ssh_names_round_trip() {
+        for sig in [Sig::TERM, Sig::KILL, Sig::USR1, Sig::Custom("USR2".into())] {
+            let name = sig_name(&sig);
+            assert_eq!(format!("{:?}", sig_from_name(&name)), format!("{sig:?}"));
+        }
+        assert_eq!(sig_name(&Sig::INT), "INT");
+        assert!(matches!(sig_from_name("NOPE"), Sig::Custom(ref n) if n == "NOPE"));
     }
 }

@@ -618,6 +618,11 @@ impl Connection {
         self.peer
     }
 
+    /// Whether the connection is gone (closed, or lost).
+    pub fn is_closed(&self) -> bool {
+        self.handle.is_closed()
+    }
+
     /// Opens a session channel.
     pub async fn open_session(&self) -> Result<Channel<Msg>, russh::Error> {
         self.handle.channel_open_session().await
@@ -709,27 +714,4 @@ impl Connection {
             .disconnect(russh::Disconnect::ByApplication, "", "en")
             .await;
     }
-}
-/// A channel's input: `prefix` (if any), then every chunk of `input` (if
-/// any), then EOF, at the pace the channel's window allows; it stops quietly
-/// when the channel refuses more (the other side closed it). The one stdin
-/// copy loop of a channel, for `mn-ssh` and exec_all's remote nodes.
-pub(crate) async fn send_input(
-    tx: &russh::ChannelWriteHalf<Msg>,
-    prefix: Option<bytes::Bytes>,
-    mut input: Option<tokio::sync::mpsc::Receiver<bytes::Bytes>>,
-) {
-    if let Some(prefix) = prefix
-        && tx.data_bytes(prefix).await.is_err()
-    {
-        return;
-    }
-    if let Some(input) = input.as_mut() {
-        while let Some(chunk) = input.recv().await {
-            if tx.data_bytes(chunk).await.is_err() {
-                return;
-            }
-        }
-    }
-    let _ = tx.eof().await;
 }

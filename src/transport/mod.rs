@@ -1,6 +1,9 @@
-//! How a command reaches a node: `mn-ssh` and its option parsing.
+//! How a command reaches a node: `mn-ssh` and its option parsing, our own
+//! SSH client, and connection sharing through the head's agent (`mux`).
 
+pub mod channel;
 pub mod client;
+pub mod mux;
 pub(crate) mod route;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;

@@ -6,6 +6,8 @@
 //!   `multinode agent`s, keys derived from the secret.
 //! - `MULTINODE_TRANSPORT=openssh`, or unset without a secret: a stock
 //!   OpenSSH server, with the user's keys and known hosts.
+//! - `MULTINODE_MUX_SOCKET` (set by the head's agent for JOB): agents are
+//!   reached through the head agent's own connections where it can.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,9 +16,11 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, lost_after};
+use super::mux::MuxClient;
 use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
+use crate::protocol::mux;
 
 /// Without `-o ConnectTimeout` (or exec_all's `--connect-timeout`), a
 /// connection must be up within this time.
@@ -76,6 +80,9 @@ pub struct Route {
     pub connector: Connector,
     pub user: String,
     pub port: u16,
+    /// The head agent's socket, when this runs inside `multinode agent --
+    /// JOB` (agents only): its logged-in connections to the nodes are shared.
+    pub mux: Option<MuxClient>,
 }
 
 impl Route {
@@ -104,12 +111,18 @@ impl Route {
                     Some(p) => p,
                     None => crate::env::agent_port(env)?,
                 };
-                let auth = Auth::Agent(Arc::new(JobKeys::derive(&secret)));
+                let keys = Arc::new(JobKeys::derive(&secret));
+                let mux = env
+                    .get(mux::SOCKET_VAR)
+                    .filter(|path| !path.is_empty())
+                    .map(|path| MuxClient::new(path.into(), &keys));
                 Ok(Route {
                     kind,
-                    connector: Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
+                    connector: Connector::new(Auth::Agent(keys), timeout)
+                        .with_lost_after(lost_after(env)?),
                     user: spec.user.clone().unwrap_or_else(|| "multinode".into()),
                     port,
+                    mux,
                 })
             }
             TransportKind::OpenSsh => {
@@ -125,6 +138,7 @@ impl Route {
                     connector: Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
                     user,
                     port: spec.port.unwrap_or(22),
+                    mux: None,
                 })
             }
         }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use russh::ChannelMsg;
 use tracing::debug;
 
+use super::channel::ChannelTx;
 use super::client::{Connector, Start, Target};
 use super::route::{ClientSpec, Route};
 use super::ssh_args::{self, SshInvocation};
@@ -131,12 +132,12 @@ pub async fn run(
         .await
         .map_err(|e| lost(target, &e.to_string()))?;
     let (mut rx, tx) = channel.split();
-    let tx = Arc::new(tx);
+    let tx = Arc::new(ChannelTx::Ssh(tx));
 
     let stdin_task = {
         let tx = tx.clone();
         let input = (!inv.no_stdin).then(stdio::stdin_chunks);
-        tokio::spawn(async move { super::client::send_input(&tx, None, input).await })
+        tokio::spawn(async move { super::channel::send_input(&tx, None, input).await })
     };
 
     let mut stops = Stops::new(FORWARDED_SIGNALS)?;
@@ -182,7 +183,7 @@ pub async fn run(
                 signals_sent += 1;
                 if signals_sent >= SIGNALS_BEFORE_GIVING_UP {
                     debug!("giving up on the remote command after {signals_sent} signals");
-                    let _ = tx.close().await;
+                    tx.close().await;
                     code = Some(exit_code::from_signal(signo));
                     break;
                 }
@@ -193,7 +194,7 @@ pub async fn run(
         if write_failed {
             // Our reader is gone (`| head`) or the file is full: closing the
             // channel ends the remote command; nothing more is worth waiting for.
-            let _ = tx.close().await;
+            tx.close().await;
             break;
         }
     }

@@ -17,6 +17,7 @@ mod lifecycle;
 mod lifecycle_join;
 mod messages;
 mod mpi;
+mod mux;
 mod nodeset;
 mod openssh;
 mod snapshot;

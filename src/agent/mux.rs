@@ -1,0 +1,405 @@
+//! Connection sharing, the head's end ([`crate::protocol::mux`]): the head's
+//! agent keeps its logged-in connections to the nodes in a [`Pool`] and
+//! relays channels on them for the job's clients, which reach it on a Unix
+//! socket in a directory only this user can enter.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use russh::ChannelMsg;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::keys::JobKeys;
+use crate::protocol::mux::{self as wire, read_frame, write_frame};
+use crate::protocol::signals::sig_from_name;
+use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
+use crate::transport::route::DEFAULT_CONNECT_TIMEOUT;
+
+/// Connections being set up at once by the pool (as exec_all's default).
+const MAX_CONNECTING: usize = 256;
+
+/// One slot a target: the connection, once made.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
+
+/// Logged-in connections to the nodes, by target; made on first use.
+pub(crate) struct Pool {
+    connector: Connector,
+    job: String,
+    slots: std::sync::Mutex<HashMap<String, Slot>>,
+    connecting: Semaphore,
+}
+
+impl Pool {
+    /// `lost_after`: as exec_all's (`MULTINODE_LOST_AFTER`, `None`: never).
+    pub(crate) fn new(keys: &JobKeys, lost_after: Option<std::time::Duration>) -> Pool {
+        let connector =
+            Connector::new(Auth::Agent(Arc::new(keys.clone())), DEFAULT_CONNECT_TIMEOUT)
+                .with_lost_after(lost_after);
+        Pool {
+            connector,
+            job: wire::job_id(keys.client_public()),
+            slots: std::sync::Mutex::new(HashMap::new()),
+            connecting: Semaphore::new(MAX_CONNECTING),
+        }
+    }
+
+    fn slot(&self, target: &Target) -> Slot {
+        self.slots
+            .lock()
+            .expect("not poisoned: no panics while held")
+            .entry(target.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Keeps `conn` (made elsewhere, by the head's ping) for later use.
+    pub(crate) async fn keep(&self, target: &Target, conn: Connection) {
+        *self.slot(target).lock().await = Some(Arc::new(conn));
+    }
+
+    /// The connection to `target`: the kept one while it lives, else a new
+    /// one (a first use, or the last one was lost). One handshake at a time
+    /// a target.
+    async fn get(&self, target: &Target) -> Result<Arc<Connection>, ConnectError> {
+        let slot = self.slot(target);
+        let mut slot = slot.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(conn.clone());
+        }
+        let _permit = self
+            .connecting
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        let conn = Arc::new(self.connector.connect(target).await?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets `conn` if it is still the one kept for `target`.
+    async fn forget(&self, target: &Target, conn: &Arc<Connection>) {
+        let slot = self.slot(target);
+        let mut slot = slot.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *slot = None;
+        }
+    }
+
+    /// Closes every kept connection.
+    pub(crate) async fn close(&self) {
+        let slots: Vec<Slot> = self
+            .slots
+            .lock()
+            .expect("not poisoned: no panics while held")
+            .drain()
+            .map(|(_, slot)| slot)
+            .collect();
+        for slot in slots {
+            if let Some(conn) = slot.lock().await.take()
+                && let Ok(conn) = Arc::try_unwrap(conn)
+            {
+                conn.close().await;
+            }
+        }
+    }
+}
+
+/// The Unix socket and its private directory, removed when dropped.
+pub(crate) struct Socket {
+    dir: PathBuf,
+    path: PathBuf,
+    listener: Option<UnixListener>,
+}
+
+impl Socket {
+    /// Creates a directory only this user can enter, under the system's
+    /// temporary directory, and listens in it.
+    pub(crate) fn bind() -> std::io::Result<Socket> {
+        let base = std::env::temp_dir();
+        let pid = std::process::id();
+        let mut attempt = 0u32;
+        let dir = loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or_default();
+            let dir = base.join(format!("multinode-mux-{pid}-{nanos:08x}"));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        Socket::bind_at(dir.join("mux.sock"), dir)
+    }
+
+    /// Listens at `path` (a path the user chose: `multinode agent
+    /// --mux-socket`); nothing but the socket is removed at the end.
+    pub(crate) fn bind_path(path: &Path) -> std::io::Result<Socket> {
+        Socket::bind_at(path.to_path_buf(), PathBuf::new())
+    }
+
+    fn bind_at(path: PathBuf, dir: PathBuf) -> std::io::Result<Socket> {
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(Socket {
+            dir,
+            path,
+            listener: Some(listener),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+/// Serves the socket until `stop`; each client connection is one channel.
+pub(crate) async fn serve(
+    socket: &mut Socket,
+    pool: Arc<Pool>,
+    tracker: TaskTracker,
+    stop: CancellationToken,
+) {
+    let Some(listener) = socket.listener.take() else {
+        return;
+    };
+    info!(socket = %socket.path.display(), "sharing connections");
+    let me = nix::unistd::getuid().as_raw();
+    loop {
+        let stream = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    warn!(error = %e, "cannot accept on the shared-connection socket");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // The directory is this user's alone; this says so again.
+        match stream.peer_cred() {
+            Ok(cred) if cred.uid() == me => {}
+            other => {
+                debug!(
+                    ?other,
+                    "a client of another user on the shared-connection socket"
+                );
+                continue;
+            }
+        }
+        let pool = pool.clone();
+        let stop = stop.clone();
+        tracker.spawn(async move {
+            tokio::select! {
+                () = channel(stream, &pool) => {}
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+async fn fail(w: &mut (impl AsyncWriteExt + Unpin), failed: wire::Failed) {
+    let json = serde_json::to_vec(&failed).expect("plain fields serialize");
+    let _ = write_frame(w, wire::FAILED, &json).await;
+}
+
+/// One client connection: open, start, then relay both ways until the
+/// channel closes or the client goes (which closes the channel: the node
+/// ends the command's group).
+async fn channel(stream: UnixStream, pool: &Pool) {
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let open = match read_frame(&mut r).await {
+        Ok(Some((wire::OPEN, payload))) => serde_json::from_slice::<wire::Open>(&payload),
+        _ => return,
+    };
+    let Ok(open) = open else {
+        return;
+    };
+    if open.job != pool.job {
+        let message = "a client of another job (another secret)".to_string();
+        return fail(
+            &mut w,
+            wire::Failed {
+                unreachable: false,
+                other_job: true,
+                message,
+            },
+        )
+        .await;
+    }
+    let target = Target {
+        host: open.host,
+        port: open.port,
+        user: open.user,
+    };
+    let conn = match pool.get(&target).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            let failed = wire::Failed {
+                unreachable: true,
+                other_job: false,
+                message: e.to_string(),
+            };
+            return fail(&mut w, failed).await;
+        }
+    };
+    if write_frame(&mut w, wire::OPENED, conn.peer().to_string().as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let env = match read_frame(&mut r).await {
+        Ok(Some((wire::ENV, payload))) => serde_json::from_slice::<Vec<(String, String)>>(&payload),
+        _ => return,
+    };
+    let Ok(env) = env else {
+        return;
+    };
+    let command = match read_frame(&mut r).await {
+        Ok(Some((wire::COMMAND, command))) => command,
+        _ => return,
+    };
+    let started = match conn.exec(&command, &env).await {
+        Ok(channel) => Ok(channel),
+        // A connection that died since it was kept: once more on a new one.
+        Err(e) if conn.is_closed() => {
+            debug!(%target, error = %e, "kept connection gone: connecting again");
+            pool.forget(&target, &conn).await;
+            match pool.get(&target).await {
+                Ok(conn) => conn.exec(&command, &env).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let channel = match started {
+        Ok(channel) => channel,
+        Err(message) => {
+            let failed = wire::Failed {
+                unreachable: false,
+                other_job: false,
+                message,
+            };
+            return fail(&mut w, failed).await;
+        }
+    };
+    if write_frame(&mut w, wire::STARTED, b"").await.is_err() {
+        return;
+    }
+    let (mut rx, tx) = channel.split();
+    // Client → node: input, EOF, signals; the client's end closes the channel.
+    let up = async {
+        loop {
+            match read_frame(&mut r).await {
+                Ok(Some((wire::DATA, data))) => {
+                    if tx.data_bytes(data).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some((wire::EOF, _))) => {
+                    let _ = tx.eof().await;
+                }
+                Ok(Some((wire::SIGNAL, name))) => {
+                    let name = String::from_utf8_lossy(&name);
+                    let _ = tx.signal(sig_from_name(&name)).await;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    let _ = tx.close().await;
+                    // The node's close ends the other direction.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    // Node → client, until the channel closes (or is lost: the socket then
+    // ends without CLOSE, and the client counts the node as lost).
+    let down = async {
+        while let Some(msg) = rx.wait().await {
+            let sent = match msg {
+                ChannelMsg::Data { data } => send_data(&mut w, wire::DATA, None, data).await,
+                ChannelMsg::ExtendedData { data, ext } => {
+                    send_data(&mut w, wire::EXT, Some(ext), data).await
+                }
+                ChannelMsg::Eof => write_frame(&mut w, wire::EOF, b"").await,
+                ChannelMsg::ExitStatus { exit_status } => {
+                    write_frame(&mut w, wire::EXIT_STATUS, &exit_status.to_be_bytes()).await
+                }
+                ChannelMsg::ExitSignal {
+                    signal_name,
+                    core_dumped,
+                    error_message,
+                    ..
+                } => {
+                    let signal = wire::ExitSignal {
+                        name: crate::protocol::signals::sig_name(&signal_name),
+                        core_dumped,
+                        message: error_message,
+                    };
+                    let json = serde_json::to_vec(&signal).expect("plain fields serialize");
+                    write_frame(&mut w, wire::EXIT_SIGNAL, &json).await
+                }
+                ChannelMsg::Close => {
+                    let _ = write_frame(&mut w, wire::CLOSE, b"").await;
+                    return;
+                }
+                _ => Ok(()),
+            };
+            if sent.is_err() {
+                // The client is gone: the channel goes too.
+                let _ = tx.close().await;
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
+    }
+}
+
+/// Data (or extended data with its code) as frames of at most `DATA_CHUNK`.
+async fn send_data(
+    w: &mut (impl AsyncWriteExt + Unpin),
+    kind: u8,
+    ext: Option<u32>,
+    data: Bytes,
+) -> std::io::Result<()> {
+    for chunk in data.chunks(wire::DATA_CHUNK) {
+        match ext {
+            Some(code) => {
+                let mut payload = Vec::with_capacity(4 + chunk.len());
+                payload.extend_from_slice(&code.to_be_bytes());
+                payload.extend_from_slice(chunk);
+                write_frame(w, kind, &payload).await?;
+            }
+            None => write_frame(w, kind, chunk).await?,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! Connection sharing, like OpenSSH's ControlMaster: inside `multinode agent
+//! -- JOB`, the head's agent keeps its logged-in connections to the workers
+//! and listens on a Unix socket named by [`SOCKET_VAR`]. A client of the job
+//! (exec_all) opens one Unix connection per remote command; the head's agent
+//! opens a channel on its connection to that node and relays it. No key
+//! exchange, no login, no TCP handshake per command.
+//!
+//! Each Unix connection carries one channel as frames: a kind byte, a 4-byte
+//! big-endian length, the payload. The client sends [`OPEN`] (the target,
+//! JSON); the head's agent answers [`OPENED`] (the node's address, which the
+//! variables may name) or [`FAILED`] (why, JSON). The client then sends
+//! [`ENV`] (the variables, JSON) and [`COMMAND`] (the command line, raw); the
+//! head's agent answers [`STARTED`] or [`FAILED`]. Then the client sends
+//! [`DATA`], [`EOF`] and [`SIGNAL`] as they come, and the head's agent the
+//! channel's messages: [`DATA`], [`EXT`], [`EOF`], [`EXIT_STATUS`],
+//! [`EXIT_SIGNAL`] and [`CLOSE`]. A Unix connection that ends without
+//! [`CLOSE`] means the connection to the node was lost; a client that closes
+//! its end closes the channel, and the node ends the command's group.
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Set by the head's agent for JOB: the path of its Unix socket.
+pub const SOCKET_VAR: &str = "MULTINODE_MUX_SOCKET";
+
+/// Client → head: the target ([`Open`], JSON).
+pub const OPEN: u8 = 1;
+/// Client → head: the command line; the channel starts on it.
+pub const COMMAND: u8 = 2;
+/// Client → head: the variables, before [`COMMAND`] (JSON pairs).
+pub const ENV: u8 = 6;
+/// Both ways: stdin (client → head), stdout (head → client).
+pub const DATA: u8 = 3;
+/// Both ways: no more input, no more output.
+pub const EOF: u8 = 4;
+/// Client → head: a signal by its SSH name (`TERM`).
+pub const SIGNAL: u8 = 5;
+/// Head → client: connected; the payload is the node's address (`IP:PORT`).
+pub const OPENED: u8 = 16;
+/// Head → client: the command runs.
+pub const STARTED: u8 = 22;
+/// Head → client: no channel ([`Failed`], JSON); the connection ends after it.
+pub const FAILED: u8 = 17;
+/// Head → client: extended data: a 4-byte big-endian code, then the bytes.
+pub const EXT: u8 = 18;
+/// Head → client: the exit status, 4 bytes big-endian.
+pub const EXIT_STATUS: u8 = 19;
+/// Head → client: an exit signal ([`ExitSignal`], JSON).
+pub const EXIT_SIGNAL: u8 = 20;
+/// Head → client: the channel closed; nothing follows.
+pub const CLOSE: u8 = 21;
+
+/// The largest frame either end accepts (the command line and the variables
+/// of one node are far smaller; data frames are cut to [`DATA_CHUNK`]).
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+/// Data is sent in frames of at most this many bytes.
+pub const DATA_CHUNK: usize = 64 * 1024;
+
+/// What the client asks for first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Open {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// [`job_id`] of the client's job.
+    pub job: String,
+}
+
+/// Which job a client belongs to: its client key in OpenSSH form. A client
+/// of another job (another secret) is refused and connects itself.
+pub fn job_id(client_public: &russh::keys::PublicKey) -> String {
+    client_public.to_openssh().unwrap_or_default()
+}
+
+/// Why no channel was opened.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Failed {
+    /// The node could not be reached (not even connected).
+    pub unreachable: bool,
+    /// The client is of another job: it must connect itself.
+    #[serde(default)]
+    pub other_job: bool,
+    pub message: String,
+}
+
+/// A remote command's end by a signal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExitSignal {
+    /// The SSH name (`TERM`).
+    pub name: String,
+    pub core_dumped: bool,
+    pub message: String,
+}
+
+/// Writes one frame.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: u8,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let len = u32::try_from(payload.len()).map_err(|_| std::io::Error::other("frame too long"))?;
+    let mut frame = Vec::with_capacity(5 + payload.len());
+    frame.push(kind);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(payload);
+    w.write_all(&frame).await
+}
+
+/// Reads one frame; `None` at a clean end of the stream (between frames).
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Option<(u8, Bytes)>> {
+    let mut head = [0u8; 5];
+    match r.read_exact(&mut head[..1]).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    r.read_exact(&mut head[1..]).await?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a frame of {len} bytes (at most {MAX_FRAME})"),
+        ));
+    }
+    let mut payload = BytesMut::zeroed(len);
+    r.read_exact(&mut payload).await?;
+    Ok(Some((head[0], payload.freeze())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_a_clean_end_is_none() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, DATA, b"hello").await.unwrap();
+        write_frame(&mut buf, EOF, b"").await.unwrap();
+        let mut r = buf.as_slice();
+        assert_eq!(
+            read_frame(&mut r).await.unwrap(),
+            Some((DATA, Bytes::from_static(b"hello")))
+        );
+        assert_eq!(read_frame(&mut r).await.unwrap(), Some((EOF, Bytes::new())));
+        assert_eq!(read_frame(&mut r).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_cut_frame_and_an_oversized_one_are_errors() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, DATA, b"hello").await.unwrap();
+        buf.truncate(7);
+        assert!(read_frame(&mut buf.as_slice()).await.is_err());
+        let mut big = vec![DATA];
+        big.extend_from_slice(&(MAX_FRAME as u32 + 1).to_be_bytes());
+        let e = read_frame(&mut big.as_slice()).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
+}

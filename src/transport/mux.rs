@@ -1,0 +1,189 @@
+//! The client end of connection sharing ([`crate::protocol::mux`]): a remote
+//! command through the head agent's connection to its node.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use russh::ChannelMsg;
+use tokio::io::BufReader;
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use super::channel::{ChannelRx, ChannelTx};
+use super::client::Target;
+use crate::keys::JobKeys;
+use crate::protocol::mux::{self as wire, read_frame, write_frame};
+use crate::protocol::signals::sig_from_name;
+
+/// The head agent's socket, from [`wire::SOCKET_VAR`].
+#[derive(Debug, Clone)]
+pub struct MuxClient {
+    path: PathBuf,
+    /// This job's client key (OpenSSH form): the head's agent serves only
+    /// clients of its own job.
+    job: String,
+}
+
+/// Why a command did not start through the head's agent.
+#[derive(Debug)]
+pub enum MuxError {
+    /// The socket did not answer (no head agent there any more): the caller
+    /// connects directly.
+    NoMaster(std::io::Error),
+    /// The head's agent could not reach the node.
+    Unreachable(String),
+    /// Reached, but the command did not start (or the socket broke after).
+    Failed(String),
+}
+
+impl MuxClient {
+    pub fn new(path: PathBuf, keys: &JobKeys) -> Self {
+        MuxClient {
+            path,
+            job: wire::job_id(keys.client_public()),
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Connects to the head's agent and asks for `target`; returns the node's
+    /// address and the pending session, which [`Pending::start`] starts.
+    pub async fn open(&self, target: &Target) -> Result<Pending, MuxError> {
+        let stream = UnixStream::connect(&self.path)
+            .await
+            .map_err(MuxError::NoMaster)?;
+        let (r, mut w) = stream.into_split();
+        let mut r = BufReader::new(r);
+        let open = wire::Open {
+            host: target.host.clone(),
+            port: target.port,
+            user: target.user.clone(),
+            job: self.job.clone(),
+        };
+        let json = serde_json::to_vec(&open).expect("plain strings serialize");
+        write_frame(&mut w, wire::OPEN, &json)
+            .await
+            .map_err(MuxError::NoMaster)?;
+        let peer = match read_frame(&mut r).await {
+            Ok(Some((wire::OPENED, payload))) => std::str::from_utf8(&payload)
+                .ok()
+                .and_then(|s| s.parse::<SocketAddr>().ok())
+                .ok_or_else(|| MuxError::Failed("the head's agent sent no address".into()))?,
+            Ok(Some((wire::FAILED, payload))) => return Err(failed(&payload)),
+            Ok(_) => {
+                return Err(MuxError::NoMaster(std::io::Error::other(
+                    "the head's agent closed the socket",
+                )));
+            }
+            Err(e) => return Err(MuxError::NoMaster(e)),
+        };
+        Ok(Pending { peer, r, w })
+    }
+}
+
+fn failed(payload: &[u8]) -> MuxError {
+    match serde_json::from_slice::<wire::Failed>(payload) {
+        Ok(f) if f.other_job => MuxError::NoMaster(std::io::Error::other(f.message)),
+        Ok(f) if f.unreachable => MuxError::Unreachable(f.message),
+        Ok(f) => MuxError::Failed(f.message),
+        Err(e) => MuxError::Failed(format!("unreadable answer from the head's agent: {e}")),
+    }
+}
+
+/// Connected to the node through the head's agent; nothing runs yet.
+pub struct Pending {
+    peer: SocketAddr,
+    r: BufReader<OwnedReadHalf>,
+    w: OwnedWriteHalf,
+}
+
+impl Pending {
+    /// The node's address, as the head's agent reached it.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Sends the variables and the command; returns once it runs.
+    pub async fn start(
+        mut self,
+        command: &[u8],
+        env: &[(String, String)],
+    ) -> Result<(ChannelRx, ChannelTx), MuxError> {
+        let broken = |e: std::io::Error| MuxError::Failed(format!("the head's agent: {e}"));
+        let json = serde_json::to_vec(env).expect("plain strings serialize");
+        write_frame(&mut self.w, wire::ENV, &json)
+            .await
+            .map_err(broken)?;
+        write_frame(&mut self.w, wire::COMMAND, command)
+            .await
+            .map_err(broken)?;
+        match read_frame(&mut self.r).await {
+            Ok(Some((wire::STARTED, _))) => Ok((
+                ChannelRx::Mux(MuxReader { r: self.r }),
+                ChannelTx::Mux(tokio::sync::Mutex::new(self.w)),
+            )),
+            Ok(Some((wire::FAILED, payload))) => Err(failed(&payload)),
+            Ok(_) => Err(MuxError::Failed(
+                "the head's agent closed the socket".into(),
+            )),
+            Err(e) => Err(broken(e)),
+        }
+    }
+}
+
+/// What comes from a node.
+pub struct MuxReader {
+    r: BufReader<OwnedReadHalf>,
+}
+
+impl MuxReader {
+    /// The next message; `None` when the head's agent lost the node (or ended).
+    pub async fn wait(&mut self) -> Option<ChannelMsg> {
+        let (kind, payload) = read_frame(&mut self.r).await.ok()??;
+        decode(kind, payload)
+    }
+}
+
+/// Where commands go: the socket, to which [`write`] sends frames.
+pub type MuxWriter = tokio::sync::Mutex<OwnedWriteHalf>;
+
+/// Sends one frame to the head's agent; an error means it no longer takes input.
+pub(super) async fn write(w: &MuxWriter, kind: u8, payload: &[u8]) -> std::io::Result<()> {
+    write_frame(&mut *w.lock().await, kind, payload).await
+}
+
+/// No more input: the channel is closed.
+pub(super) async fn close(w: &MuxWriter) {
+    use tokio::io::AsyncWriteExt;
+    let _ = w.lock().await.shutdown().await;
+}
+
+/// One frame from the head's agent as the channel message it stands for; an
+/// unknown frame ends the channel as lost.
+fn decode(kind: u8, payload: Bytes) -> Option<ChannelMsg> {
+    Some(match kind {
+        wire::DATA => ChannelMsg::Data { data: payload },
+        wire::EXT if payload.len() >= 4 => ChannelMsg::ExtendedData {
+            ext: u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
+            data: payload.slice(4..),
+        },
+        wire::EOF => ChannelMsg::Eof,
+        wire::CLOSE => ChannelMsg::Close,
+        wire::EXIT_STATUS if payload.len() == 4 => ChannelMsg::ExitStatus {
+            exit_status: u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
+        },
+        wire::EXIT_SIGNAL => {
+            let s: wire::ExitSignal = serde_json::from_slice(&payload).ok()?;
+            ChannelMsg::ExitSignal {
+                signal_name: sig_from_name(&s.name),
+                core_dumped: s.core_dumped,
+                error_message: s.message,
+                lang_tag: String::new(),
+            }
+        }
+        _ => return None,
+    })
+}

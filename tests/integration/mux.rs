@@ -1,0 +1,295 @@
+//! Connection sharing: inside `multinode agent -- JOB`, exec_all reaches the
+//! workers through the head agent's logged-in connections
+//! (`MULTINODE_MUX_SOCKET`), with no login on the workers; the same bytes,
+//! exit codes, signals and ends as a connection of its own.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+const PORT: u16 = 29975;
+
+/// `multinode agent -- JOB` for rank `rank` of `hosts`, logging at debug
+/// level to `log` (the workers' logins are counted from there).
+fn node(hosts: &[String], rank: usize, job: &str, log: &std::path::Path) -> Command {
+    let hostlist = hosts
+        .iter()
+        .map(|h| format!("{h}:1"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut c = cmd(&multinode());
+    c.env("MULTINODE_HOSTLIST", hostlist)
+        .env("MULTINODE_NODE_RANK", rank.to_string())
+        .env("MULTINODE_AGENT_PORT", PORT.to_string())
+        .env("RUST_LOG", "multinode=debug")
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                multinode().parent().unwrap().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .args(["agent", "--listen", &format!("{}:{PORT}", hosts[rank])])
+        .args(["--", "sh", "-c", job])
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    c
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status.code().unwrap_or(-1));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Job {
+    dir: std::path::PathBuf,
+    head: std::process::Output,
+    workers: Vec<Child>,
+}
+
+impl Job {
+    /// The head's stderr: JOB's (exec_all's) and the agent's debug log.
+    fn head_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("head.log")).unwrap()
+    }
+}
+
+/// Runs `job` on the head of `n` nodes (the workers run it too, but only the
+/// head's runs); returns when the head is done.
+fn run_job(n: usize, job: &str) -> Job {
+    let hosts = fresh_loopbacks(n);
+    let dir = std::env::temp_dir().join(format!("mn-mux-test-{}-{}", std::process::id(), hosts[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let workers: Vec<Child> = (1..n)
+        .map(|r| {
+            node(&hosts, r, job, &dir.join(format!("w{r}.log")))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let head = node(&hosts, 0, job, &dir.join("head.log"))
+        .env("W1_LOG", dir.join("w1.log"))
+        .output()
+        .unwrap();
+    Job { dir, head, workers }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        // (A worker that lingers is killed by wait_exit.)
+        for w in &mut self.workers {
+            wait_exit(w, Duration::from_secs(10));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn exec_all_in_the_job_goes_through_the_heads_connections_with_no_login() {
+    // Logins on worker 1 before, after 5 shared runs, after 5 runs of its own.
+    let job = r#"
+        set -e
+        test -S "$MULTINODE_MUX_SOCKET"
+        echo "socket $MULTINODE_MUX_SOCKET"
+        logins() { grep -c authenticated "$W1_LOG" || true; }
+        a=$(logins)
+        for i in 1 2 3 4 5; do
+            mn-exec-all --label -c 'echo "out $RANK $MULTINODE_LOCAL_IP $MULTINODE_MUX_SOCKET"; echo "err $RANK" >&2' >/dev/null 2>&1
+        done
+        b=$(logins)
+        for i in 1 2 3 4 5; do
+            env -u MULTINODE_MUX_SOCKET mn-exec-all -c true
+        done
+        c=$(logins)
+        echo "logins $a $b $c"
+        mn-exec-all --label -c 'echo "out $RANK $MULTINODE_LOCAL_IP [$MULTINODE_MUX_SOCKET]"; echo "err $RANK" >&2; exit $((RANK + 4))'
+    "#;
+    let run = run_job(3, job);
+    let out = stdout(&run.head);
+    let err = run.head_log();
+    // The last exec_all's status: the highest rank's exit code wins (exec_all's table).
+    assert_ne!(run.head.status.code(), Some(0), "{out}\n{err}");
+    let logins: Vec<u32> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("logins "))
+        .unwrap_or_else(|| panic!("no logins line in {out}\n{err}"))
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(
+        logins[0], logins[1],
+        "shared runs logged in on the worker: {out}"
+    );
+    assert!(
+        logins[2] >= logins[1] + 5,
+        "runs of their own log in each time: {out}"
+    );
+    for rank in 1..3 {
+        // The node's address as reached, and no head path forwarded to it.
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&format!("out {rank} 127.")) && l.ends_with("[]")),
+            "rank {rank} output in {out}"
+        );
+        assert!(
+            err.contains(&format!("err {rank}")),
+            "rank {rank} stderr in {err}"
+        );
+    }
+    let socket = out
+        .lines()
+        .find_map(|l| l.strip_prefix("socket "))
+        .expect("socket line")
+        .to_string();
+    let socket = std::path::Path::new(&socket);
+    assert!(!socket.exists(), "the socket outlived the head");
+    assert!(
+        !socket.parent().unwrap().exists(),
+        "its directory outlived the head"
+    );
+}
+
+#[test]
+fn stdin_exit_signals_and_a_kill_of_exec_all_through_the_heads_connections() {
+    let tag = sleep_tag();
+    let job = format!(
+        r#"
+        printf 'line one\nline two\n' | mn-exec-all --label -c 'wc -l'
+        mn-exec-all --nodes 1 -c 'kill -USR1 $$'; echo "status $?"
+        mn-exec-all --nodes 1,2 -c 'sleep {tag}' & pid=$!
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
+        echo "sleepers $(pgrep -cxf 'sleep {tag}')"
+        kill -9 $pid
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 0 ]; do sleep 0.05; i=$((i+1)); done
+        echo "left $(pgrep -cxf 'sleep {tag}')"
+    "#
+    );
+    let run = run_job(3, &job);
+    let out = stdout(&run.head);
+    let err = run.head_log();
+    // Every node read both lines of stdin.
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with(": 2")).count(),
+        3,
+        "{out}\n{err}"
+    );
+    // 128 + SIGUSR1, as from a connection of its own.
+    assert!(out.contains("status 138"), "{out}\n{err}");
+    assert!(out.contains("sleepers 2"), "{out}\n{err}");
+    assert!(
+        out.contains("left 0"),
+        "the channels' commands outlived exec_all: {out}\n{err}"
+    );
+    assert!(sleepers(&tag).is_empty());
+}
+
+#[test]
+fn a_client_of_another_job_does_not_get_the_heads_connections() {
+    // Another secret: exec_all must log in itself, and the workers (this
+    // job's agents) refuse it.
+    let job = r#"
+        MULTINODE_SECRET=another-jobs-secret-0123456789 mn-exec-all --nodes 1 -c 'echo through'
+        echo "status $?"
+    "#;
+    let run = run_job(2, job);
+    let out = stdout(&run.head);
+    assert!(!out.contains("through"), "{out}");
+    assert!(out.contains("status 255"), "{out}\n{}", run.head_log());
+}
+
+#[test]
+fn a_worker_that_dies_is_lost_through_the_heads_connection() {
+    let tag = sleep_tag();
+    let job = format!(
+        r#"
+        mn-exec-all -c 'sleep {tag}' & pid=$!
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 2 ]; do sleep 0.05; i=$((i+1)); done
+        pkill -9 -f "agent --listen $W1_HOST"
+        wait $pid; echo "status $?"
+        pkill -f 'sleep {tag}'
+    "#
+    );
+    let hosts = fresh_loopbacks(3);
+    let dir = std::env::temp_dir().join(format!("mn-mux-lost-{}-{}", std::process::id(), hosts[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut workers: Vec<Child> = (1..3)
+        .map(|r| {
+            node(&hosts, r, &job, &dir.join(format!("w{r}.log")))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    let head = node(&hosts, 0, &job, &dir.join("head.log"))
+        .env("W1_HOST", format!("{}:{PORT}", hosts[1]))
+        .output()
+        .unwrap();
+    let out = stdout(&head);
+    // 255: a node lost; well before the sleep would end.
+    assert!(
+        out.contains("status 255"),
+        "{out}\n{}",
+        std::fs::read_to_string(dir.join("head.log")).unwrap()
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    for w in &mut workers {
+        assert!(wait_exit(w, Duration::from_secs(10)).is_some());
+    }
+    assert!(
+        sleepers(&tag).is_empty(),
+        "the lost worker's keeper ends its command"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
+    let hosts = fresh_loopbacks(3);
+    let dir =
+        std::env::temp_dir().join(format!("mn-mux-plain-{}-{}", std::process::id(), hosts[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("s");
+    let socket_arg = socket.to_str().unwrap();
+    let master = Agent::start_with(&hosts[0], PORT, &["--mux-socket", socket_arg], &[]);
+    let _workers: Vec<Agent> = hosts[1..]
+        .iter()
+        .map(|h| Agent::start_with(h, PORT, &[], &[]))
+        .collect();
+    assert!(eventually(Duration::from_secs(30), || socket.exists()));
+    // Rank 0 (this host) runs locally; ranks 1 and 2 through the socket.
+    let out = cmd(&mn_exec_all())
+        .env("MULTINODE_HOSTLIST", hosts.join(","))
+        .env("MULTINODE_AGENT_PORT", PORT.to_string())
+        .env("MULTINODE_MUX_SOCKET", &socket)
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("RUST_LOG", "multinode=debug")
+        .args([
+            "--label",
+            "-c",
+            "echo via $RANK; [ $RANK = 2 ] && exit 7; exit 0",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    let text = stdout(&out);
+    assert!(text.contains("via 1") && text.contains("via 2"), "{text}");
+    assert!(!err.contains("no shared connection"), "{err}");
+    drop(master);
+    assert!(!socket.exists(), "the agent removes its socket");
+    let _ = std::fs::remove_dir_all(&dir);
+}
