@@ -347,6 +347,8 @@ async fn channel(stream: UnixStream, pool: &Pool) {
                     send_data(&mut w, wire::EXT, Some(ext), data).await
                 }
                 ChannelMsg::Eof => write_frame(&mut w, wire::EOF, b"").await,
+                ChannelMsg::Success => write_frame(&mut w, wire::SUCCESS, b"").await,
+                ChannelMsg::Failure => write_frame(&mut w, wire::FAILURE, b"").await,
                 ChannelMsg::ExitStatus { exit_status } => {
                     write_frame(&mut w, wire::EXIT_STATUS, &exit_status.to_be_bytes()).await
                 }

@@ -12,8 +12,9 @@
 //! [`ENV`] (the variables, JSON) and [`COMMAND`] (the command line, raw); the
 //! head's agent answers [`STARTED`] or [`FAILED`]. Then the client sends
 //! [`DATA`], [`EOF`] and [`SIGNAL`] as they come, and the head's agent the
-//! channel's messages: [`DATA`], [`EXT`], [`EOF`], [`EXIT_STATUS`],
-//! [`EXIT_SIGNAL`] and [`CLOSE`]. A Unix connection that ends without
+//! channel's messages: [`SUCCESS`] or [`FAILURE`] (the node's answer to the
+//! request), [`DATA`], [`EXT`], [`EOF`], [`EXIT_STATUS`], [`EXIT_SIGNAL`] and
+//! [`CLOSE`]. A Unix connection that ends without
 //! [`CLOSE`] means the connection to the node was lost; a client that closes
 //! its end closes the channel, and the node ends the command's group.
 
@@ -40,6 +41,9 @@ pub const SIGNAL: u8 = 5;
 pub const OPENED: u8 = 16;
 /// Head → client: the command runs.
 pub const STARTED: u8 = 22;
+/// Head → client: the node's answer to the request (its `success` or `failure`).
+pub const SUCCESS: u8 = 23;
+pub const FAILURE: u8 = 24;
 /// Head → client: no channel ([`Failed`], JSON); the connection ends after it.
 pub const FAILED: u8 = 17;
 /// Head → client: extended data: a 4-byte big-endian code, then the bytes.

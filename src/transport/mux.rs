@@ -172,6 +172,8 @@ fn decode(kind: u8, payload: Bytes) -> Option<ChannelMsg> {
         },
         wire::EOF => ChannelMsg::Eof,
         wire::CLOSE => ChannelMsg::Close,
+        wire::SUCCESS => ChannelMsg::Success,
+        wire::FAILURE => ChannelMsg::Failure,
         wire::EXIT_STATUS if payload.len() == 4 => ChannelMsg::ExitStatus {
             exit_status: u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
         },

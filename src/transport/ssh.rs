@@ -14,8 +14,9 @@ use std::time::Duration;
 use russh::ChannelMsg;
 use tracing::debug;
 
-use super::channel::ChannelTx;
+use super::channel::{ChannelRx, ChannelTx};
 use super::client::{Connector, Start, Target};
+use super::mux::{MuxClient, MuxError};
 use super::route::{ClientSpec, Route};
 use super::ssh_args::{self, SshInvocation};
 use crate::environ::EnvMap;
@@ -72,7 +73,13 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
         .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
     // `-o SendEnv`/`SetEnv`: sent as `env` requests, as OpenSSH does.
     let send = inv.env_to_send(env.0.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let result = runtime.block_on(run(&inv, &route.connector, &target, &send));
+    let result = runtime.block_on(run(
+        &inv,
+        &route.connector,
+        route.mux.as_ref(),
+        &target,
+        &send,
+    ));
     // The stdin reader may be parked in a blocking read: do not wait for it.
     runtime.shutdown_background();
     result
@@ -107,16 +114,17 @@ fn client_spec(inv: &SshInvocation) -> Result<ClientSpec, Error> {
 /// The remote side's EOF reaches stdout's reader before the exit status
 /// ends `mn-ssh`. A failed write to stdout or stderr closes the channel (the
 /// agent then ends the remote group) and ends `mn-ssh` with 141.
+///
+/// With `mux` (inside `multinode agent -- JOB`), a command goes through the
+/// head agent's connection to the node; a shell or a subsystem, or a socket
+/// that does not answer, gets a connection of its own.
 pub async fn run(
     inv: &SshInvocation,
     connector: &Connector,
+    mux: Option<&MuxClient>,
     target: &Target,
     env: &[(String, String)],
 ) -> Result<i32, Error> {
-    let conn = connector
-        .connect(target)
-        .await
-        .map_err(|e| Error::Connection(e.to_string()))?;
     let subsystem;
     let start = if inv.subsystem {
         subsystem = String::from_utf8(inv.command.clone())
@@ -127,12 +135,26 @@ pub async fn run(
     } else {
         Start::Exec(&inv.command)
     };
-    let channel = conn
-        .start(start, env)
-        .await
-        .map_err(|e| lost(target, &e.to_string()))?;
-    let (mut rx, tx) = channel.split();
-    let tx = Arc::new(ChannelTx::Ssh(tx));
+    let shared = match (mux, start) {
+        (Some(mux), Start::Exec(command)) => through_head(mux, target, command, env).await?,
+        _ => None,
+    };
+    let (conn, mut rx, tx) = match shared {
+        Some((rx, tx)) => (None, rx, tx),
+        None => {
+            let conn = connector
+                .connect(target)
+                .await
+                .map_err(|e| Error::Connection(e.to_string()))?;
+            let channel = conn
+                .start(start, env)
+                .await
+                .map_err(|e| lost(target, &e.to_string()))?;
+            let (rx, tx) = channel.split();
+            (Some(conn), ChannelRx::Ssh(rx), ChannelTx::Ssh(tx))
+        }
+    };
+    let tx = Arc::new(tx);
 
     let stdin_task = {
         let tx = tx.clone();
@@ -164,7 +186,9 @@ pub async fn run(
                 Some(ChannelMsg::Success) => answered = true,
                 Some(ChannelMsg::Failure) if !answered => {
                     stdin_task.abort();
-                    conn.close().await;
+                    if let Some(conn) = conn {
+                        conn.close().await;
+                    }
                     return Err(Error::Connection(format!("{target} refused {}", start.describe())));
                 }
                 Some(ChannelMsg::Close) | None => break,
@@ -200,7 +224,10 @@ pub async fn run(
     }
     stdin_task.abort();
     let failure = out.finish().await;
-    conn.close().await;
+    match conn {
+        Some(conn) => conn.close().await,
+        None => tx.close().await,
+    }
     if let Some((fd, e)) = failure {
         debug!(stream = fd.name(), error = %e, "a write failed: the relay ends");
         if let Some(line) = stdio::failure_line("mn-ssh", fd, &e) {
@@ -211,6 +238,30 @@ pub async fn run(
     match code {
         Some(code) => Ok(code),
         None => Err(lost(target, "the channel closed without an exit status")),
+    }
+}
+
+/// The command through the head agent's connection; `None` when the socket
+/// does not answer (then mn-ssh connects itself).
+async fn through_head(
+    mux: &MuxClient,
+    target: &Target,
+    command: &[u8],
+    env: &[(String, String)],
+) -> Result<Option<(ChannelRx, ChannelTx)>, Error> {
+    let pending = match mux.open(target).await {
+        Ok(pending) => pending,
+        Err(MuxError::NoMaster(e)) => {
+            debug!(socket = %mux.path().display(), error = %e, "no shared connection: connecting");
+            return Ok(None);
+        }
+        Err(MuxError::Unreachable(e)) => return Err(Error::Connection(e)),
+        Err(MuxError::Failed(e)) => return Err(lost(target, &e)),
+    };
+    match pending.start(command, env).await {
+        Ok(halves) => Ok(Some(halves)),
+        Err(MuxError::NoMaster(e)) => Err(lost(target, &e.to_string())),
+        Err(MuxError::Unreachable(e) | MuxError::Failed(e)) => Err(lost(target, &e)),
     }
 }
 

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use crate::util::*;
 
-fn compile(compiler: &str, dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn compile(compiler: &str, dir: &Path, name: &str) -> PathBuf {
     let out = dir.join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mpi_allreduce.c");
     let status = Command::new(compiler)

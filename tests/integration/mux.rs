@@ -82,6 +82,7 @@ fn run_job(n: usize, job: &str) -> Job {
         .collect();
     let head = node(&hosts, 0, job, &dir.join("head.log"))
         .env("W1_LOG", dir.join("w1.log"))
+        .env("W1_HOST", &hosts[1])
         .output()
         .unwrap();
     Job { dir, head, workers }
@@ -109,18 +110,23 @@ fn exec_all_in_the_job_goes_through_the_heads_connections_with_no_login() {
         for i in 1 2 3 4 5; do
             mn-exec-all --label -c 'echo "out $RANK $MULTINODE_LOCAL_IP $MULTINODE_MUX_SOCKET"; echo "err $RANK" >&2' >/dev/null 2>&1
         done
+        # mn-ssh (mpirun's plm_rsh_agent) goes the same way: bytes both ways, the status.
+        set +e
+        printf 'a\0b' | mn-ssh "$W1_HOST" 'od -An -c; exit 3'
+        echo "ssh status $?"
+        set -e
         b=$(logins)
         for i in 1 2 3 4 5; do
             env -u MULTINODE_MUX_SOCKET mn-exec-all -c true
         done
         c=$(logins)
         echo "logins $a $b $c"
-        mn-exec-all --label -c 'echo "out $RANK $MULTINODE_LOCAL_IP [$MULTINODE_MUX_SOCKET]"; echo "err $RANK" >&2; exit $((RANK + 4))'
+        mn-exec-all --no-fail-fast --label -c 'echo "out $RANK $MULTINODE_LOCAL_IP [$MULTINODE_MUX_SOCKET]"; echo "err $RANK" >&2; exit $((RANK + 4))'
     "#;
     let run = run_job(3, job);
     let out = stdout(&run.head);
     let err = run.head_log();
-    // The last exec_all's status: the highest rank's exit code wins (exec_all's table).
+    // The last exec_all's status: the first failure's (every rank fails).
     assert_ne!(run.head.status.code(), Some(0), "{out}\n{err}");
     let logins: Vec<u32> = out
         .lines()
@@ -278,6 +284,7 @@ fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
         .env("MULTINODE_NODE_RANK", "0")
         .env("RUST_LOG", "multinode=debug")
         .args([
+            "--no-fail-fast",
             "--label",
             "-c",
             "echo via $RANK; [ $RANK = 2 ] && exit 7; exit 0",
@@ -292,4 +299,40 @@ fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
     drop(master);
     assert!(!socket.exists(), "the agent removes its socket");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn open_mpi_inside_the_job_launches_through_the_heads_connections() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = crate::mpi::compile("mpicc.openmpi", tmp.path(), "allreduce_ompi");
+    let job = format!(
+        r#"
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        logins() {{ grep -c authenticated "$W1_LOG" || true; }}
+        a=$(logins)
+        mpirun.openmpi -H "$MULTINODE_HOSTLIST" -np 3 --mca plm_rsh_agent "$MULTINODE_SSH_WRAPPER" \
+            --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --mca pml ob1 \
+            {prog}
+        echo "mpirun status $?"
+        echo "logins $a $(logins)"
+    "#,
+        prog = prog.display()
+    );
+    let run = run_job(3, &job);
+    let out = stdout(&run.head);
+    let err = run.head_log();
+    assert!(out.contains("mpirun status 0"), "{out}\n{err}");
+    let ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank=")).collect();
+    assert_eq!(ranks.len(), 3, "{out}");
+    let logins: Vec<u32> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("logins "))
+        .expect("logins line")
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(
+        logins[0], logins[1],
+        "orted was launched with a login: {out}"
+    );
 }
