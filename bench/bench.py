@@ -23,7 +23,7 @@ One JSON line per run in results/<suite>.jsonl:
                wait4 here would count the fork of this Python process)
   relay_cpu    CPU seconds of exec_all's relays (the tree past --fanout: the
                `multinode exec-all` a relay node runs for its group), from
-               the mn_bench_relays cpuacct group (0 for a flat run); user and
+               the relays' cpuacct group (0 for a flat run); user and
                sys apart in relay_user, relay_sys
   server_cpu   CPU seconds of the server side, after minus before: every
                sshd process and remote command, or every agent and its
@@ -57,6 +57,8 @@ STATE = os.environ.get("BENCH_STATE") or os.path.join(
 RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
 SSHD_PORT = int(os.environ.get("BENCH_SSHD_PORT", "2222"))
 AGENT_PORT = int(os.environ.get("BENCH_AGENT_PORT", "29990"))
+# Names this bench's cpuacct groups (lib/common.sh).
+BENCH_NAME = os.environ.get("BENCH_NAME", "mn_bench")
 # One binary, called by three names (argv[0] dispatch): bench.py links
 # mn-ssh and mn-exec-all to it under $BENCH_STATE/bin.
 MULTINODE = os.environ.get("BENCH_MULTINODE") or os.path.join(
@@ -208,7 +210,7 @@ class CpuGroup:
         return v.get("user", 0.0), v.get("system", 0.0)
 
 
-RELAYS = CpuGroup("mn_bench_relays")
+RELAYS = CpuGroup(BENCH_NAME + "_relays")
 
 # What bench.py puts beside mn-exec-all as `multinode` when the relays'
 # group exists: the head sends its path to the nodes (MULTINODE_BIN), so a
@@ -219,8 +221,8 @@ RELAYS = CpuGroup("mn_bench_relays")
 RELAY_WRAPPER = """#!/bin/bash
 # made by bench/bench.py: counts exec_all's relays apart (see bench.py)
 case $1 in
-  exec-all) echo $$ > %(cg)s/mn_bench_relays/cgroup.procs ;;
-  supervise) echo $$ > %(cg)s/mn_bench_agents/cgroup.procs ;;
+  exec-all) echo $$ > %(cg)s/%(name)s_relays/cgroup.procs ;;
+  supervise) echo $$ > %(cg)s/%(name)s_agents/cgroup.procs ;;
 esac
 exec -a "$0" %(real)s "$@"
 """
@@ -232,7 +234,7 @@ class Sshd:
             self.pid = int(f.read())
         with open(os.path.join(STATE, "sshd-reaper.pid")) as f:
             self.reaper = int(f.read())
-        self.group = CpuGroup("mn_bench_sshd")
+        self.group = CpuGroup(BENCH_NAME + "_sshd")
 
     def cpu(self):
         if self.group.path:
@@ -260,7 +262,7 @@ class Agents:
         self.home = os.path.join(STATE, "agent-home")
         os.makedirs(self.home, exist_ok=True)
         self.log = open(os.path.join(STATE, "agents.log"), "ab")
-        self.group = CpuGroup("mn_bench_agents")
+        self.group = CpuGroup(BENCH_NAME + "_agents")
         self.pidfile = open(os.path.join(STATE, "agents.pids"), "a")
 
     def env(self):
@@ -875,7 +877,8 @@ def main():
             os.unlink(alias)
         if os.path.basename(alias) == "multinode" and RELAYS.path:
             with open(alias, "w") as f:
-                f.write(RELAY_WRAPPER % {"cg": CPUACCT, "real": os.path.realpath(target)})
+                f.write(RELAY_WRAPPER % {"cg": CPUACCT, "name": BENCH_NAME,
+                                         "real": os.path.realpath(target)})
             os.chmod(alias, 0o755)
         else:
             os.symlink(os.path.realpath(target), alias)

@@ -8,5 +8,9 @@ SSHD_PORT=${BENCH_SSHD_PORT:-2222}
 AGENT_PORT=${BENCH_AGENT_PORT:-29990}
 # Remote login user of the peers: a dedicated user with an empty home.
 BENCH_USER=${BENCH_USER:-mnbench}
-NFT_TABLE=mn_bench
-export BENCH_DIR REPO BENCH_STATE SSHD_PORT AGENT_PORT BENCH_USER NFT_TABLE
+# The nft table and the cpuacct groups (NAME_sshd, NAME_agents, NAME_relays):
+# two benches at once on one machine need their own BENCH_NAME (and their
+# own BENCH_STATE and ports), or each counts and removes the other's.
+BENCH_NAME=${BENCH_NAME:-mn_bench}
+NFT_TABLE=$BENCH_NAME
+export BENCH_DIR REPO BENCH_STATE SSHD_PORT AGENT_PORT BENCH_USER NFT_TABLE BENCH_NAME

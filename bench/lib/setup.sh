@@ -113,9 +113,9 @@ for _ in $(seq 100); do [ -s sshd.pid ] && [ -s sshd-reaper.pid ] && break; slee
 # so its CPU is counted with the head's, not the nodes'.
 CG=/sys/fs/cgroup/cpuacct
 if [ -d "$CG" ]; then
-  for g in mn_bench_sshd mn_bench_agents mn_bench_relays; do mkdir -p "$CG/$g"; done
-  echo "$(cat sshd-reaper.pid)" > "$CG/mn_bench_sshd/cgroup.procs"
-  echo "$(cat sshd.pid)" > "$CG/mn_bench_sshd/cgroup.procs"
+  for g in sshd agents relays; do mkdir -p "$CG/${BENCH_NAME}_$g"; done
+  echo "$(cat sshd-reaper.pid)" > "$CG/${BENCH_NAME}_sshd/cgroup.procs"
+  echo "$(cat sshd.pid)" > "$CG/${BENCH_NAME}_sshd/cgroup.procs"
   touch cgroups
 fi
 echo "sshd pid $(cat sshd.pid) (reaper $(cat sshd-reaper.pid)) on port $SSHD_PORT"

@@ -33,8 +33,8 @@ if [ -f nft_table ]; then
   rm -f nft_table
 fi
 if [ -f cgroups ]; then
-  for g in mn_bench_sshd mn_bench_agents mn_bench_relays; do
-    for _ in $(seq 20); do rmdir "/sys/fs/cgroup/cpuacct/$g" 2>/dev/null && break; sleep 0.25; done
+  for g in sshd agents relays; do
+    for _ in $(seq 20); do rmdir "/sys/fs/cgroup/cpuacct/${BENCH_NAME}_$g" 2>/dev/null && break; sleep 0.25; done
   done
   rm -f cgroups
 fi

@@ -43,3 +43,58 @@ fn no_paths_of_the_authors_machine() {
     }
     assert!(found.is_empty(), "machine paths: {found:#?}");
 }
+
+/// Every `bench.py` command in the docs names options and `--fanout-tools`
+/// that `bench/bench.py` has (a renamed tool or option would leave a
+/// documented command that stops at its first line).
+#[test]
+fn documented_bench_commands_name_what_bench_py_has() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bench = std::fs::read_to_string(root.join("bench/bench.py")).expect("bench.py");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for page in ["docs/benchmarks.md", "docs/scale.md"] {
+        let text = std::fs::read_to_string(root.join(page)).expect("the page");
+        // The code blocks' lines; a command continues over lines ending in `\`.
+        let code: String = text
+            .split("```")
+            .skip(1)
+            .step_by(2)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let joined = code.replace("\\\n", " ");
+        for line in joined.lines().filter(|l| l.contains("bench.py --")) {
+            checked += 1;
+            let command = &line[line.find("bench.py").expect("found")..];
+            // Options outside quotes ('...' holds tool names).
+            let unquoted: String = command.split('\'').step_by(2).collect::<Vec<_>>().join(" ");
+            for word in unquoted.split_whitespace() {
+                let is_option = word.len() > 2
+                    && word.starts_with("--")
+                    && word[2..]
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b == b'-');
+                if is_option {
+                    let needle = format!("\"{word}\"");
+                    if !bench.contains(&needle) {
+                        wrong.push(format!("{page}: option {word}"));
+                    }
+                }
+            }
+            if let Some(at) = command.find("--fanout-tools '") {
+                let rest = &command[at + "--fanout-tools '".len()..];
+                let tools = &rest[..rest.find('\'').expect("a closing quote")];
+                for tool in tools.split(',') {
+                    let base = tool.strip_suffix(" (base)").unwrap_or(tool);
+                    if !bench.contains(&format!("\"{tool}\""))
+                        && !bench.contains(&format!("\"{base} (base)\""))
+                    {
+                        wrong.push(format!("{page}: tool {tool:?}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 3, "{checked} bench.py commands found");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
