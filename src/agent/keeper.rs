@@ -10,6 +10,9 @@
 //! the grace period, and SIGKILLs what is left. One keeper per agent costs
 //! one process; a supervisor per command would cost an exec per command.
 //!
+//! It also removes what the agent would have removed on its way out: the
+//! shared-connection socket and its directory (`rPATH`, `uPATH` lines).
+//!
 //! A keeper that dies while the agent lives (`kill -9`, the OOM killer) is
 //! seen at once ([`Keeper::watch`] waits on it, which also reaps it), logged,
 //! and replaced: the new keeper's socket takes the old one's descriptor
@@ -21,6 +24,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::io::BufRead;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -53,6 +57,9 @@ struct State {
     socket: OwnedFd,
     /// Groups registered and not yet over, for a new keeper.
     live: HashSet<i32>,
+    /// Paths to remove if the agent dies (the shared-connection socket and
+    /// its directory), for a new keeper.
+    paths: Vec<PathBuf>,
 }
 
 impl Keeper {
@@ -71,6 +78,7 @@ impl Keeper {
             state: std::sync::Mutex::new(State {
                 socket,
                 live: HashSet::new(),
+                paths: Vec::new(),
             }),
         };
         Ok((keeper, child))
@@ -172,7 +180,29 @@ impl Keeper {
         for &pgid in &state.live {
             write_line(&state.socket, b'+', pgid);
         }
+        for path in &state.paths {
+            write_path(&state.socket, b'r', path);
+        }
         Ok(child)
+    }
+
+    /// If the agent dies, the keeper removes `path` (a file, or an empty
+    /// directory), after the groups. Paths are removed in the reverse order
+    /// of registration. A path with a newline is not kept.
+    pub(crate) fn remove_on_death(&self, path: &Path) {
+        if path.as_os_str().as_bytes().contains(&b'\n') {
+            return;
+        }
+        let mut state = self.lock();
+        state.paths.push(path.to_path_buf());
+        write_path(&state.socket, b'r', path);
+    }
+
+    /// `path` was removed by the agent: the keeper need not.
+    pub(crate) fn forget_path(&self, path: &Path) {
+        let mut state = self.lock();
+        state.paths.retain(|p| p != path);
+        write_path(&state.socket, b'u', path);
     }
 }
 
@@ -207,6 +237,21 @@ fn write_line(socket: &OwnedFd, sign: u8, pgid: i32) {
         MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
     ) {
         warn!(pgid, error = %e, "cannot tell the group keeper");
+    }
+}
+
+/// `rPATH\n` (remove at the agent's death) or `uPATH\n` (no longer).
+fn write_path(socket: &OwnedFd, sign: u8, path: &Path) {
+    let mut line = Vec::with_capacity(path.as_os_str().len() + 2);
+    line.push(sign);
+    line.extend_from_slice(path.as_os_str().as_bytes());
+    line.push(b'\n');
+    if let Err(e) = send(
+        socket.as_raw_fd(),
+        &line,
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    ) {
+        warn!(path = %path.display(), error = %e, "cannot tell the group keeper");
     }
 }
 
@@ -245,9 +290,22 @@ pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
         }
     }
     let mut groups: HashSet<i32> = HashSet::new();
+    let mut paths: Vec<PathBuf> = Vec::new();
     let stdin = std::io::stdin();
     for line in stdin.lock().split(b'\n') {
         let Ok(line) = line else { break };
+        match line.split_first() {
+            Some((b'r', path)) => {
+                paths.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
+                continue;
+            }
+            Some((b'u', path)) => {
+                let path = std::ffi::OsStr::from_bytes(path);
+                paths.retain(|p| p.as_os_str() != path);
+                continue;
+            }
+            _ => {}
+        }
         let text = String::from_utf8_lossy(&line);
         let (sign, number) = text.split_at(text.len().min(1));
         match (sign, number.trim().parse::<i32>()) {
@@ -274,6 +332,9 @@ pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
         },
         grace,
     );
+    for path in paths.iter().rev() {
+        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+    }
     Ok(0)
 }
 

@@ -205,6 +205,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             None => None,
         };
         let stop_mux = CancellationToken::new();
+        // A head killed outright leaves no socket behind: its keeper removes it.
+        let socket_paths = socket.as_ref().map(mux::Socket::paths).unwrap_or_default();
+        for path in &socket_paths {
+            shared.keeper.remove_on_death(path);
+        }
         let (pool, sharing) = match socket {
             Some(mut socket) => {
                 let pool = Arc::new(mux::Pool::new(&shared.keys, lost_after));
@@ -249,6 +254,9 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         }
         if let Some((pool, _)) = &pool {
             pool.close().await;
+        }
+        for path in &socket_paths {
+            shared.keeper.forget_path(path);
         }
         // End every command (their groups get SIGTERM, grace, SIGKILL), then wait for them.
         shared.shutdown.cancel();

@@ -163,6 +163,17 @@ impl Socket {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// What to remove if the agent dies, in the order to register them with
+    /// the keeper (which removes them in reverse): the directory, the socket.
+    pub(crate) fn paths(&self) -> Vec<PathBuf> {
+        let mut paths = Vec::new();
+        if !self.dir.as_os_str().is_empty() {
+            paths.push(self.dir.clone());
+        }
+        paths.push(self.path.clone());
+        paths
+    }
 }
 
 impl Drop for Socket {

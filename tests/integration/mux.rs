@@ -349,3 +349,37 @@ fn open_mpi_inside_the_job_launches_through_the_heads_connections() {
         "orted was launched with a login: {out}"
     );
 }
+
+#[test]
+fn a_head_killed_outright_leaves_no_socket_behind() {
+    // A one-node job: the head runs JOB at once; JOB says where the socket is.
+    let hosts = fresh_loopbacks(1);
+    let dir = std::env::temp_dir().join(format!("mn-mux-kill-{}-{}", std::process::id(), hosts[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("out");
+    let job = format!(
+        "echo \"$MULTINODE_MUX_SOCKET\" > {}; sleep 100",
+        out.display()
+    );
+    let mut head = node(&hosts, 0, &job, &dir.join("head.log"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(30), || {
+        std::fs::read_to_string(&out).is_ok_and(|s| s.ends_with('\n'))
+    }));
+    let socket = std::path::PathBuf::from(std::fs::read_to_string(&out).unwrap().trim());
+    assert!(socket.exists(), "{}", socket.display());
+    head.kill().unwrap();
+    head.wait().unwrap();
+    // The keeper ends JOB (grace) and then removes the socket and its directory.
+    assert!(
+        eventually(Duration::from_secs(15), || !socket
+            .parent()
+            .unwrap()
+            .exists()),
+        "{} outlived the head's kill -9",
+        socket.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
