@@ -54,7 +54,7 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
 }
 
 struct Job {
-    dir: std::path::PathBuf,
+    dir: tempfile::TempDir,
     head: std::process::Output,
     workers: Vec<Child>,
 }
@@ -62,7 +62,7 @@ struct Job {
 impl Job {
     /// The head's stderr: JOB's (exec_all's) and the agent's debug log.
     fn head_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("head.log")).unwrap()
+        std::fs::read_to_string(self.dir.path().join("head.log")).unwrap()
     }
 }
 
@@ -70,18 +70,17 @@ impl Job {
 /// head's runs); returns when the head is done.
 fn run_job(n: usize, job: &str) -> Job {
     let hosts = fresh_loopbacks(n);
-    let dir = std::env::temp_dir().join(format!("mn-mux-test-{}-{}", std::process::id(), hosts[0]));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let workers: Vec<Child> = (1..n)
         .map(|r| {
-            node(&hosts, r, job, &dir.join(format!("w{r}.log")))
+            node(&hosts, r, job, &dir.path().join(format!("w{r}.log")))
                 .stdout(Stdio::null())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    let head = node(&hosts, 0, job, &dir.join("head.log"))
-        .env("W1_LOG", dir.join("w1.log"))
+    let head = node(&hosts, 0, job, &dir.path().join("head.log"))
+        .env("W1_LOG", dir.path().join("w1.log"))
         .env("W1_HOST", &hosts[1])
         .output()
         .unwrap();
@@ -94,7 +93,6 @@ impl Drop for Job {
         for w in &mut self.workers {
             wait_exit(w, Duration::from_secs(10));
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -233,8 +231,8 @@ fn a_worker_that_dies_is_lost_through_the_heads_connection() {
     "#
     );
     let hosts = fresh_loopbacks(3);
-    let dir = std::env::temp_dir().join(format!("mn-mux-lost-{}-{}", std::process::id(), hosts[0]));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let mut workers: Vec<Child> = (1..3)
         .map(|r| {
             node(&hosts, r, &job, &dir.join(format!("w{r}.log")))
@@ -272,16 +270,13 @@ fn a_worker_that_dies_is_lost_through_the_heads_connection() {
         sleepers(&tag).is_empty(),
         "the lost worker's keeper ends its command"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
     let hosts = fresh_loopbacks(3);
-    let dir =
-        std::env::temp_dir().join(format!("mn-mux-plain-{}-{}", std::process::id(), hosts[0]));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("s");
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("s");
     let socket_arg = socket.to_str().unwrap();
     let master = Agent::start_with(&hosts[0], PORT, &["--mux-socket", socket_arg], &[]);
     let _workers: Vec<Agent> = hosts[1..]
@@ -311,7 +306,6 @@ fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
     assert!(!err.contains("no shared connection"), "{err}");
     drop(master);
     assert!(!socket.exists(), "the agent removes its socket");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -354,8 +348,8 @@ fn open_mpi_inside_the_job_launches_through_the_heads_connections() {
 fn a_head_killed_outright_leaves_no_socket_behind() {
     // A one-node job: the head runs JOB at once; JOB says where the socket is.
     let hosts = fresh_loopbacks(1);
-    let dir = std::env::temp_dir().join(format!("mn-mux-kill-{}-{}", std::process::id(), hosts[0]));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let out = dir.join("out");
     let job = format!(
         "echo \"$MULTINODE_MUX_SOCKET\" > {}; sleep 100",
@@ -381,5 +375,4 @@ fn a_head_killed_outright_leaves_no_socket_behind() {
         "{} outlived the head's kill -9",
         socket.display()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
