@@ -118,33 +118,21 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     };
     // Inside `multinode agent -- JOB`: through the head agent's connection.
     if let Some(mux) = &ctx.mux {
-        let opened = tokio::select! {
-            opened = mux.open(&target) => opened,
+        let (command, vars) = agent_request(&ctx, &task);
+        let shared = tokio::select! {
+            shared = mux.exec(&target, |peer| (command, with_address(vars, peer))) => shared,
             ctl = task.control.recv() => {
                 debug!(rank = task.rank, ?ctl, "stopped before connecting");
                 return task.end(NodeOutcome::NotStarted);
             }
         };
-        match opened {
-            Ok(pending) => {
-                let peer = pending.peer();
-                let (command, env) = agent_request(&ctx, &task, peer);
-                return match pending.start(&command, &env).await {
-                    Ok((rx, tx)) => follow(&ctx, task, peer, rx, tx, None).await,
-                    Err(MuxError::Unreachable(e)) => task.end(NodeOutcome::Unreachable(e)),
-                    Err(MuxError::Failed(e)) => {
-                        task.end(NodeOutcome::Lost(format!("cannot start the script: {e}")))
-                    }
-                    Err(MuxError::NoMaster(e)) => {
-                        task.end(NodeOutcome::Lost(format!("cannot start the script: {e}")))
-                    }
-                };
-            }
-            Err(MuxError::NoMaster(e)) => {
-                debug!(rank = task.rank, socket = %mux.path().display(), error = %e, "no shared connection: connecting");
-            }
+        match shared {
+            Ok(Some(s)) => return follow(&ctx, task, s.peer, s.rx, s.tx, None).await,
+            Ok(None) => {}
             Err(MuxError::Unreachable(e)) => return task.end(NodeOutcome::Unreachable(e)),
-            Err(MuxError::Failed(e)) => return task.end(NodeOutcome::Unreachable(e)),
+            Err(MuxError::Failed(e)) => {
+                return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}")));
+            }
         }
     }
     let connected = {
@@ -171,10 +159,12 @@ async fn run_native(ctx: Arc<RunCtx>, mut task: NodeTask) {
     // An agent takes the variables and the directory as `env` requests; a stock
     // sshd drops those (AcceptEnv), so they go in the command line instead.
     let (command, env) = match connector.auth() {
-        crate::transport::client::Auth::Agent(_) => agent_request(&ctx, &task, peer),
+        crate::transport::client::Auth::Agent(_) => {
+            let (command, vars) = agent_request(&ctx, &task);
+            (command, with_address(vars, peer))
+        }
         crate::transport::client::Auth::OpenSsh(_) => {
-            let mut vars = task.env.clone();
-            crate::env::fill_reached_address(&mut vars, peer.ip());
+            let vars = with_address(task.env.clone(), peer);
             (
                 super::script::wrapped_command(
                     node_command(&ctx, &task),
@@ -210,20 +200,24 @@ fn node_command<'a>(ctx: &'a RunCtx, task: &'a NodeTask) -> &'a [u8] {
 }
 
 /// The command and the variables for an agent, which takes the variables
-/// and the directory as `env` requests.
-fn agent_request(
-    ctx: &RunCtx,
-    task: &NodeTask,
-    peer: std::net::SocketAddr,
-) -> (Vec<u8>, Vec<(String, String)>) {
+/// and the directory as `env` requests ([`with_address`] completes them).
+fn agent_request(ctx: &RunCtx, task: &NodeTask) -> (Vec<u8>, Vec<(String, String)>) {
     let mut vars = task.env.clone();
-    crate::env::fill_reached_address(&mut vars, peer.ip());
     vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
     vars.push((
         protocol::exit_info::REQUEST_VAR.to_string(),
         "1".to_string(),
     ));
     (node_command(ctx, task).to_vec(), vars)
+}
+
+/// The variables with the node's address as it was reached.
+fn with_address(
+    mut vars: Vec<(String, String)>,
+    peer: std::net::SocketAddr,
+) -> Vec<(String, String)> {
+    crate::env::fill_reached_address(&mut vars, peer.ip());
+    vars
 }
 
 /// A started remote command to its end: input in, output and the exit

@@ -9,6 +9,7 @@ use russh::ChannelMsg;
 use tokio::io::BufReader;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tracing::debug;
 
 use super::channel::{ChannelRx, ChannelTx};
 use super::client::Target;
@@ -28,13 +29,27 @@ pub struct MuxClient {
 /// Why a command did not start through the head's agent.
 #[derive(Debug)]
 pub enum MuxError {
-    /// The socket did not answer (no head agent there any more): the caller
-    /// connects directly.
-    NoMaster(std::io::Error),
-    /// The head's agent could not reach the node.
+    /// Nothing runs: the head's agent could not reach the node (or gave no
+    /// address for it).
     Unreachable(String),
     /// Reached, but the command did not start (or the socket broke after).
     Failed(String),
+}
+
+/// A command running through the head agent's connection.
+pub struct Started {
+    /// The node's address, as the head's agent reached it.
+    pub peer: SocketAddr,
+    pub rx: ChannelRx,
+    pub tx: ChannelTx,
+}
+
+/// Why the socket could not be used.
+enum OpenError {
+    /// The socket did not answer (no head agent there any more), or it
+    /// serves another job: the caller connects itself.
+    NoMaster(std::io::Error),
+    Mux(MuxError),
 }
 
 impl MuxClient {
@@ -49,12 +64,58 @@ impl MuxClient {
         &self.path
     }
 
-    /// Connects to the head's agent and asks for `target`; returns the node's
-    /// address and the pending session, which [`Pending::start`] starts.
-    pub async fn open(&self, target: &Target) -> Result<Pending, MuxError> {
+    /// Runs a command on `target` through the head agent's connection.
+    /// `request` gets the node's address (which the variables may name) and
+    /// gives the command line and the variables. `Ok(None)`: the socket does
+    /// not answer, or serves another job; the caller connects itself.
+    pub async fn exec(
+        &self,
+        target: &Target,
+        request: impl FnOnce(SocketAddr) -> (Vec<u8>, Vec<(String, String)>),
+    ) -> Result<Option<Started>, MuxError> {
+        let (peer, mut r, mut w) = match self.open(target).await {
+            Ok(opened) => opened,
+            Err(OpenError::NoMaster(e)) => {
+                debug!(socket = %self.path.display(), error = %e, "no shared connection: connecting");
+                return Ok(None);
+            }
+            Err(OpenError::Mux(e)) => return Err(e),
+        };
+        let (command, env) = request(peer);
+        let broken = |e: std::io::Error| MuxError::Failed(format!("the head's agent: {e}"));
+        let json = serde_json::to_vec(&env).expect("plain strings serialize");
+        write_frame(&mut w, wire::ENV, &json)
+            .await
+            .map_err(broken)?;
+        write_frame(&mut w, wire::COMMAND, &command)
+            .await
+            .map_err(broken)?;
+        match read_frame(&mut r).await {
+            Ok(Some((wire::STARTED, _))) => Ok(Some(Started {
+                peer,
+                rx: ChannelRx::Mux(MuxReader { r }),
+                tx: ChannelTx::Mux(tokio::sync::Mutex::new(w)),
+            })),
+            Ok(Some((wire::FAILED, payload))) => Err(match failed(&payload) {
+                OpenError::Mux(e) => e,
+                OpenError::NoMaster(e) => MuxError::Failed(e.to_string()),
+            }),
+            Ok(_) => Err(MuxError::Failed(
+                "the head's agent closed the socket".into(),
+            )),
+            Err(e) => Err(broken(e)),
+        }
+    }
+
+    /// Connects to the head's agent and asks for `target`: the node's
+    /// address and the socket's halves.
+    async fn open(
+        &self,
+        target: &Target,
+    ) -> Result<(SocketAddr, BufReader<OwnedReadHalf>, OwnedWriteHalf), OpenError> {
         let stream = UnixStream::connect(&self.path)
             .await
-            .map_err(MuxError::NoMaster)?;
+            .map_err(OpenError::NoMaster)?;
         let (r, mut w) = stream.into_split();
         let mut r = BufReader::new(r);
         let open = wire::Open {
@@ -66,71 +127,36 @@ impl MuxClient {
         let json = serde_json::to_vec(&open).expect("plain strings serialize");
         write_frame(&mut w, wire::OPEN, &json)
             .await
-            .map_err(MuxError::NoMaster)?;
+            .map_err(OpenError::NoMaster)?;
         let peer = match read_frame(&mut r).await {
             Ok(Some((wire::OPENED, payload))) => std::str::from_utf8(&payload)
                 .ok()
                 .and_then(|s| s.parse::<SocketAddr>().ok())
-                .ok_or_else(|| MuxError::Failed("the head's agent sent no address".into()))?,
+                .ok_or_else(|| {
+                    OpenError::Mux(MuxError::Unreachable(
+                        "the head's agent sent no address".into(),
+                    ))
+                })?,
             Ok(Some((wire::FAILED, payload))) => return Err(failed(&payload)),
             Ok(_) => {
-                return Err(MuxError::NoMaster(std::io::Error::other(
+                return Err(OpenError::NoMaster(std::io::Error::other(
                     "the head's agent closed the socket",
                 )));
             }
-            Err(e) => return Err(MuxError::NoMaster(e)),
+            Err(e) => return Err(OpenError::NoMaster(e)),
         };
-        Ok(Pending { peer, r, w })
+        Ok((peer, r, w))
     }
 }
 
-fn failed(payload: &[u8]) -> MuxError {
+fn failed(payload: &[u8]) -> OpenError {
     match serde_json::from_slice::<wire::Failed>(payload) {
-        Ok(f) if f.other_job => MuxError::NoMaster(std::io::Error::other(f.message)),
-        Ok(f) if f.unreachable => MuxError::Unreachable(f.message),
-        Ok(f) => MuxError::Failed(f.message),
-        Err(e) => MuxError::Failed(format!("unreadable answer from the head's agent: {e}")),
-    }
-}
-
-/// Connected to the node through the head's agent; nothing runs yet.
-pub struct Pending {
-    peer: SocketAddr,
-    r: BufReader<OwnedReadHalf>,
-    w: OwnedWriteHalf,
-}
-
-impl Pending {
-    /// The node's address, as the head's agent reached it.
-    pub fn peer(&self) -> SocketAddr {
-        self.peer
-    }
-
-    /// Sends the variables and the command; returns once it runs.
-    pub async fn start(
-        mut self,
-        command: &[u8],
-        env: &[(String, String)],
-    ) -> Result<(ChannelRx, ChannelTx), MuxError> {
-        let broken = |e: std::io::Error| MuxError::Failed(format!("the head's agent: {e}"));
-        let json = serde_json::to_vec(env).expect("plain strings serialize");
-        write_frame(&mut self.w, wire::ENV, &json)
-            .await
-            .map_err(broken)?;
-        write_frame(&mut self.w, wire::COMMAND, command)
-            .await
-            .map_err(broken)?;
-        match read_frame(&mut self.r).await {
-            Ok(Some((wire::STARTED, _))) => Ok((
-                ChannelRx::Mux(MuxReader { r: self.r }),
-                ChannelTx::Mux(tokio::sync::Mutex::new(self.w)),
-            )),
-            Ok(Some((wire::FAILED, payload))) => Err(failed(&payload)),
-            Ok(_) => Err(MuxError::Failed(
-                "the head's agent closed the socket".into(),
-            )),
-            Err(e) => Err(broken(e)),
-        }
+        Ok(f) if f.other_job => OpenError::NoMaster(std::io::Error::other(f.message)),
+        Ok(f) if f.unreachable => OpenError::Mux(MuxError::Unreachable(f.message)),
+        Ok(f) => OpenError::Mux(MuxError::Failed(f.message)),
+        Err(e) => OpenError::Mux(MuxError::Failed(format!(
+            "unreadable answer from the head's agent: {e}"
+        ))),
     }
 }
 

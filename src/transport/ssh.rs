@@ -136,11 +136,17 @@ pub async fn run(
         Start::Exec(&inv.command)
     };
     let shared = match (mux, start) {
-        (Some(mux), Start::Exec(command)) => through_head(mux, target, command, env).await?,
+        (Some(mux), Start::Exec(command)) => {
+            match mux.exec(target, |_| (command.to_vec(), env.to_vec())).await {
+                Ok(shared) => shared,
+                Err(MuxError::Unreachable(e)) => return Err(Error::Connection(e)),
+                Err(MuxError::Failed(e)) => return Err(lost(target, &e)),
+            }
+        }
         _ => None,
     };
     let (conn, mut rx, tx) = match shared {
-        Some((rx, tx)) => (None, rx, tx),
+        Some(s) => (None, s.rx, s.tx),
         None => {
             let conn = connector
                 .connect(target)
@@ -238,30 +244,6 @@ pub async fn run(
     match code {
         Some(code) => Ok(code),
         None => Err(lost(target, "the channel closed without an exit status")),
-    }
-}
-
-/// The command through the head agent's connection; `None` when the socket
-/// does not answer (then mn-ssh connects itself).
-async fn through_head(
-    mux: &MuxClient,
-    target: &Target,
-    command: &[u8],
-    env: &[(String, String)],
-) -> Result<Option<(ChannelRx, ChannelTx)>, Error> {
-    let pending = match mux.open(target).await {
-        Ok(pending) => pending,
-        Err(MuxError::NoMaster(e)) => {
-            debug!(socket = %mux.path().display(), error = %e, "no shared connection: connecting");
-            return Ok(None);
-        }
-        Err(MuxError::Unreachable(e)) => return Err(Error::Connection(e)),
-        Err(MuxError::Failed(e)) => return Err(lost(target, &e)),
-    };
-    match pending.start(command, env).await {
-        Ok(halves) => Ok(Some(halves)),
-        Err(MuxError::NoMaster(e)) => Err(lost(target, &e.to_string())),
-        Err(MuxError::Unreachable(e) | MuxError::Failed(e)) => Err(lost(target, &e)),
     }
 }
 
