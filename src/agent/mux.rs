@@ -8,7 +8,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use russh::ChannelMsg;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -18,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::keys::JobKeys;
-use crate::protocol::mux::{self as wire, read_frame, write_frame};
+use crate::protocol::mux::{self as wire, read_frame, write_data, write_frame};
 use crate::protocol::signals::sig_from_name;
 use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
 use crate::transport::route::DEFAULT_CONNECT_TIMEOUT;
@@ -353,9 +352,9 @@ async fn channel(stream: UnixStream, pool: &Pool) {
     let down = async {
         while let Some(msg) = rx.wait().await {
             let sent = match msg {
-                ChannelMsg::Data { data } => send_data(&mut w, wire::DATA, None, data).await,
+                ChannelMsg::Data { data } => write_data(&mut w, None, &data).await,
                 ChannelMsg::ExtendedData { data, ext } => {
-                    send_data(&mut w, wire::EXT, Some(ext), data).await
+                    write_data(&mut w, Some(ext), &data).await
                 }
                 ChannelMsg::Eof => write_frame(&mut w, wire::EOF, b"").await,
                 ChannelMsg::Success => write_frame(&mut w, wire::SUCCESS, b"").await,
@@ -394,25 +393,4 @@ async fn channel(stream: UnixStream, pool: &Pool) {
         () = up => {}
         () = down => {}
     }
-}
-
-/// Data (or extended data with its code) as frames of at most `DATA_CHUNK`.
-async fn send_data(
-    w: &mut (impl AsyncWriteExt + Unpin),
-    kind: u8,
-    ext: Option<u32>,
-    data: Bytes,
-) -> std::io::Result<()> {
-    for chunk in data.chunks(wire::DATA_CHUNK) {
-        match ext {
-            Some(code) => {
-                let mut payload = Vec::with_capacity(4 + chunk.len());
-                payload.extend_from_slice(&code.to_be_bytes());
-                payload.extend_from_slice(chunk);
-                write_frame(w, kind, &payload).await?;
-            }
-            None => write_frame(w, kind, chunk).await?,
-        }
-    }
-    Ok(())
 }

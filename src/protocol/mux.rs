@@ -103,12 +103,41 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     kind: u8,
     payload: &[u8],
 ) -> std::io::Result<()> {
-    let len = u32::try_from(payload.len()).map_err(|_| std::io::Error::other("frame too long"))?;
-    let mut frame = Vec::with_capacity(5 + payload.len());
+    write_frame_parts(w, kind, &[payload]).await
+}
+
+/// Writes one frame whose payload is `parts`, one after another.
+async fn write_frame_parts<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: u8,
+    parts: &[&[u8]],
+) -> std::io::Result<()> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(total).map_err(|_| std::io::Error::other("frame too long"))?;
+    let mut frame = Vec::with_capacity(5 + total);
     frame.push(kind);
     frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(payload);
+    for part in parts {
+        frame.extend_from_slice(part);
+    }
     w.write_all(&frame).await
+}
+
+/// Writes `data` as [`DATA`] frames (or [`EXT`] frames, each with the
+/// extended data's code first) of at most [`DATA_CHUNK`] bytes: both ends'
+/// one way of sending a stream.
+pub async fn write_data<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    ext: Option<u32>,
+    data: &[u8],
+) -> std::io::Result<()> {
+    for chunk in data.chunks(DATA_CHUNK) {
+        match ext {
+            Some(code) => write_frame_parts(w, EXT, &[&code.to_be_bytes(), chunk]).await?,
+            None => write_frame(w, DATA, chunk).await?,
+        }
+    }
+    Ok(())
 }
 
 /// Reads one frame; `None` at a clean end of the stream (between frames).
@@ -147,6 +176,22 @@ mod tests {
             Some((DATA, Bytes::from_static(b"hello")))
         );
         assert_eq!(read_frame(&mut r).await.unwrap(), Some((EOF, Bytes::new())));
+        assert_eq!(read_frame(&mut r).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn data_is_cut_into_chunks_and_extended_data_carries_its_code() {
+        let data = vec![7u8; DATA_CHUNK + 3];
+        let mut buf = Vec::new();
+        write_data(&mut buf, None, &data).await.unwrap();
+        write_data(&mut buf, Some(1), b"err").await.unwrap();
+        let mut r = buf.as_slice();
+        let (kind, first) = read_frame(&mut r).await.unwrap().unwrap();
+        assert_eq!((kind, first.len()), (DATA, DATA_CHUNK));
+        let (kind, rest) = read_frame(&mut r).await.unwrap().unwrap();
+        assert_eq!((kind, rest.len()), (DATA, 3));
+        let (kind, ext) = read_frame(&mut r).await.unwrap().unwrap();
+        assert_eq!((kind, &ext[..]), (EXT, &b"\0\0\0\x01err"[..]));
         assert_eq!(read_frame(&mut r).await.unwrap(), None);
     }
 

@@ -42,14 +42,9 @@ impl ChannelTx {
     pub async fn data_bytes(&self, data: Bytes) -> Result<(), Refused> {
         match self {
             ChannelTx::Ssh(tx) => tx.data_bytes(data).await.map_err(|_| Refused),
-            ChannelTx::Mux(w) => {
-                for chunk in data.chunks(wire::DATA_CHUNK) {
-                    mux::write(w, wire::DATA, chunk)
-                        .await
-                        .map_err(|_| Refused)?;
-                }
-                Ok(())
-            }
+            ChannelTx::Mux(w) => wire::write_data(&mut *w.lock().await, None, &data)
+                .await
+                .map_err(|_| Refused),
         }
     }
 
