@@ -231,13 +231,18 @@ fn spawn(bin: &Path, grace: Duration) -> Result<(OwnedFd, tokio::process::Child)
 fn write_line(socket: &OwnedFd, sign: u8, pgid: i32) {
     let mut buf = [0u8; 24];
     let len = format_line(&mut buf, sign, pgid);
-    if let Err(e) = send(
-        socket.as_raw_fd(),
-        &buf[..len],
-        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
-    ) {
+    if let Err(e) = tell(socket, &buf[..len]) {
         warn!(pgid, error = %e, "cannot tell the group keeper");
     }
+}
+
+/// Sends one line to the keeper, never blocking and never raising SIGPIPE.
+fn tell(socket: &OwnedFd, line: &[u8]) -> nix::Result<usize> {
+    send(
+        socket.as_raw_fd(),
+        line,
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    )
 }
 
 /// `rPATH\n` (remove at the agent's death) or `uPATH\n` (no longer).
@@ -246,11 +251,7 @@ fn write_path(socket: &OwnedFd, sign: u8, path: &Path) {
     line.push(sign);
     line.extend_from_slice(path.as_os_str().as_bytes());
     line.push(b'\n');
-    if let Err(e) = send(
-        socket.as_raw_fd(),
-        &line,
-        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
-    ) {
+    if let Err(e) = tell(socket, &line) {
         warn!(path = %path.display(), error = %e, "cannot tell the group keeper");
     }
 }
