@@ -7,7 +7,13 @@ use std::time::{Duration, Instant};
 use crate::util::*;
 
 /// `multinode agent --listen HOST:PORT [extra] -- JOB...` for rank `rank` of `hosts`.
-fn node(hosts: &[String], rank: usize, port: u16, extra: &[&str], job: &[&str]) -> Command {
+pub(crate) fn node(
+    hosts: &[String],
+    rank: usize,
+    port: u16,
+    extra: &[&str],
+    job: &[&str],
+) -> Command {
     let hostlist = hosts
         .iter()
         .map(|h| format!("{h}:1"))
@@ -31,21 +37,6 @@ fn node(hosts: &[String], rank: usize, port: u16, extra: &[&str], job: &[&str]) 
         .args(job)
         .stdin(Stdio::null());
     c
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status.code().unwrap_or(-1));
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

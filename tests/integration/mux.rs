@@ -10,47 +10,13 @@ use crate::util::*;
 
 const PORT: u16 = 29975;
 
-/// `multinode agent -- JOB` for rank `rank` of `hosts`, logging at debug
-/// level to `log` (the workers' logins are counted from there).
+/// `multinode agent -- sh -c JOB` for rank `rank` of `hosts`, logging at
+/// debug level to `log` (the workers' logins are counted from there).
 fn node(hosts: &[String], rank: usize, job: &str, log: &std::path::Path) -> Command {
-    let hostlist = hosts
-        .iter()
-        .map(|h| format!("{h}:1"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut c = cmd(&multinode());
-    c.env("MULTINODE_HOSTLIST", hostlist)
-        .env("MULTINODE_NODE_RANK", rank.to_string())
-        .env("MULTINODE_AGENT_PORT", PORT.to_string())
-        .env("RUST_LOG", "multinode=debug")
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                multinode().parent().unwrap().display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .args(["agent", "--listen", &format!("{}:{PORT}", hosts[rank])])
-        .args(["--", "sh", "-c", job])
-        .stdin(Stdio::null())
+    let mut c = crate::lifecycle::node(hosts, rank, PORT, &[], &["sh", "-c", job]);
+    c.env("RUST_LOG", "multinode=debug")
         .stderr(std::fs::File::create(log).unwrap());
     c
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status.code().unwrap_or(-1));
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 struct Job {

@@ -217,3 +217,20 @@ pub fn sh(script: &str, env: &[(&str, &str)]) -> Output {
     c.arg("-c").arg(script).envs(env.iter().copied());
     c.output().expect("run sh")
 }
+
+/// Waits up to `limit` for `child` to exit: its code (-1 for a signal), or
+/// `None` after killing and reaping it when it did not.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status.code().unwrap_or(-1));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
