@@ -5,7 +5,6 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +12,12 @@ use bytes::BytesMut;
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::{Shared, plain};
 use crate::exit_info;
-use crate::process::{self, GroupChild, Outcome};
+use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{signal_number, signal_to_sig};
 use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 
@@ -84,21 +82,19 @@ pub(crate) async fn run(
     let build = |direct: Option<&plain::Direct<'_>>| {
         let mut cmd = match direct {
             Some(d) => {
-                let mut cmd = Command::new(&d.program);
+                let mut cmd = Spawn::new(&d.program);
                 cmd.arg0(d.argv[0]).args(&d.argv[1..]);
                 cmd
             }
             None => {
-                let mut cmd = Command::new("/bin/sh");
+                let mut cmd = Spawn::new("/bin/sh");
                 cmd.arg("-c").arg(OsStr::from_bytes(&req.command));
                 cmd
             }
         };
         // Registered with the keeper: the group ends even if this agent is killed.
         shared.keeper.register_on_spawn(&mut cmd);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.stdio(Stdio::Piped);
         cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
         cmd.envs(vars.iter().map(|(k, v)| (k, v)));
         if cwd_set {
@@ -115,11 +111,11 @@ pub(crate) async fn run(
     let watch = wants_exit_info.then(|| exit_info::Watch::start(&cwd));
     let spawned = match &direct {
         // A program exec cannot start (a script without #!) is sh's to run.
-        Some(d) => GroupChild::spawn(&mut build(Some(d))).or_else(|e| {
+        Some(d) => GroupChild::spawn(&build(Some(d))).or_else(|e| {
             debug!(program = %d.program.display(), error = %e, "direct exec failed; through sh");
-            GroupChild::spawn(&mut build(None))
+            GroupChild::spawn(&build(None))
         }),
-        None => GroupChild::spawn(&mut build(None)),
+        None => GroupChild::spawn(&build(None)),
     };
     let mut child = match spawned {
         Ok(child) => child,
@@ -138,9 +134,7 @@ pub(crate) async fn run(
     shared.keeper.register(pgid);
     shared.running.add(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
-    let stdin = child.child_mut().stdin.take();
-    let stdout = child.child_mut().stdout.take();
-    let stderr = child.child_mut().stderr.take();
+    let (stdin, stdout, stderr) = child.take_stdio();
 
     let tx = Arc::new(tx);
     let out_pump = tokio::spawn(pump(stdout, tx.clone(), None));

@@ -93,19 +93,22 @@ impl Keeper {
     /// Makes the child spawned by `cmd` register its pid (its future process
     /// group) with the keeper before it execs. The socket is close-on-exec,
     /// so the command itself never holds it.
-    pub(crate) fn register_on_spawn(&self, cmd: &mut tokio::process::Command) {
-        let fd = self.fd;
-        // SAFETY: runs between fork and exec; getpid and send are
-        // async-signal-safe, and the buffer is on the stack. MSG_NOSIGNAL:
-        // a dead keeper gives EPIPE, not a SIGPIPE that would kill the
-        // command (std resets SIGPIPE to its default before this runs).
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut buf = [0u8; 24];
+    pub(crate) fn register_on_spawn(&self, spawn: &mut crate::process::Spawn) {
+        /// Runs in the child before exec: getpid and send are
+        /// async-signal-safe, and the buffer is on the stack. MSG_NOSIGNAL:
+        /// a dead keeper gives EPIPE, not a SIGPIPE that would kill the
+        /// command.
+        fn announce(fd: RawFd) {
+            let mut buf = [0u8; 24];
+            // SAFETY: getpid has no preconditions; send reads `len` bytes of `buf`.
+            unsafe {
                 let len = format_line(&mut buf, b'+', libc::getpid());
                 libc::send(fd, buf.as_ptr().cast(), len, libc::MSG_NOSIGNAL);
-                Ok(())
-            });
+            }
+        }
+        // SAFETY: `announce` makes two async-signal-safe calls, no allocation.
+        unsafe {
+            spawn.before_exec(announce, self.fd);
         }
     }
 

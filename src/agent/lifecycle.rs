@@ -16,14 +16,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::process::Command;
 use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::mux::Pool;
 use crate::env::Job;
 use crate::error::Error;
-use crate::process::GroupChild;
+use crate::process::{GroupChild, Spawn};
 use crate::signals::{STOP_SIGNALS, Stops};
 use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
 
@@ -109,7 +108,7 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
     );
 
     // Under `multinode supervise`: JOB ends even if this agent is killed.
-    let mut cmd = Command::from(crate::supervise::wrap(
+    let mut cmd = Spawn::from_std(&crate::supervise::wrap(
         &shared.bin,
         shared.grace,
         &plan.argv,
@@ -118,7 +117,7 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
     if let Some((_, path)) = &plan.mux {
         cmd.env(crate::protocol::mux::SOCKET_VAR, path);
     }
-    let mut child = GroupChild::spawn(&mut cmd).map_err(|e| {
+    let mut child = GroupChild::spawn(&cmd).map_err(|e| {
         Error::usage(format!(
             "cannot run the job {:?}: {e}",
             plan.argv[0].to_string_lossy()

@@ -6,7 +6,6 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -20,7 +19,7 @@ use super::output::{NodeSink, Stream};
 use super::relay;
 use super::types::{Control, End, Event, NodeOutcome, RunCtx, Transport};
 use crate::exit_info::{self, ExitInfo};
-use crate::process::{GroupChild, Outcome};
+use crate::process::{GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
@@ -321,14 +320,12 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
         .local
         .then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
     let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
-    let mut cmd = tokio::process::Command::from(supervised);
+    let mut cmd = Spawn::from_std(&supervised);
     if task.local {
         cmd.envs(task.env.iter().map(|(k, v)| (k, v)));
     }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = match GroupChild::spawn(&mut cmd) {
+    cmd.stdio(Stdio::Piped);
+    let mut child = match GroupChild::spawn(&cmd) {
         Ok(child) => child,
         Err(e) => {
             return task.end(NodeOutcome::Unreachable(format!(
@@ -339,9 +336,7 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: NodeTask) {
     };
     task.send(Event::Started { address: None });
     let pgid = child.pgid();
-    let stdin_pipe = child.child_mut().stdin.take();
-    let out = child.child_mut().stdout.take();
-    let err = child.child_mut().stderr.take();
+    let (stdin_pipe, out, err) = child.take_stdio();
     let stdin = {
         let mut source = StdinSource::new(&ctx, task.stdin.take());
         tokio::spawn(async move {

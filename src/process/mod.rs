@@ -11,9 +11,15 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+
+mod spawn;
+pub use spawn::{Spawn, Stdio};
 
 /// How a process ended, kept whole: the signal is never folded into a code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -80,7 +86,7 @@ static STARTING_NOFILE: [AtomicU64; 2] = [AtomicU64::new(u64::MAX), AtomicU64::n
 /// Raises the soft limit on open files to the hard limit. One connection is
 /// one descriptor, and the usual soft limit (1024) ends a run on a thousand
 /// nodes with "Too many open files". Commands started through
-/// [`make_group_leader`] get the starting limit back: some programs still
+/// [`GroupChild::spawn`] get the starting limit back: some programs still
 /// misbehave with descriptors past 1024 (`select`).
 pub fn raise_fd_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
@@ -100,39 +106,15 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// In a child between fork and exec: the open-file limit the parent started
-/// with. Async-signal-safe (atomic loads and one system call).
-fn restore_fd_limit() {
+/// The open-file limit this process started with, for its children, once
+/// [`raise_fd_limit`] raised it.
+fn starting_fd_limit() -> Option<libc::rlimit> {
     let soft = STARTING_NOFILE[0].load(Ordering::Relaxed);
-    if soft == u64::MAX {
-        return;
-    }
     // rlim_t is u64 on every 64-bit Linux target.
-    let limit = libc::rlimit {
+    (soft != u64::MAX).then(|| libc::rlimit {
         rlim_cur: soft,
         rlim_max: STARTING_NOFILE[1].load(Ordering::Relaxed),
-    };
-    // SAFETY: setrlimit reads the struct it is given and nothing else.
-    unsafe {
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-    }
-}
-
-/// Prepares `cmd` so the child starts a new session and has default signal
-/// dispositions and an empty mask, whatever it inherited from us (an agent
-/// started with `&` passes an ignored SIGINT on otherwise), and the open-file
-/// limit this process started with.
-pub fn make_group_leader(cmd: &mut Command) {
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // makes async-signal-safe calls (setsid, sigaction, sigprocmask, setrlimit).
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(io::Error::from)?;
-            reset_signals();
-            restore_fd_limit();
-            Ok(())
-        });
-    }
+    })
 }
 
 /// Default dispositions for every catchable signal, real-time ones
@@ -158,11 +140,18 @@ pub fn reset_signals() {
     }
 }
 
-/// A spawned group leader. Dropped while armed, it SIGKILLs its group.
+/// A spawned group leader. Dropped while armed, it SIGKILLs its group; a
+/// leader not yet waited for is reaped in the background.
 #[derive(Debug)]
 pub struct GroupChild {
-    child: Child,
     pgid: Pid,
+    /// Readable once the leader has exited; `None` where the kernel has no
+    /// pidfd (before Linux 5.3): then [`GroupChild::wait`] polls.
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    status: Option<ExitStatus>,
+    stdin: Option<pipe::Sender>,
+    stdout: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
     armed: bool,
     /// When the group first had a signal that ends it (see [`ends`]).
     signalled: std::cell::Cell<Option<tokio::time::Instant>>,
@@ -174,30 +163,59 @@ pub fn ends(sig: Signal) -> bool {
     matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP)
 }
 
+/// How often [`GroupChild::wait`] looks without a pidfd.
+const WAIT_POLL: Duration = Duration::from_millis(20);
+
 impl GroupChild {
-    /// Spawns `cmd` as the leader of a new session; `cmd` must not already
-    /// have a `pre_exec` that conflicts.
-    pub fn spawn(cmd: &mut Command) -> io::Result<Self> {
-        make_group_leader(cmd);
-        let child = cmd.spawn()?;
-        let pid = child
-            .id()
-            .ok_or_else(|| io::Error::other("child exited before its pid was read"))?;
-        let pgid = Pid::from_raw(pid as i32);
-        Ok(GroupChild {
-            child,
+    /// Starts `spawn` as the leader of a new session, with default signal
+    /// dispositions and an empty mask whatever it inherited from us (an agent
+    /// started with `&` passes an ignored SIGINT on otherwise), and the
+    /// open-file limit this process started with. Must be called inside a
+    /// tokio runtime.
+    pub fn spawn(spawn: &Spawn) -> io::Result<Self> {
+        let started = spawn::start(spawn, starting_fd_limit())?;
+        let pgid = Pid::from_raw(started.pid);
+        let mut child = GroupChild {
             pgid,
+            pidfd: None,
+            status: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
             armed: true,
             signalled: std::cell::Cell::new(None),
-        })
+        };
+        // From here `child` is dropped (and the group killed, the leader
+        // reaped) on any error.
+        // SAFETY: an OwnedFd keeps its descriptor for as long as it lives.
+        child.pidfd = pidfd_open(started.pid).and_then(|fd| {
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        });
+        child.stdin = started.stdin.map(pipe::Sender::from_owned_fd).transpose()?;
+        child.stdout = started
+            .stdout
+            .map(pipe::Receiver::from_owned_fd)
+            .transpose()?;
+        child.stderr = started
+            .stderr
+            .map(pipe::Receiver::from_owned_fd)
+            .transpose()?;
+        Ok(child)
     }
 
     pub fn pgid(&self) -> Pid {
         self.pgid
     }
 
-    pub fn child_mut(&mut self) -> &mut Child {
-        &mut self.child
+    /// This side of the leader's stdin, stdout and stderr (with [`Stdio::Piped`]).
+    pub fn take_stdio(
+        &mut self,
+    ) -> (
+        Option<pipe::Sender>,
+        Option<pipe::Receiver>,
+        Option<pipe::Receiver>,
+    ) {
+        (self.stdin.take(), self.stdout.take(), self.stderr.take())
     }
 
     /// Sends `sig` to the whole group. A group already gone is not an error.
@@ -213,9 +231,25 @@ impl GroupChild {
         self.signalled.get()
     }
 
-    /// Waits for the leader.
+    /// The leader's status if it has exited, reaping it.
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = reap(self.pgid.as_raw(), libc::WNOHANG)?;
+        }
+        Ok(self.status)
+    }
+
+    /// Waits for the leader. Cancel-safe.
     pub async fn wait(&mut self) -> io::Result<Outcome> {
-        self.child.wait().await.map(Outcome::from_status)
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(Outcome::from_status(status));
+            }
+            match &self.pidfd {
+                Some(fd) => fd.readable().await?.clear_ready(),
+                None => tokio::time::sleep(WAIT_POLL).await,
+            }
+        }
     }
 
     /// Ends the whole group: SIGTERM, then SIGKILL to whatever is left of
@@ -224,11 +258,11 @@ impl GroupChild {
     pub async fn terminate(&mut self, grace: Duration) -> io::Result<Outcome> {
         let deadline = tokio::time::Instant::now() + grace;
         self.signal(Signal::SIGTERM);
-        let outcome = match tokio::time::timeout_at(deadline, self.child.wait()).await {
-            Ok(status) => Outcome::from_status(status?),
+        let outcome = match tokio::time::timeout_at(deadline, self.wait()).await {
+            Ok(outcome) => outcome?,
             Err(_) => {
                 self.signal(Signal::SIGKILL);
-                Outcome::from_status(self.child.wait().await?)
+                self.wait().await?
             }
         };
         kill_group_at(self.pgid, deadline).await;
@@ -245,9 +279,49 @@ impl Drop for GroupChild {
     fn drop(&mut self) {
         if self.armed {
             signal_group(self.pgid, Signal::SIGKILL);
-            // tokio reaps the leader in the background once the Child is dropped.
+        }
+        if matches!(self.try_wait(), Ok(None)) {
+            // Not over yet: reaped when it is, so that no zombie stays.
+            let pid = self.pgid.as_raw();
+            let pidfd = self.pidfd.take();
+            let reaper = async move {
+                if let Some(fd) = &pidfd {
+                    let _ = fd.readable().await;
+                }
+                let _ = tokio::task::spawn_blocking(move || reap(pid, 0)).await;
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(reaper)),
+                Err(_) => drop(std::thread::spawn(move || reap(pid, 0))),
+            }
         }
     }
+}
+
+/// `waitpid(pid, flags)`: the status once `pid` has exited.
+fn reap(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child, with a valid status pointer.
+        match unsafe { libc::waitpid(pid, &mut status, flags) } {
+            0 => return Ok(None),
+            n if n == pid => return Ok(Some(ExitStatus::from_raw(status))),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// A pidfd for our child `pid`, readable once it has exited.
+fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::PIDFD_NONBLOCK) };
+    // SAFETY: a non-negative result is a fresh descriptor we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Sends `sig` to group `pgid`, ignoring a group that no longer exists.
@@ -423,7 +497,6 @@ pub fn run_bounded(program: &str, args: &[&str], timeout: Duration) -> RunOutput
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Stdio;
 
     #[test]
     fn proc_stat_lines_are_read_past_odd_names() {
@@ -447,13 +520,12 @@ mod tests {
 
     #[tokio::test]
     async fn terminate_ends_the_leader_and_its_children() {
-        let mut cmd = Command::new("sh");
+        let mut cmd = Spawn::new("/bin/sh");
         cmd.arg("-c")
             .arg("sleep 1000 & echo $!; wait")
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null());
-        let mut child = GroupChild::spawn(&mut cmd).unwrap();
-        let mut out = child.child_mut().stdout.take().unwrap();
+            .stdio(Stdio::Piped);
+        let mut child = GroupChild::spawn(&cmd).unwrap();
+        let mut out = child.take_stdio().1.unwrap();
         let mut line = Vec::new();
         use tokio::io::AsyncReadExt;
         let mut buf = [0u8; 64];
@@ -483,9 +555,9 @@ mod tests {
 
     #[tokio::test]
     async fn terminate_escalates_to_sigkill() {
-        let mut cmd = Command::new("sh");
+        let mut cmd = Spawn::new("/bin/sh");
         cmd.arg("-c").arg("trap '' TERM; sleep 1000");
-        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut child = GroupChild::spawn(&cmd).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let outcome = child.terminate(Duration::from_millis(300)).await.unwrap();
         assert_eq!(
@@ -516,13 +588,13 @@ mod tests {
     async fn the_grace_counts_from_the_signal_not_from_the_leaders_exit() {
         let dir = tempfile::tempdir().unwrap();
         let terms = dir.path().join("terms");
-        let mut cmd = Command::new("sh");
+        let mut cmd = Spawn::new("/bin/sh");
         cmd.arg("-c").arg(format!(
             "(trap 'echo >> {t}' TERM; while :; do sleep 0.05; done) &
              trap 'sleep 1.2; exit 0' TERM; sleep 1000 & wait",
             t = terms.display()
         ));
-        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut child = GroupChild::spawn(&cmd).unwrap();
         let pgid = child.pgid();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let start = std::time::Instant::now();
@@ -545,10 +617,10 @@ mod tests {
 
     #[tokio::test]
     async fn end_group_after_a_signal_keeps_its_deadline() {
-        let mut cmd = Command::new("sh");
+        let mut cmd = Spawn::new("/bin/sh");
         cmd.arg("-c")
             .arg("(trap '' TERM; exec sleep 1000) & trap 'exit 0' TERM; sleep 1000 & wait");
-        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut child = GroupChild::spawn(&cmd).unwrap();
         let pgid = child.pgid();
         tokio::time::sleep(Duration::from_millis(300)).await;
         child.signal(Signal::SIGTERM);
@@ -577,12 +649,12 @@ mod tests {
         setrlimit(Resource::RLIMIT_NOFILE, 256, hard).unwrap();
         raise_fd_limit();
         assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (hard, hard));
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg("ulimit -n").stdout(Stdio::piped());
-        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut cmd = Spawn::new("/bin/sh");
+        cmd.arg("-c").arg("ulimit -n").stdio(Stdio::Piped);
+        let mut child = GroupChild::spawn(&cmd).unwrap();
         let mut out = String::new();
         use tokio::io::AsyncReadExt;
-        let mut pipe = child.child_mut().stdout.take().unwrap();
+        let mut pipe = child.take_stdio().1.unwrap();
         pipe.read_to_string(&mut out).await.unwrap();
         child.wait().await.unwrap();
         child.disarm();
@@ -596,9 +668,9 @@ mod tests {
         unsafe {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
         }
-        let mut cmd = Command::new("sh");
+        let mut cmd = Spawn::new("/bin/sh");
         cmd.arg("-c").arg("sleep 1000");
-        let mut child = GroupChild::spawn(&mut cmd).unwrap();
+        let mut child = GroupChild::spawn(&cmd).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         child.signal(Signal::SIGINT);
         let outcome = tokio::time::timeout(Duration::from_secs(5), child.wait())
