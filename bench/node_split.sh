@@ -7,6 +7,7 @@
 #
 #   cargo build --release
 #   bench/node_split.sh [N] [RUNS] [COMMAND]     # defaults: 60 20 true
+#   NODE_SPLIT_BIN=/dir/of/other/binaries bench/node_split.sh   # another build
 #
 # Prints one line a mode: ms of CPU a command in the agents, in their
 # children, and context switches a command in the agents' threads.
@@ -14,7 +15,7 @@ set -euo pipefail
 N=${1:-60}
 RUNS=${2:-20}
 CMD=${3:-true}
-BIN=$(cd "$(dirname "$0")/.." && pwd)/target/release
+BIN=${NODE_SPLIT_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 PORT=${NODE_SPLIT_PORT:-29880}
 DIR=$(mktemp -d)
 export MULTINODE_SECRET=node-split-bench-secret-0123456789
@@ -35,6 +36,10 @@ pids+=($master)
 hl="127.0.0.57:1"
 for i in $(seq "$N"); do hl="$hl,127.0.3.$i:1"; done
 for _ in $(seq 100); do [ -S "$DIR/mux.sock" ] && break; sleep 0.05; done
+# Every agent listening before the first run (else its warm-up is refused).
+for i in $(seq "$N"); do
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.3.$i/$PORT") 2>/dev/null && break; sleep 0.05; done
+done
 run() {
   MULTINODE_MUX_SOCKET=$SOCKET MULTINODE_AGENT_PORT=$PORT MULTINODE_HOSTLIST=$hl MULTINODE_NODE_RANK=0 \
     MULTINODE_TRANSPORT=agent "$BIN/mn-exec-all" --exclude 0 -c "$CMD" >/dev/null

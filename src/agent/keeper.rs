@@ -2,7 +2,7 @@
 //! process groups of the agent's commands if the agent itself dies, even by
 //! SIGKILL, when nothing in the agent can run any more.
 //!
-//! Each command registers its group from the child, between fork and exec,
+//! Each command registers its group from the child, before it execs,
 //! by writing `+PGID` to a socket whose only reader is the keeper; the agent
 //! registers it again once the spawn returned, and writes `-PGID` once the
 //! group is over. When the agent dies, the socket's other end closes and the
