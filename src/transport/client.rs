@@ -851,19 +851,4 @@ mod tests {
             "{lost}"
         );
     }
-    /// Every connection holds three queues of russh's `client::Msg`, each
-    /// allocated 32 messages at once (tokio's first block): at 552 bytes a
-    /// message (a certificate inline) that was 53 KB a connection before
-    /// anything was sent. The vendored russh (vendor/russh/README.md) boxes
-    /// the large variants; this fails if a russh without that patch comes back.
-    #[test]
-    fn russh_messages_queued_per_connection_stay_small() {
-        let msg = std::mem::size_of::<russh::client::Msg>();
-        assert!(msg <= 128, "russh::client::Msg is {msg} bytes");
-        let channel_msg = std::mem::size_of::<russh::ChannelMsg>();
-        assert!(
-            channel_msg <= 96,
-            "russh::ChannelMsg is {channel_msg} bytes"
-        );
-    }
 }
