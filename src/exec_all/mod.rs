@@ -455,7 +455,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
             local,
             relay,
         };
-        tasks.spawn(node::run(ctx.clone(), task));
+        tasks.spawn(node::run(ctx.clone(), Box::new(task)));
     }
     drop(events_tx);
     let stdin_reader = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));

@@ -157,6 +157,9 @@ pub struct ClientHandler {
     target: Target,
     /// Set when the key check failed, to tell it apart from other handshake errors.
     rejection: Arc<std::sync::Mutex<Option<ConnectError>>>,
+    /// Why the session ended, once it has: russh answers an authentication
+    /// whose session died with a plain failure, which is not a refused key.
+    ended: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl client::Handler for ClientHandler {
@@ -198,6 +201,28 @@ impl client::Handler for ClientHandler {
                 }
             }
         }
+    }
+
+    async fn disconnected(
+        &mut self,
+        reason: client::DisconnectReason<Self::Error>,
+    ) -> Result<(), Self::Error> {
+        let (text, result) = match reason {
+            client::DisconnectReason::ReceivedDisconnect(info) => (
+                format!(
+                    "the server disconnected ({:?}: {})",
+                    info.reason_code, info.message
+                ),
+                Ok(()),
+            ),
+            client::DisconnectReason::Error(e) => (e.to_string(), Err(e)),
+        };
+        debug!(target = %self.target, reason = %text, "session ended");
+        *self
+            .ended
+            .lock()
+            .expect("not poisoned: no panics while held") = Some(text);
+        result
     }
 }
 
@@ -323,10 +348,12 @@ impl Connector {
         // For the liveness watch: a descriptor of the socket russh will own.
         let socket = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
         let rejection = Arc::new(std::sync::Mutex::new(None));
+        let ended = Arc::new(std::sync::Mutex::new(None));
         let handler = ClientHandler {
             auth: self.auth.clone(),
             target: target.clone(),
             rejection: rejection.clone(),
+            ended: ended.clone(),
         };
         let mut handle = match client::connect_stream(self.config.clone(), stream, handler).await {
             Ok(handle) => handle,
@@ -342,6 +369,21 @@ impl Connector {
             target: target.to_string(),
             detail: e.to_string(),
         };
+        // A failed authentication on a session that is gone was no refusal:
+        // russh reports a lost session as a failure with nothing to try.
+        let lost_in_auth = |handle: &Handle<ClientHandler>| {
+            handle.is_closed().then(|| ConnectError::Ssh {
+                target: target.to_string(),
+                detail: format!(
+                    "the connection ended during authentication: {}",
+                    ended
+                        .lock()
+                        .expect("not poisoned")
+                        .take()
+                        .unwrap_or_else(|| "no reason given".into())
+                ),
+            })
+        };
         match &self.auth {
             Auth::Agent(keys) => {
                 let key = PrivateKeyWithHashAlg::new(Arc::new(keys.client.clone()), None);
@@ -350,9 +392,9 @@ impl Connector {
                     .await
                     .map_err(ssh_err)?;
                 if !result.success() {
-                    return Err(ConnectError::AgentAuth {
+                    return Err(lost_in_auth(&handle).unwrap_or(ConnectError::AgentAuth {
                         target: target.to_string(),
-                    });
+                    }));
                 }
             }
             Auth::OpenSsh(auth) => {
@@ -385,6 +427,9 @@ impl Connector {
                     }
                 }
                 if !ok {
+                    if let Some(lost) = lost_in_auth(&handle) {
+                        return Err(lost);
+                    }
                     return Err(ConnectError::UserAuth {
                         target: target.to_string(),
                         tried: if tried.is_empty() {
@@ -726,5 +771,84 @@ impl Connection {
             .handle
             .disconnect(russh::Disconnect::ByApplication, "", "en")
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server with the job's host key that, at the client's key, either
+    /// refuses it or drops the connection.
+    struct Server {
+        drop_at_auth: bool,
+    }
+
+    impl russh::server::Handler for Server {
+        type Error = russh::Error;
+
+        async fn auth_publickey_offered(
+            &mut self,
+            _user: &str,
+            _offer: russh::server::PublicKeyOffer<'_>,
+        ) -> Result<russh::server::Auth, Self::Error> {
+            if self.drop_at_auth {
+                return Err(russh::Error::Disconnect);
+            }
+            Ok(russh::server::Auth::reject())
+        }
+    }
+
+    async fn login_against(drop_at_auth: bool) -> ConnectError {
+        let secret = crate::keys::Secret::new(vec![7u8; 32], "test").expect("a valid secret");
+        let keys = Arc::new(JobKeys::derive(&secret));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let config = Arc::new(russh::server::Config {
+            methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
+            auth_rejection_time: Duration::ZERO,
+            auth_rejection_time_initial: Some(Duration::ZERO),
+            keys: vec![keys.host.clone()],
+            preferred: protocol::algorithms::agent_preferred(),
+            ..Default::default()
+        });
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.expect("accept");
+            if let Ok(session) =
+                russh::server::run_stream(config, stream, Server { drop_at_auth }).await
+            {
+                let _ = session.await;
+            }
+        });
+        let connector = Connector::new(Auth::Agent(keys), Duration::from_secs(10));
+        let target = Target {
+            host: "127.0.0.1".into(),
+            port,
+            user: "root".into(),
+        };
+        match connector.connect(&target).await {
+            Ok(_) => panic!("the login succeeded"),
+            Err(e) => e,
+        }
+    }
+
+    /// russh answers an authentication whose session died with the same
+    /// failure as a refusal; only a refusal is "refused this job's key"
+    /// (a session lost at 4,096 nodes was reported as a wrong secret).
+    #[tokio::test]
+    async fn a_session_lost_during_login_is_not_a_refused_key() {
+        let refused = login_against(false).await;
+        assert!(
+            matches!(refused, ConnectError::AgentAuth { .. }),
+            "{refused}"
+        );
+        let lost = login_against(true).await;
+        assert!(
+            lost.to_string()
+                .contains("the connection ended during authentication"),
+            "{lost}"
+        );
     }
 }
