@@ -34,6 +34,16 @@ impl Job {
 
 /// Runs `job` on the head of `n` nodes (the workers run it too, but only the
 /// head's runs); returns when the head is done.
+/// The worker's login counts the job printed as `logins A B ...`.
+fn logins(out: &str, err: &str) -> Vec<u32> {
+    out.lines()
+        .find_map(|l| l.strip_prefix("logins "))
+        .unwrap_or_else(|| panic!("no logins line in {out}\n{err}"))
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
 fn run_job(n: usize, job: &str) -> Job {
     let hosts = fresh_loopbacks(n);
     let dir = tempfile::tempdir().unwrap();
@@ -92,13 +102,7 @@ fn exec_all_in_the_job_goes_through_the_heads_connections_with_no_login() {
     let err = run.head_log();
     // The last exec_all's status: the first failure's (every rank fails).
     assert_ne!(run.head.status.code(), Some(0), "{out}\n{err}");
-    let logins: Vec<u32> = out
-        .lines()
-        .find_map(|l| l.strip_prefix("logins "))
-        .unwrap_or_else(|| panic!("no logins line in {out}\n{err}"))
-        .split(' ')
-        .map(|n| n.parse().unwrap())
-        .collect();
+    let logins = logins(&out, &err);
     assert_eq!(
         logins[0], logins[1],
         "shared runs logged in on the worker: {out}"
@@ -297,13 +301,7 @@ fn open_mpi_inside_the_job_launches_through_the_heads_connections() {
     assert!(out.contains("mpirun status 0"), "{out}\n{err}");
     let ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank=")).collect();
     assert_eq!(ranks.len(), 3, "{out}");
-    let logins: Vec<u32> = out
-        .lines()
-        .find_map(|l| l.strip_prefix("logins "))
-        .expect("logins line")
-        .split(' ')
-        .map(|n| n.parse().unwrap())
-        .collect();
+    let logins = logins(&out, &err);
     assert_eq!(
         logins[0], logins[1],
         "orted was launched with a login: {out}"
