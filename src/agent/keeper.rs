@@ -90,7 +90,7 @@ impl Keeper {
             .expect("not poisoned: no panics while held")
     }
 
-    /// Makes the child spawned by `cmd` register its pid (its future process
+    /// Makes the child started from `spawn` register its pid (its future process
     /// group) with the keeper before it execs. The socket is close-on-exec,
     /// so the command itself never holds it.
     pub(crate) fn register_on_spawn(&self, spawn: &mut crate::process::Spawn) {

@@ -120,7 +120,7 @@ fn starting_fd_limit() -> Option<libc::rlimit> {
 /// Default dispositions for every catchable signal, real-time ones
 /// included, and an empty mask: the one reset every child of `multinode`
 /// gets (group leaders here, the supervisor's command). Async-signal-safe:
-/// used between fork and exec.
+/// used in a child before it execs (after fork, or in `spawn`'s child).
 pub fn reset_signals() {
     for signo in 1..=libc::SIGRTMAX() {
         if signo == libc::SIGKILL || signo == libc::SIGSTOP {
