@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -26,8 +26,10 @@ use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// A pump reads at most this much at once (SSH packets carry 32 KiB).
 const PUMP_CHUNK: usize = 64 * 1024;
-/// Below this much room left in its buffer, a pump reserves a new chunk.
-const PUMP_MIN_ROOM: usize = 4 * 1024;
+/// The least a pump reserves when its buffer has less room than the pipe
+/// holds: below glibc's large-request size (1 KiB), which would merge its
+/// small free blocks first.
+const PUMP_MIN_ROOM: usize = 512;
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
@@ -250,22 +252,33 @@ pub(crate) async fn run(
 /// client slows the command instead of growing a buffer here.
 ///
 /// Reads go into the spare room of one buffer, never zeroed, and each chunk
-/// leaves as a slice of it (no copy): a command that prints little touches a
-/// page, not the 2 x 64 KiB a zeroed buffer per stream cost every command.
+/// leaves as a slice of it (no copy). The buffer grows only as far as what
+/// the pipe holds (at most [`PUMP_CHUNK`] at once): a command that prints
+/// nothing allocates nothing here, and one that prints a line allocates
+/// about a line, not the 64 KiB a flood of output reads into.
 async fn pump(
-    pipe: Option<impl AsyncRead + Unpin>,
+    pipe: Option<tokio::net::unix::pipe::Receiver>,
     tx: Arc<ChannelWriteHalf<Msg>>,
     ext: Option<u32>,
 ) {
-    let Some(mut pipe) = pipe else { return };
+    let Some(pipe) = pipe else { return };
     let mut buf = BytesMut::new();
     loop {
-        if buf.capacity() < PUMP_MIN_ROOM {
-            buf.reserve(PUMP_CHUNK);
+        if pipe.readable().await.is_err() {
+            return;
         }
-        match pipe.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return,
+        let unread = process::bytes_unread(&pipe).min(PUMP_CHUNK);
+        if buf.capacity() < unread {
+            buf.reserve(unread.max(PUMP_MIN_ROOM));
+        }
+        // With nothing unread and no room, this reads into at most 64 bytes
+        // that `BytesMut` reserves itself: end of file, or output that came
+        // just now.
+        match pipe.try_read_buf(&mut buf) {
+            Ok(0) => return,
             Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
         }
         let chunk = buf.split().freeze();
         let sent = match ext {

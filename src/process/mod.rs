@@ -299,6 +299,19 @@ impl Drop for GroupChild {
 }
 
 /// `waitpid(pid, flags)`: the status once `pid` has exited.
+/// How many bytes `pipe` holds unread (`FIONREAD`; 0 when it cannot tell).
+pub fn bytes_unread(pipe: &pipe::Receiver) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which is valid.
+    let rc = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if rc == 0 {
+        usize::try_from(n).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 fn reap(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
     let mut status = 0;
     loop {

@@ -45,6 +45,24 @@ fn stdout_and_stderr_stay_apart() {
 }
 
 #[test]
+fn output_in_pieces_of_every_size_arrives_byte_for_byte() {
+    // The agent's buffer for a stream grows with what the pipe holds: a
+    // byte, a pause, megabytes at once, a byte again; both streams at once.
+    let agent = Agent::start(&fresh_loopback());
+    let out = ssh(
+        &agent,
+        &[
+            "printf a; printf E >&2; sleep 0.2; seq 1 400000; seq 7 9 >&2; sleep 0.2; \
+           printf z; head -c 3000000 /dev/zero | tr '\\0' e >&2",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seq: String = (1..=400000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(stdout(&out), format!("a{seq}z"));
+    assert_eq!(stderr(&out), format!("E7\n8\n9\n{}", "e".repeat(3_000_000)));
+}
+
+#[test]
 fn stdin_stream_of_100_mb_arrives_intact() {
     let agent = Agent::start(&fresh_loopback());
     let dir = tempfile::tempdir().unwrap();
