@@ -443,6 +443,10 @@ TOOLS = {
     # The tree relay (docs/scale.md): flat, the default (256 direct), 32 direct.
     "mn-exec-all (flat)": t_mn(extra_args=("--fanout", "1000000")),
     "mn-exec-all --fanout 32": t_mn(extra_args=("--fanout", "32")),
+    # At N=256, 16 relays of 16: the shape of the default tree at N=4,096
+    # (256 relays of 16), so the two give the CPU a node of one tree shape
+    # at two sizes.
+    "mn-exec-all --fanout 16": t_mn(extra_args=("--fanout", "16")),
     # Through a head agent's shared connections (MULTINODE_MUX_SOCKET, as
     # inside `multinode agent -- JOB`): that agent's CPU counts as the head's.
     "mn-exec-all (shared)": t_mn(shared=True),
