@@ -389,10 +389,6 @@ impl Connector {
                 }));
             }
         };
-        let ssh_err = |e: russh::Error| ConnectError::Ssh {
-            target: target.to_string(),
-            detail: e.to_string(),
-        };
         // A failed authentication on a session that is gone was no refusal:
         // russh reports a lost session as a failure with nothing to try.
         let lost_in_auth = |handle: &Handle<ClientHandler>| {
@@ -405,13 +401,21 @@ impl Connector {
                     .unwrap_or_else(|| "no reason given".into()),
             })
         };
+        // An error on a session that is gone is its end (russh answers a
+        // request on it with "Channel send error").
+        let ssh_err = |handle: &Handle<ClientHandler>, e: russh::Error| {
+            lost_in_auth(handle).unwrap_or_else(|| ConnectError::Ssh {
+                target: target.to_string(),
+                detail: e.to_string(),
+            })
+        };
         match &self.auth {
             Auth::Agent(keys) => {
                 let key = PrivateKeyWithHashAlg::new(Arc::new(keys.client.clone()), None);
                 let result = handle
                     .authenticate_publickey(target.user.clone(), key)
                     .await
-                    .map_err(ssh_err)?;
+                    .map_err(|e| ssh_err(&handle, e))?;
                 if !result.success() {
                     return Err(lost_in_auth(&handle).unwrap_or(ConnectError::AgentAuth {
                         target: target.to_string(),
@@ -425,7 +429,7 @@ impl Connector {
                     handle
                         .best_supported_rsa_hash()
                         .await
-                        .map_err(ssh_err)?
+                        .map_err(|e| ssh_err(&handle, e))?
                         .flatten()
                 } else {
                     None
@@ -441,7 +445,7 @@ impl Connector {
                     let result = handle
                         .authenticate_publickey(target.user.clone(), key)
                         .await
-                        .map_err(ssh_err)?;
+                        .map_err(|e| ssh_err(&handle, e))?;
                     if result.success() {
                         ok = true;
                         break;
