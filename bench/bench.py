@@ -79,6 +79,15 @@ QUIET_MAX_WAIT = float(os.environ.get("QUIET_MAX_WAIT", "10"))
 # a tree of 256 relays over 4,096 agents on 2 cores holds ~3,800 handshakes
 # at once, past the agents' 30 s login deadline (docs/scale.md).
 AGENT_ARGS = os.environ.get("BENCH_AGENT_ARGS", "").split()
+# CPUs for the agents and for the rest (the head's tools, this script), e.g.
+# BENCH_AGENT_CPUS=1 BENCH_HEAD_CPUS=0: on a cluster the head has cores of
+# its own, and its CPU a connection is then not the agents' cache misses.
+# Unset: every process may run anywhere.
+def _cpus(var):
+    v = os.environ.get(var)
+    return {int(c) for c in v.split(",")} if v else None
+AGENT_CPUS = _cpus("BENCH_AGENT_CPUS")
+HEAD_CPUS = _cpus("BENCH_HEAD_CPUS")
 GEN = "head -c 100000000 /dev/zero | tr '\\0' a | fold -w 100"
 GEN_LINES = 1000000
 
@@ -271,6 +280,12 @@ class Agents:
                  MULTINODE_AGENT_PORT=str(AGENT_PORT))
         return e
 
+    def preexec(self):
+        if self.group.path:
+            self.group.add_self()
+        if AGENT_CPUS:
+            os.sched_setaffinity(0, AGENT_CPUS)
+
     def start(self):
         t0 = time.time()
         env = self.env()
@@ -279,7 +294,7 @@ class Agents:
                 [MULTINODE, "agent", "--listen", "%s:%d" % (h, AGENT_PORT)] + AGENT_ARGS,
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                 env=env, cwd=self.home, start_new_session=True,
-                preexec_fn=self.group.add_self if self.group.path else None)
+                preexec_fn=self.preexec)
             self.procs.append(p)
             self.pidfile.write("%d\n" % p.pid)
         self.pidfile.flush()
@@ -833,10 +848,14 @@ def machine(run_id, args):
         "agent_args": AGENT_ARGS,
         # Whether BENCH_BASE was given (not its path: results name no path of the machine).
         "base": "BENCH_BASE" if BASE else None,
+        "agent_cpus": sorted(AGENT_CPUS) if AGENT_CPUS else None,
+        "head_cpus": sorted(HEAD_CPUS) if HEAD_CPUS else None,
     }
 
 
 def main():
+    if HEAD_CPUS:
+        os.sched_setaffinity(0, HEAD_CPUS)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--suites", default="latency,memory,fanout,relay,check")
     ap.add_argument("--ns", default="1,8,32,128,256,1024")
