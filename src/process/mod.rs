@@ -298,7 +298,6 @@ impl Drop for GroupChild {
     }
 }
 
-/// `waitpid(pid, flags)`: the status once `pid` has exited.
 /// How many bytes `pipe` holds unread (`FIONREAD`; 0 when it cannot tell).
 pub fn bytes_unread(pipe: &pipe::Receiver) -> usize {
     use std::os::fd::AsRawFd;
@@ -312,6 +311,7 @@ pub fn bytes_unread(pipe: &pipe::Receiver) -> usize {
     }
 }
 
+/// `waitpid(pid, flags)`: the status once `pid` has exited.
 fn reap(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
     let mut status = 0;
     loop {
