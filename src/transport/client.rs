@@ -803,11 +803,16 @@ impl Connection {
 mod tests {
     use super::*;
 
-    /// A server with the job's host key that, at the client's key, either
-    /// refuses it or drops the connection.
-    struct Server {
-        drop_at_auth: bool,
+    /// What a test server does at the client's key.
+    #[derive(Clone, Copy)]
+    enum AtKey {
+        Refuse,
+        Drop,
+        Accept,
     }
+
+    /// A test server with the job's host key.
+    struct Server(AtKey);
 
     impl russh::server::Handler for Server {
         type Error = russh::Error;
@@ -817,92 +822,41 @@ mod tests {
             _user: &str,
             _offer: russh::server::PublicKeyOffer<'_>,
         ) -> Result<russh::server::Auth, Self::Error> {
-            if self.drop_at_auth {
-                return Err(russh::Error::Disconnect);
+            match self.0 {
+                AtKey::Drop => Err(russh::Error::Disconnect),
+                AtKey::Refuse => Ok(russh::server::Auth::reject()),
+                AtKey::Accept => Ok(russh::server::Auth::Accept),
             }
-            Ok(russh::server::Auth::reject())
         }
-    }
-
-    async fn login_against(drop_at_auth: bool) -> ConnectError {
-        let secret = crate::keys::Secret::new(vec![7u8; 32], "test").expect("a valid secret");
-        let keys = Arc::new(JobKeys::derive(&secret));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("address").port();
-        let config = Arc::new(russh::server::Config {
-            methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
-            auth_rejection_time: Duration::ZERO,
-            auth_rejection_time_initial: Some(Duration::ZERO),
-            keys: vec![keys.host.clone()],
-            preferred: protocol::algorithms::agent_preferred(),
-            ..Default::default()
-        });
-        // Every connection: a login that ended is tried again.
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let config = config.clone();
-                tokio::spawn(async move {
-                    if let Ok(session) =
-                        russh::server::run_stream(config, stream, Server { drop_at_auth }).await
-                    {
-                        let _ = session.await;
-                    }
-                });
-            }
-        });
-        let connector = Connector::new(Auth::Agent(keys), Duration::from_secs(10));
-        let target = Target {
-            host: "127.0.0.1".into(),
-            port,
-            user: "root".into(),
-        };
-        match connector.connect(&target).await {
-            Ok(_) => panic!("the login succeeded"),
-            Err(e) => e,
-        }
-    }
-
-    /// russh answers an authentication whose session died with the same
-    /// failure as a refusal; only a refusal is "refused this job's key"
-    /// (a session lost at 4,096 nodes was reported as a wrong secret).
-    #[tokio::test]
-    async fn a_session_lost_during_login_is_not_a_refused_key() {
-        let refused = login_against(false).await;
-        assert!(
-            matches!(refused, ConnectError::AgentAuth { .. }),
-            "{refused}"
-        );
-        let lost = login_against(true).await;
-        assert!(
-            lost.to_string()
-                .contains("the connection ended during authentication"),
-            "{lost}"
-        );
-    }
-
-    /// Accepts every key.
-    struct Accepting;
-
-    impl russh::server::Handler for Accepting {
-        type Error = russh::Error;
 
         async fn auth_publickey(
             &mut self,
             _user: &str,
             _key: russh::server::VerifiedPublicKey<'_>,
         ) -> Result<russh::server::Auth, Self::Error> {
-            Ok(russh::server::Auth::Accept)
+            Ok(match self.0 {
+                AtKey::Accept => russh::server::Auth::Accept,
+                AtKey::Refuse | AtKey::Drop => russh::server::Auth::reject(),
+            })
         }
     }
 
-    /// A server with the job's host key whose first `early` sessions send
-    /// keepalives before the login is over, and the client's login against
-    /// it. russh's server sends one whenever the client was silent for the
-    /// interval, here 10 ms, and those sessions get the client's bytes 50 ms
-    /// late, as from a client too busy to answer at once.
-    async fn login_with_early_keepalives(early: usize) -> Result<Connection, ConnectError> {
+    /// How a test server runs one session.
+    struct Session {
+        at_key: AtKey,
+        /// russh's server keepalive: sent after this long without a byte
+        /// from the client, even before the login is over.
+        keepalive: Option<Duration>,
+        /// The client's bytes reach the server 50 ms late, as from a client
+        /// too busy to answer at once.
+        late: bool,
+    }
+
+    /// The client's login to a test server whose `n`th connection (from 0)
+    /// runs as `session(n)` says.
+    async fn login(
+        session: impl Fn(usize) -> Session + Send + 'static,
+    ) -> Result<Connection, ConnectError> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let secret = crate::keys::Secret::new(vec![7u8; 32], "test").expect("a valid secret");
         let keys = Arc::new(JobKeys::derive(&secret));
@@ -910,35 +864,40 @@ mod tests {
             .await
             .expect("bind");
         let port = listener.local_addr().expect("address").port();
-        let config = |keepalive_interval| {
-            Arc::new(russh::server::Config {
-                methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
-                keys: vec![keys.host.clone()],
-                preferred: protocol::algorithms::agent_preferred(),
-                keepalive_interval,
-                keepalive_max: 0,
-                ..Default::default()
-            })
-        };
-        let (eager, calm) = (config(Some(Duration::from_millis(10))), config(None));
+        let host_key = keys.host.clone();
         tokio::spawn(async move {
             for n in 0.. {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                if n >= early {
-                    let calm = calm.clone();
+                let Session {
+                    at_key,
+                    keepalive,
+                    late,
+                } = session(n);
+                let config = Arc::new(russh::server::Config {
+                    methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
+                    auth_rejection_time: Duration::ZERO,
+                    auth_rejection_time_initial: Some(Duration::ZERO),
+                    keys: vec![host_key.clone()],
+                    preferred: protocol::algorithms::agent_preferred(),
+                    keepalive_interval: keepalive,
+                    keepalive_max: 0,
+                    ..Default::default()
+                });
+                if !late {
                     tokio::spawn(async move {
-                        if let Ok(s) = russh::server::run_stream(calm, stream, Accepting).await {
+                        if let Ok(s) =
+                            russh::server::run_stream(config, stream, Server(at_key)).await
+                        {
                             let _ = s.await;
                         }
                     });
                     continue;
                 }
                 let (ours, theirs) = tokio::io::duplex(1 << 16);
-                let eager = eager.clone();
                 tokio::spawn(async move {
-                    if let Ok(s) = russh::server::run_stream(eager, theirs, Accepting).await {
+                    if let Ok(s) = russh::server::run_stream(config, theirs, Server(at_key)).await {
                         let _ = s.await;
                     }
                 });
@@ -965,6 +924,48 @@ mod tests {
             user: "root".into(),
         };
         connector.connect(&target).await
+    }
+
+    /// The error of a login to a server that does `at_key` every time.
+    async fn login_against(at_key: AtKey) -> ConnectError {
+        let plain = move |_| Session {
+            at_key,
+            keepalive: None,
+            late: false,
+        };
+        match login(plain).await {
+            Ok(_) => panic!("the login succeeded"),
+            Err(e) => e,
+        }
+    }
+
+    /// russh answers an authentication whose session died with the same
+    /// failure as a refusal; only a refusal is "refused this job's key"
+    /// (a session lost at 4,096 nodes was reported as a wrong secret).
+    #[tokio::test]
+    async fn a_session_lost_during_login_is_not_a_refused_key() {
+        let refused = login_against(AtKey::Refuse).await;
+        assert!(
+            matches!(refused, ConnectError::AgentAuth { .. }),
+            "{refused}"
+        );
+        let lost = login_against(AtKey::Drop).await;
+        assert!(
+            lost.to_string()
+                .contains("the connection ended during authentication"),
+            "{lost}"
+        );
+    }
+
+    /// A login to a server whose first `early` sessions get the client's
+    /// bytes late and send keepalives every 10 ms.
+    async fn login_with_early_keepalives(early: usize) -> Result<Connection, ConnectError> {
+        login(move |n| Session {
+            at_key: AtKey::Accept,
+            keepalive: (n < early).then_some(Duration::from_millis(10)),
+            late: n < early,
+        })
+        .await
     }
 
     /// A keepalive that came before the login's answer ends the session in
