@@ -847,7 +847,7 @@ mod tests {
         /// russh's server keepalive: sent after this long without a byte
         /// from the client, even before the login is over.
         keepalive: Option<Duration>,
-        /// The client's bytes reach the server 50 ms late, as from a client
+        /// The client's bytes reach the server 100 ms late, as from a client
         /// too busy to answer at once.
         late: bool,
     }
@@ -909,7 +909,7 @@ mod tests {
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 1 << 16];
                     while let Ok(n @ 1..) = from_client.read(&mut buf).await {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                         if to_server.write_all(&buf[..n]).await.is_err() {
                             return;
                         }
