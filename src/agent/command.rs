@@ -50,7 +50,7 @@ pub(crate) async fn run(
     let id = tx.id();
     // exec_all sends the hostlists folded; this node writes them out.
     let mut env = req.env;
-    if let Err(e) = crate::env::hostlists::expand_wire(&mut env) {
+    if let Err(e) = shared.wire.expand_wire(&mut env) {
         let msg = format!("multinode agent: warning: {e}\n");
         let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
     }

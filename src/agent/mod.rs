@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub grace: Duration,
     /// Variables every command gets on top of the agent's own environment.
     pub base_env: Vec<(String, String)>,
+    /// The hostlists of the last command, written out (exec_all sends them folded).
+    pub wire: crate::env::hostlists::WireCache,
     /// Cancelled when the agent ends: every command's group is ended.
     pub shutdown: CancellationToken,
     /// Cancelled when the head released this agent (or, on the head, the job ended).
@@ -173,6 +175,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                 }
                 vars
             },
+            wire: Default::default(),
             shutdown: CancellationToken::new(),
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
