@@ -111,6 +111,7 @@ pub(crate) async fn run(
     };
 
     let watch = wants_exit_info.then(|| exit_info::Watch::start(&cwd));
+    let keeper = shared.keeper.current();
     let spawned = match &direct {
         // A program exec cannot start (a script without #!) is sh's to run.
         Some(d) => GroupChild::spawn(&build(Some(d))).or_else(|e| {
@@ -133,7 +134,7 @@ pub(crate) async fn run(
         }
     };
     let pgid = child.pgid();
-    shared.keeper.register(pgid);
+    shared.keeper.register(pgid, keeper);
     shared.running.add(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     let (stdin, stdout, stderr) = child.take_stdio();

@@ -4,8 +4,9 @@
 //!
 //! Each command registers its group from the child, before it execs,
 //! by writing `+PGID` to a socket whose only reader is the keeper; the agent
-//! registers it again once the spawn returned, and writes `-PGID` once the
-//! group is over. When the agent dies, the socket's other end closes and the
+//! registers it again once the spawn returned if a new keeper was started
+//! meanwhile (else that line would be the keeper's third a command, for
+//! nothing), and writes `-PGID` once the group is over. When the agent dies, the socket's other end closes and the
 //! keeper reads EOF: it sends SIGTERM to every group still registered, waits
 //! the grace period, and SIGKILLs what is left. One keeper per agent costs
 //! one process; a supervisor per command would cost an exec per command.
@@ -60,7 +61,13 @@ struct State {
     /// Paths to remove if the agent dies (the shared-connection socket and
     /// its directory), for a new keeper.
     paths: Vec<PathBuf>,
+    /// How many keepers were started after the first.
+    restarts: u64,
 }
+
+/// Which keeper was current before a spawn ([`Keeper::current`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Generation(u64);
 
 impl Keeper {
     /// Starts `bin keep-groups --grace GRACE` with one end of a socket pair
@@ -79,6 +86,7 @@ impl Keeper {
                 socket,
                 live: HashSet::new(),
                 paths: Vec::new(),
+                restarts: 0,
             }),
         };
         Ok((keeper, child))
@@ -112,12 +120,22 @@ impl Keeper {
         }
     }
 
-    /// The group was spawned: registered again from here, so a keeper
-    /// started since the fork knows it too.
-    pub(crate) fn register(&self, pgid: Pid) {
+    /// The keeper now: taken before a spawn, for [`Keeper::register`].
+    pub(crate) fn current(&self) -> Generation {
+        Generation(self.lock().restarts)
+    }
+
+    /// The group was spawned, its child having registered it with the
+    /// keeper that was current then (or failed to, that keeper being dead).
+    /// Kept for a later keeper; and registered again from here if a keeper
+    /// was started since `before` (taken before the spawn), which the child
+    /// may not have told.
+    pub(crate) fn register(&self, pgid: Pid, before: Generation) {
         let mut state = self.lock();
         state.live.insert(pgid.as_raw());
-        write_line(&state.socket, b'+', pgid.as_raw());
+        if state.restarts != before.0 {
+            write_line(&state.socket, b'+', pgid.as_raw());
+        }
     }
 
     /// The group is over: the keeper need not end it.
@@ -180,6 +198,7 @@ impl Keeper {
         nix::unistd::dup3(&socket, &mut state.socket, nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| Error::Failed(format!("cannot hand the new keeper its socket: {e}")))?;
         drop(socket);
+        state.restarts += 1;
         for &pgid in &state.live {
             write_line(&state.socket, b'+', pgid);
         }
@@ -353,5 +372,51 @@ mod tests {
         assert_eq!(&buf[..len], b"+4194304\n");
         let len = format_line(&mut buf, b'-', 7);
         assert_eq!(&buf[..len], b"-7\n");
+    }
+
+    /// What the keeper's end of the socket holds now.
+    fn lines(keeper_end: &OwnedFd) -> String {
+        let mut buf = [0u8; 256];
+        match nix::sys::socket::recv(keeper_end.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Err(nix::errno::Errno::EAGAIN) => String::new(),
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+
+    #[test]
+    fn the_agent_registers_a_group_again_only_when_a_keeper_started_since_the_spawn() {
+        let (agent_end, keeper_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .expect("socketpair");
+        let keeper = Keeper {
+            bin: PathBuf::new(),
+            grace: Duration::ZERO,
+            fd: agent_end.as_raw_fd(),
+            state: std::sync::Mutex::new(State {
+                socket: agent_end,
+                live: HashSet::new(),
+                paths: Vec::new(),
+                restarts: 0,
+            }),
+        };
+        // The child told the keeper that was current: nothing more to say.
+        let before = keeper.current();
+        keeper.register(Pid::from_raw(100), before);
+        assert_eq!(lines(&keeper_end), "");
+        // A keeper started between the spawn and its return: it is told here.
+        let before = keeper.current();
+        keeper.lock().restarts += 1;
+        keeper.register(Pid::from_raw(101), before);
+        assert_eq!(lines(&keeper_end), "+101\n");
+        // Both are kept for the next keeper, and forgotten when over.
+        assert_eq!(keeper.lock().live, HashSet::from([100, 101]));
+        keeper.forget(Pid::from_raw(100));
+        assert_eq!(lines(&keeper_end), "-100\n");
+        assert_eq!(keeper.lock().live, HashSet::from([101]));
     }
 }
