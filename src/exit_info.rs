@@ -35,8 +35,10 @@ pub struct Watch {
 impl Watch {
     /// `cwd`: where the command runs (a relative `core_pattern` is there).
     pub fn start(cwd: &Path) -> Watch {
-        let events = own_memory_events();
-        let before = events.as_deref().and_then(read_oom_kills);
+        let (events, before) = match own_oom_kills() {
+            Some((path, count)) => (Some(path), Some(count)),
+            None => (None, None),
+        };
         Watch {
             events,
             before,
@@ -101,11 +103,41 @@ pub fn may_have_dumped(outcome: &crate::process::Outcome) -> bool {
     }
 }
 
-/// The file that counts this process's cgroup's OOM kills: cgroup v2's
-/// `memory.events`, or the v1 memory controller's `memory.oom_control` (both
-/// have an `oom_kill N` line). A container sees its own cgroup at the root of
-/// `/sys/fs/cgroup`, so that is tried when the full path is not there.
-fn own_memory_events() -> Option<PathBuf> {
+/// The file that counts this process's cgroup's OOM kills, and its count
+/// now. The file is looked up once ([`own_memory_events`]: a process is not
+/// moved between cgroups after it starts, as a rule) and again only when it
+/// can no longer be read: reading `/proc/self/cgroup` and trying the
+/// candidates cost an agent ~3-4% of its CPU a command.
+fn own_oom_kills() -> Option<(PathBuf, u64)> {
+    static FOUND: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    cached_or_found(&FOUND, own_memory_events)
+}
+
+/// The count of the file in `cache`, or of the one `find` finds (then kept).
+fn cached_or_found(
+    cache: &std::sync::Mutex<Option<PathBuf>>,
+    find: impl FnOnce() -> Option<(PathBuf, u64)>,
+) -> Option<(PathBuf, u64)> {
+    let cached = cache
+        .lock()
+        .expect("not poisoned: no panics while held")
+        .clone();
+    if let Some(path) = cached
+        && let Some(count) = read_oom_kills(&path)
+    {
+        return Some((path, count));
+    }
+    let (path, count) = find()?;
+    *cache.lock().expect("not poisoned: no panics while held") = Some(path.clone());
+    Some((path, count))
+}
+
+/// The file that counts this process's cgroup's OOM kills, and its count:
+/// cgroup v2's `memory.events`, or the v1 memory controller's
+/// `memory.oom_control` (both have an `oom_kill N` line). A container sees
+/// its own cgroup at the root of `/sys/fs/cgroup`, so that is tried when the
+/// full path is not there.
+fn own_memory_events() -> Option<(PathBuf, u64)> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let root = Path::new("/sys/fs/cgroup");
     let candidates = match cgroup_v1_memory_path(&text) {
@@ -127,7 +159,9 @@ fn own_memory_events() -> Option<PathBuf> {
             ]
         }
     };
-    candidates.into_iter().find(|p| read_oom_kills(p).is_some())
+    candidates
+        .into_iter()
+        .find_map(|p| read_oom_kills(&p).map(|count| (p, count)))
 }
 
 /// The cgroup v2 path in `/proc/self/cgroup` (the `0::PATH` line).
@@ -219,6 +253,43 @@ mod tests {
         let events = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n";
         assert_eq!(oom_kills(events), Some(2));
         assert_eq!(oom_kills("low 0\n"), None);
+    }
+
+    #[test]
+    fn the_counter_file_is_looked_up_once_and_again_when_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memory.events");
+        std::fs::write(&file, "oom 0\noom_kill 3\n").unwrap();
+        let cache = std::sync::Mutex::new(None);
+        let lookups = std::cell::Cell::new(0);
+        let find = |path: &Path| {
+            lookups.set(lookups.get() + 1);
+            read_oom_kills(path).map(|n| (path.to_path_buf(), n))
+        };
+        assert_eq!(
+            cached_or_found(&cache, || find(&file)),
+            Some((file.clone(), 3))
+        );
+        std::fs::write(&file, "oom 1\noom_kill 4\n").unwrap();
+        // The kept file is read again, not looked up.
+        assert_eq!(
+            cached_or_found(&cache, || find(&file)),
+            Some((file.clone(), 4))
+        );
+        assert_eq!(lookups.get(), 1);
+        // Gone (the cgroup removed): looked up again, and the new one kept.
+        std::fs::remove_file(&file).unwrap();
+        let other = dir.path().join("memory.oom_control");
+        std::fs::write(&other, "oom_kill_disable 0\noom_kill 7\n").unwrap();
+        assert_eq!(
+            cached_or_found(&cache, || find(&other)),
+            Some((other.clone(), 7))
+        );
+        assert_eq!(lookups.get(), 2);
+        assert_eq!(cache.lock().unwrap().as_deref(), Some(other.as_path()));
+        // Nothing there any more: nothing.
+        std::fs::remove_file(&other).unwrap();
+        assert_eq!(cached_or_found(&cache, || find(&other)), None);
     }
 
     #[test]
