@@ -98,3 +98,48 @@ fn documented_bench_commands_name_what_bench_py_has() {
     assert!(checked >= 3, "{checked} bench.py commands found");
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// `bench/ab_split.sh`, as docs/benchmarks.md runs it, on three nodes of
+/// this build against itself: it starts, counts both builds' CPU and
+/// prints the comparison. (Needs root and the cpuacct cgroup controller,
+/// as the bench does.)
+#[test]
+fn the_ab_split_bench_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_multinode"))
+        .parent()
+        .expect("a directory");
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let out = std::process::Command::new(root.join("bench/ab_split.sh"))
+        .args([bin, bin])
+        .args(["3", "2", "true"])
+        .env("AB_SPLIT_PORT", port.to_string())
+        .output()
+        .expect("bench/ab_split.sh runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("3 nodes, 2 launches of 'true' each"),
+        "{stdout}"
+    );
+    // Each build's node CPU a node: some, not none (the groups counted).
+    for build in ["A: ", "B: "] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(build))
+            .unwrap_or_else(|| panic!("no line for {build}: {stdout}"));
+        let node_ms: f64 = line
+            .split("node CPU a node ms ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no node CPU in {line:?}"));
+        assert!(node_ms > 0.0, "{line}");
+    }
+    assert!(stdout.contains("B/A: "), "{stdout}");
+}
