@@ -166,12 +166,26 @@ thread_local! {
 }
 
 fn cstring(bytes: &OsStr) -> io::Result<CString> {
-    CString::new(bytes.as_bytes()).map_err(|_| {
+    nul_terminated(bytes.as_bytes().to_vec())
+}
+
+/// `NAME=VALUE` for `envp`, in one allocation.
+fn env_pair(name: &OsStr, value: &OsStr) -> io::Result<CString> {
+    let (name, value) = (name.as_bytes(), value.as_bytes());
+    let mut pair = Vec::with_capacity(name.len() + value.len() + 2);
+    pair.extend_from_slice(name);
+    pair.push(b'=');
+    pair.extend_from_slice(value);
+    nul_terminated(pair)
+}
+
+fn nul_terminated(bytes: Vec<u8>) -> io::Result<CString> {
+    CString::new(bytes).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
                 "a NUL byte in {:?}: it cannot be passed to a program",
-                bytes.to_string_lossy()
+                String::from_utf8_lossy(&e.into_vec())
             ),
         )
     })
@@ -204,18 +218,20 @@ pub(super) fn start(spec: &Spawn, nofile: Option<libc::rlimit>) -> io::Result<St
         .iter()
         .map(|a| cstring(a))
         .collect::<io::Result<Vec<_>>>()?;
-    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    // Ours, then the spec's over them, sorted by name; each `NAME=VALUE`
+    // copied once, into the string the child gets (a command's variables
+    // include both hostlists, tens of KiB on a large job).
+    let own: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut vars: BTreeMap<&OsStr, &OsStr> = own
+        .iter()
+        .map(|(name, value)| (name.as_os_str(), value.as_os_str()))
+        .collect();
     for (name, value) in &spec.env {
-        vars.insert(name.clone(), value.clone());
+        vars.insert(name, value);
     }
     let envp = vars
-        .iter()
-        .map(|(name, value)| {
-            let mut pair = name.clone();
-            pair.push("=");
-            pair.push(value);
-            cstring(&pair)
-        })
+        .into_iter()
+        .map(|(name, value)| env_pair(name, value))
         .collect::<io::Result<Vec<_>>>()?;
     let cwd = spec.cwd.as_deref().map(cstring).transpose()?;
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
@@ -377,6 +393,31 @@ mod tests {
             format!("custom-name|two|{}|{pid}|{home}", dir.path().display())
         );
         assert_eq!(outcome, Outcome::Exited(0));
+    }
+
+    #[tokio::test]
+    async fn variables_pass_whole_and_a_nul_in_one_is_an_error() {
+        let long = "gpu-node-00001:8,".repeat(6_000);
+        let mut spawn = Spawn::new("/bin/sh");
+        spawn
+            .arg("-c")
+            .arg(r#"printf '%s|%s|%s' "${#MN_LONG}" "${MN_EMPTY-unset}" "$MN_EQ""#)
+            .env("MN_LONG", &long)
+            .env("MN_EMPTY", "")
+            .env("MN_EQ", "a=b");
+        let (text, outcome, _) = output(&mut spawn).await;
+        assert_eq!(text, format!("{}||a=b", long.len()));
+        assert_eq!(outcome, Outcome::Exited(0));
+        let mut bad = Spawn::new("/bin/true");
+        bad.env("MN_BAD", OsStr::from_bytes(b"x\0y"));
+        let Err(err) = start(&bad, None) else {
+            panic!("a NUL in a value started");
+        };
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            err.to_string().contains("a NUL byte in \"MN_BAD=x\\0y\""),
+            "{err}"
+        );
     }
 
     #[tokio::test]
