@@ -238,6 +238,22 @@ async fn fail(w: &mut (impl AsyncWriteExt + Unpin), failed: wire::Failed) {
 /// One client connection: open, start, then relay both ways until the
 /// channel closes or the client goes (which closes the channel: the node
 /// ends the command's group).
+/// What the head's agent buffers for a client between two writes.
+const DOWN_BUFFER: usize = 16 * 1024;
+
+/// `future`'s output if it is ready at once; else `None`, and `future` is
+/// dropped (so it must be cancel-safe, as a queue's receive is).
+async fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match future.as_mut().poll(cx) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
 async fn channel(stream: UnixStream, pool: &Pool) {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
@@ -348,9 +364,27 @@ async fn channel(stream: UnixStream, pool: &Pool) {
         std::future::pending::<()>().await;
     };
     // Node → client, until the channel closes (or is lost: the socket then
-    // ends without CLOSE, and the client counts the node as lost).
+    // ends without CLOSE, and the client counts the node as lost). Frames
+    // are buffered while the channel has more messages ready, and written
+    // when it has none: a command's end (exit info, status, EOF, close)
+    // wakes the client once, not four times.
     let down = async {
-        while let Some(msg) = rx.wait().await {
+        let mut w = tokio::io::BufWriter::with_capacity(DOWN_BUFFER, &mut w);
+        loop {
+            let msg = match ready_now(rx.wait()).await {
+                Some(msg) => msg,
+                None => {
+                    if w.flush().await.is_err() {
+                        let _ = tx.close().await;
+                        return;
+                    }
+                    rx.wait().await
+                }
+            };
+            let Some(msg) = msg else {
+                let _ = w.flush().await;
+                return;
+            };
             let sent = match msg {
                 ChannelMsg::Data { data } => write_data(&mut w, None, &data).await,
                 ChannelMsg::ExtendedData { data, ext } => {
@@ -378,6 +412,7 @@ async fn channel(stream: UnixStream, pool: &Pool) {
                 }
                 ChannelMsg::Close => {
                     let _ = write_frame(&mut w, wire::CLOSE, b"").await;
+                    let _ = w.flush().await;
                     return;
                 }
                 _ => Ok(()),

@@ -341,3 +341,43 @@ fn a_head_killed_outright_leaves_no_socket_behind() {
         socket.display()
     );
 }
+
+/// Output through the head's connections reaches the client while the
+/// command still runs: the head's agent buffers what the node sent only
+/// while more is ready, and writes it when nothing is.
+#[test]
+fn output_through_the_heads_connections_arrives_while_the_command_runs() {
+    use std::io::BufRead;
+    let hosts = fresh_loopbacks(2);
+    let tmp = tempfile::tempdir().unwrap();
+    let socket = tmp.path().join("s");
+    let socket_arg = socket.to_str().unwrap();
+    let _master = Agent::start_with(&hosts[0], PORT, &["--mux-socket", socket_arg], &[]);
+    let _worker = Agent::start_with(&hosts[1], PORT, &[], &[]);
+    assert!(eventually(Duration::from_secs(30), || socket.exists()));
+    let mut child = cmd(&mn_exec_all())
+        .env("MULTINODE_HOSTLIST", hosts.join(","))
+        .env("MULTINODE_AGENT_PORT", PORT.to_string())
+        .env("MULTINODE_MUX_SOCKET", &socket)
+        .env("MULTINODE_NODE_RANK", "0")
+        .args(["--exclude", "0", "-c", "echo first; sleep 20; echo late"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (send, recv) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = send.send(line);
+    });
+    let line = recv.recv_timeout(Duration::from_secs(10));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        line.as_deref(),
+        Ok("first\n"),
+        "the first line, long before the command ends"
+    );
+}
