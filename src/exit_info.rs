@@ -35,10 +35,7 @@ pub struct Watch {
 impl Watch {
     /// `cwd`: where the command runs (a relative `core_pattern` is there).
     pub fn start(cwd: &Path) -> Watch {
-        let (events, before) = match own_oom_kills() {
-            Some((path, count)) => (Some(path), Some(count)),
-            None => (None, None),
-        };
+        let (events, before) = own_oom_kills().unzip();
         Watch {
             events,
             before,

@@ -6,9 +6,10 @@
 //! by writing `+PGID` to a socket whose only reader is the keeper; the agent
 //! registers it again once the spawn returned if a new keeper was started
 //! meanwhile (else that line would be the keeper's third a command, for
-//! nothing), and writes `-PGID` once the group is over. When the agent dies, the socket's other end closes and the
-//! keeper reads EOF: it sends SIGTERM to every group still registered, waits
-//! the grace period, and SIGKILLs what is left. One keeper per agent costs
+//! nothing), and writes `-PGID` once the group is over. When the agent
+//! dies, the socket's other end closes and the keeper reads EOF: it sends
+//! SIGTERM to every group still registered, waits the grace period, and
+//! SIGKILLs what is left. One keeper per agent costs
 //! one process; a supervisor per command would cost an exec per command.
 //!
 //! It also removes what the agent would have removed on its way out: the

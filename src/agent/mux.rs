@@ -235,9 +235,6 @@ async fn fail(w: &mut (impl AsyncWriteExt + Unpin), failed: wire::Failed) {
     let _ = write_frame(w, wire::FAILED, &json).await;
 }
 
-/// One client connection: open, start, then relay both ways until the
-/// channel closes or the client goes (which closes the channel: the node
-/// ends the command's group).
 /// What the head's agent buffers for a client between two writes.
 const DOWN_BUFFER: usize = 16 * 1024;
 
@@ -254,6 +251,9 @@ async fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
     .await
 }
 
+/// One client connection: open, start, then relay both ways until the
+/// channel closes or the client goes (which closes the channel: the node
+/// ends the command's group).
 async fn channel(stream: UnixStream, pool: &Pool) {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);

@@ -13,8 +13,8 @@
 //!
 //! Between exec_all and an agent the lists always travel folded, in one
 //! variable ([`FOLDED_VAR`]), which the agent turns back into the above on
-//! its node ([`WireCache::expand_wire`]): the bytes sent to a node do not grow with the
-//! node count when the names are regular.
+//! its node ([`WireCache::expand_wire`]): the bytes sent to a node do not
+//! grow with the node count when the names are regular.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -120,8 +120,9 @@ type Vars = Arc<[(String, String)]>;
 impl WireCache {
     /// Replaces [`FOLDED_VAR`] in a request's variables by the lists as
     /// [`Lists::new`] writes them; returns a message when the value is not a
-    /// hostlist (the variable is then dropped). From the cache when `env` holds the folded list
-    /// expanded last (and, past [`FULL_LIMIT`], its hostfile is still there).
+    /// hostlist (the variable is then dropped). From the cache when `env`
+    /// holds the folded list expanded last (and, past [`FULL_LIMIT`], its
+    /// hostfile is still there).
     pub(crate) fn expand_wire(&self, env: &mut Vec<(String, String)>) -> Result<(), String> {
         let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
             return Ok(());

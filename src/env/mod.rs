@@ -178,8 +178,8 @@ impl<'a> Contract<'a> {
 
     /// What exec_all sends an agent for node `rank`: [`Contract::for_rank`]
     /// with the lists as one folded variable, which the agent expands on its
-    /// node ([`hostlists::WireCache::expand_wire`]). Its size does not depend on the
-    /// number of nodes when their names are regular.
+    /// node ([`hostlists::WireCache::expand_wire`]). Its size does not
+    /// depend on the number of nodes when their names are regular.
     pub fn wire_for_rank(&self, rank: usize) -> Vec<(String, String)> {
         let folded = vec![(hostlists::FOLDED_VAR.to_string(), self.lists.folded.clone())];
         self.with_lists(rank, folded)
