@@ -143,3 +143,54 @@ fn the_ab_split_bench_runs() {
     }
     assert!(stdout.contains("B/A: "), "{stdout}");
 }
+
+/// docs/scale.md's head-scale bench, small: the head's CPU a connection at
+/// two node counts, each with its ratio to the first.
+#[test]
+fn the_head_scale_bench_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_multinode"))
+        .parent()
+        .expect("a directory");
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let out = std::process::Command::new(root.join("bench/head_scale.py"))
+        .arg(bin)
+        .args(["3,6", "2"])
+        .env("HEAD_SCALE_PORT", port.to_string())
+        .output()
+        .expect("bench/head_scale.py runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("2 runs each, alternated"), "{stdout}");
+    for (n, ratio) in [("N=3: ", Some("1.00x N=3's")), ("N=6: ", None)] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(n))
+            .unwrap_or_else(|| panic!("no line for {n}: {stdout}"));
+        let cpu_ms: f64 = line
+            .split("head CPU a connection ms ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no CPU a connection in {line:?}"));
+        assert!(cpu_ms > 0.0, "{line}");
+        if let Some(ratio) = ratio {
+            assert!(line.contains(ratio), "{line}");
+        }
+    }
+    // Every agent it started has ended.
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("agent --listen 127.1.0.[0-9]+:{port}")])
+        .output()
+        .expect("pgrep runs");
+    assert!(
+        left.stdout.is_empty(),
+        "agents left: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
