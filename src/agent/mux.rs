@@ -22,6 +22,10 @@ use crate::protocol::signals::sig_from_name;
 use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
 use crate::transport::route::DEFAULT_CONNECT_TIMEOUT;
 
+/// How long a connection may stay stuck after a client went away.
+const STUCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often it is looked at meanwhile.
+const STUCK_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// Connections being set up at once by the pool (as exec_all's default).
 const MAX_CONNECTING: usize = 256;
 
@@ -251,6 +255,53 @@ async fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
     .await
 }
 
+/// After a client went away and its channel was closed: if the connection
+/// stays stuck for [`STUCK_LIMIT`] (the node's agent has stopped reading
+/// it, because a command does not read its stdin, and bytes for it wait
+/// here, the close behind them), resets it. The node's agent then ends the
+/// connection's commands (the stuck one, and any other that shares it:
+/// none of their input, signals or closes could pass), and the next client
+/// gets a new connection. Returns once the connection is reset, or closed.
+async fn unstick(pool: &Pool, target: &Target, conn: &Arc<Connection>) {
+    // Since when the connection has been stuck with the same bytes acknowledged.
+    let mut stuck: Option<(tokio::time::Instant, u64)> = None;
+    loop {
+        tokio::time::sleep(STUCK_POLL).await;
+        if conn.is_closed() {
+            return;
+        }
+        let Some(acked) = conn.stuck() else {
+            stuck = None;
+            continue;
+        };
+        let since = match stuck {
+            Some((since, before)) if before == acked => since,
+            _ => {
+                stuck = Some((tokio::time::Instant::now(), acked));
+                continue;
+            }
+        };
+        if since.elapsed() >= STUCK_LIMIT {
+            info!(%target, "a closed channel's input is stuck on the connection (its command does not read it): resetting the connection");
+            pool.forget(target, conn).await;
+            conn.reset();
+            return;
+        }
+    }
+}
+
+/// Whether the client's end of its Unix socket is closed: `POLLHUP` is
+/// reported even while frames it sent before wait unread.
+fn hung_up(stream: &UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP))
+}
+
 /// One client connection: open, start, then relay both ways until the
 /// channel closes or the client goes (which closes the channel: the node
 /// ends the command's group).
@@ -310,20 +361,23 @@ async fn channel(stream: UnixStream, pool: &Pool) {
         _ => return,
     };
     let started = match conn.exec(&command, &env).await {
-        Ok(channel) => Ok(channel),
+        Ok(channel) => Ok((channel, conn)),
         // A connection that died since it was kept: once more on a new one.
         Err(e) if conn.is_closed() => {
             debug!(%target, error = %e, "kept connection gone: connecting again");
             pool.forget(&target, &conn).await;
             match pool.get(&target).await {
-                Ok(conn) => conn.exec(&command, &env).await.map_err(|e| e.to_string()),
+                Ok(conn) => match conn.exec(&command, &env).await {
+                    Ok(channel) => Ok((channel, conn)),
+                    Err(e) => Err(e.to_string()),
+                },
                 Err(e) => Err(e.to_string()),
             }
         }
         Err(e) => Err(e.to_string()),
     };
-    let channel = match started {
-        Ok(channel) => channel,
+    let (channel, conn) = match started {
+        Ok(started) => started,
         Err(message) => {
             let failed = wire::Failed {
                 unreachable: false,
@@ -342,7 +396,24 @@ async fn channel(stream: UnixStream, pool: &Pool) {
         loop {
             match read_frame(&mut r).await {
                 Ok(Some((wire::DATA, data))) => {
-                    if tx.data_bytes(data).await.is_err() {
+                    // The node's window may stay shut (its command does not
+                    // read its input): a client that goes meanwhile must
+                    // still be seen.
+                    let sent = tx.data_bytes(data);
+                    tokio::pin!(sent);
+                    let sent = loop {
+                        tokio::select! {
+                            sent = &mut sent => break sent,
+                            () = tokio::time::sleep(STUCK_POLL) => {
+                                if hung_up(r.get_ref().as_ref()) {
+                                    let _ = tokio::time::timeout(STUCK_POLL, tx.close()).await;
+                                    unstick(pool, &target, &conn).await;
+                                    std::future::pending::<()>().await;
+                                }
+                            }
+                        }
+                    };
+                    if sent.is_err() {
                         break;
                     }
                 }
@@ -356,7 +427,9 @@ async fn channel(stream: UnixStream, pool: &Pool) {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => {
                     let _ = tx.close().await;
-                    // The node's close ends the other direction.
+                    // The node's close ends the other direction, unless the
+                    // close cannot reach it.
+                    unstick(pool, &target, &conn).await;
                     std::future::pending::<()>().await;
                 }
             }

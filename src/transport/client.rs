@@ -369,8 +369,14 @@ impl Connector {
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
         let (stream, peer) = tcp_connect(target).await?;
+        if matches!(self.auth, Auth::Agent(_)) {
+            abort_on_close(&stream);
+        }
         // For the liveness watch: a descriptor of the socket russh will own.
-        let socket = std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned().ok();
+        let socket = std::os::fd::AsFd::as_fd(&stream)
+            .try_clone_to_owned()
+            .ok()
+            .map(Arc::new);
         let rejection = Arc::new(std::sync::Mutex::new(None));
         let ended = Arc::new(std::sync::Mutex::new(None));
         let handler = ClientHandler {
@@ -467,7 +473,7 @@ impl Connector {
             }
         }
         let watch = tokio_util::sync::CancellationToken::new();
-        if let (Some(lost_after), Some(socket)) = (self.lost_after, socket) {
+        if let (Some(lost_after), Some(socket)) = (self.lost_after, socket.clone()) {
             tokio::spawn(liveness(
                 socket,
                 lost_after,
@@ -479,8 +485,29 @@ impl Connector {
             handle,
             peer,
             packs_env: matches!(self.auth, Auth::Agent(_)),
+            socket,
             _watch: watch.drop_guard(),
         })
+    }
+}
+
+/// A close of the socket (this process's end, `kill -9` included) resets
+/// the connection (`SO_LINGER` 0) instead of queuing a FIN. An agent whose
+/// command does not read its stdin stops reading the connection once the
+/// command's pipe and russh's queue are full; a FIN would wait behind the
+/// bytes this side still holds for it, for as long as its kernel answers
+/// (minutes), and the command would outlive its client. A reset is seen at
+/// once (the agent's watchdog ends the connection's commands). Bytes not yet
+/// sent are dropped with it: this process has ended, or has what it waited
+/// for (a command's exit status comes after the command read its input).
+fn abort_on_close(stream: &TcpStream) {
+    let abort = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    if let Err(e) = nix::sys::socket::setsockopt(stream, nix::sys::socket::sockopt::Linger, &abort)
+    {
+        debug!(error = %e, "SO_LINGER not set: a close sends a FIN");
     }
 }
 
@@ -495,6 +522,10 @@ struct SocketState {
     /// (a zero window whose probes it answers), or acknowledged a moment
     /// ago: the peer is alive and not reading what we send.
     peer_full: bool,
+    /// Bytes to the peer held back, and its kernel's window is zero.
+    peer_window_closed: bool,
+    /// Bytes the peer has acknowledged on this connection.
+    bytes_acked: u64,
 }
 
 /// The head of Linux's `struct tcp_info` (include/uapi/linux/tcp.h) up to
@@ -588,6 +619,8 @@ fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> Option<Socke
         since_recv: Duration::from_millis(u64::from(info.last_data_recv)),
         unread: unread > 0,
         peer_full: unsent > 0 && (zero_window || acked_lately),
+        peer_window_closed: unsent > 0 && zero_window,
+        bytes_acked: info.bytes_acked,
     })
 }
 
@@ -596,7 +629,7 @@ fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> Option<Socke
 /// other (see [`DEFAULT_LOST_AFTER`]), shuts the socket down: russh's session
 /// then ends, and so does every channel (the node is lost).
 async fn liveness(
-    socket: std::os::fd::OwnedFd,
+    socket: Arc<std::os::fd::OwnedFd>,
     lost_after: Duration,
     done: tokio_util::sync::CancellationToken,
     target: String,
@@ -681,6 +714,8 @@ pub struct Connection {
     peer: SocketAddr,
     /// An agent of this job: the variables go as one packed `env` request.
     packs_env: bool,
+    /// A descriptor of the socket russh owns, to read its state and reset it.
+    socket: Option<Arc<std::os::fd::OwnedFd>>,
     /// Ends the liveness watch with the connection.
     _watch: tokio_util::sync::DropGuard,
 }
@@ -694,6 +729,44 @@ impl Connection {
     /// Whether the connection is gone (closed, or lost).
     pub fn is_closed(&self) -> bool {
         self.handle.is_closed()
+    }
+
+    /// While bytes for the peer wait here and the peer's kernel says it has
+    /// no room for them, the bytes it has acknowledged so far: the same
+    /// count a while later means that the agent has stopped reading the
+    /// connection (a command of it does not read its stdin), so nothing
+    /// sent now, a channel's close included, reaches it. `None` otherwise.
+    pub fn stuck(&self) -> Option<u64> {
+        self.socket
+            .as_deref()
+            .and_then(|fd| socket_state(fd, Duration::ZERO))
+            .filter(|state| state.peer_window_closed)
+            .map(|state| state.bytes_acked)
+    }
+
+    /// Resets the connection (RST) at once, dropping what is not sent yet:
+    /// the agent then ends every command of it. `connect` to `AF_UNSPEC`
+    /// is Linux's way to disconnect a TCP socket that other descriptors
+    /// (russh's) still hold; a FIN would wait behind the unsent bytes.
+    pub fn reset(&self) {
+        let Some(fd) = self.socket.as_deref() else {
+            return;
+        };
+        let unspec = libc::sockaddr {
+            sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+            sa_data: [0; 14],
+        };
+        // SAFETY: a plain sockaddr of the size given; the descriptor is open.
+        let rc = unsafe {
+            libc::connect(
+                std::os::fd::AsRawFd::as_raw_fd(fd),
+                &unspec,
+                std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            debug!(peer = %self.peer, error = %std::io::Error::last_os_error(), "reset failed");
+        }
     }
 
     /// Opens a session channel.

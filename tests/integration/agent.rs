@@ -266,6 +266,49 @@ fn a_peer_that_vanishes_without_closing_is_noticed_by_keepalive() {
     );
 }
 
+/// The agent's read loop waits while a command does not read its stdin
+/// (its pipe and the channel's queue are full), so it cannot see the
+/// client's FIN: the connection's watch on the socket does.
+#[test]
+fn a_client_killed_while_its_commands_stdin_is_full_is_noticed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = crate::agent_login::start_agent(&fresh_loopback(), &["-v"], &[], None, &log);
+    let tag = sleep_tag();
+    let mut client = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg(format!("echo $$; exec sleep {tag}"))
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(client.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pid: u32 = line.trim().parse().expect("the remote shell's pid");
+    // Megabytes of zeros go out and fill every buffer on the way.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(alive(pid), "the sleeper ended early");
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let start = Instant::now();
+    let gone = eventually(Duration::from_secs(8), || !alive(pid));
+    let log_text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
+    assert!(gone, "the sleeper {pid} survived its client: {log_text}");
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "ended after {:?}: not by the watch on the socket",
+        start.elapsed()
+    );
+    assert!(
+        log_text.contains("peer gone (TCP closed or unresponsive)"),
+        "not ended by the watch on the socket: {log_text}"
+    );
+}
+
 #[test]
 fn a_grandchild_holding_stdout_does_not_hang_the_session() {
     let agent = Agent::start(&fresh_loopback());

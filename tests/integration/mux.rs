@@ -170,6 +170,46 @@ fn stdin_exit_signals_and_a_kill_of_exec_all_through_the_heads_connections() {
     assert!(sleepers(&tag).is_empty());
 }
 
+/// A command that does not read its stdin stops its agent reading the
+/// shared connection; a client killed then cannot close its channel through
+/// it. The head's agent resets the connection (its commands end on the
+/// node) and the next client gets a new one.
+#[test]
+fn a_client_killed_while_its_commands_stdin_is_full_does_not_wedge_the_connection() {
+    let tag = sleep_tag();
+    let job = format!(
+        r#"
+        mn-exec-all --nodes 1 -c 'exec sleep {tag}' < /dev/zero & pid=$!
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 1 ]; do sleep 0.05; i=$((i+1)); done
+        echo "sleepers $(pgrep -cxf 'sleep {tag}')"
+        sleep 1  # the zeros fill every buffer on the way
+        kill -9 $pid
+        t0=$(date +%s%N)
+        i=0; while [ $i -lt 400 ] && [ "$(pgrep -cxf 'sleep {tag}')" != 0 ]; do sleep 0.05; i=$((i+1)); done
+        echo "left $(pgrep -cxf 'sleep {tag}') after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+        mn-exec-all --nodes 1 -c 'echo "again $RANK"'; echo "status $?"
+    "#
+    );
+    let run = run_job(2, &job);
+    let out = stdout(&run.head);
+    let err = run.head_log();
+    assert!(out.contains("sleepers 1"), "{out}\n{err}");
+    let left = out
+        .lines()
+        .find_map(|l| l.strip_prefix("left "))
+        .unwrap_or_else(|| panic!("no left line: {out}\n{err}"));
+    assert!(
+        left.starts_with("0 after "),
+        "the command outlived its client: {out}\n{err}"
+    );
+    assert!(
+        err.contains("resetting the connection"),
+        "not ended by the reset: {err}"
+    );
+    assert!(out.contains("again 1\nstatus 0"), "{out}\n{err}");
+    assert!(sleepers(&tag).is_empty());
+}
+
 #[test]
 fn a_client_of_another_job_does_not_get_the_heads_connections() {
     // Another secret: exec_all must log in itself, and the workers (this
