@@ -1,7 +1,10 @@
 //! The repository stands on its own: no page, benchmark or result names a
 //! path of the machine it was written on.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+
+use crate::util::{number_after, pids_matching};
 
 /// Every file under `dir` (recursively).
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -103,25 +106,56 @@ fn documented_bench_commands_name_what_bench_py_has() {
 /// this build against itself: it starts, counts both builds' CPU and
 /// prints the comparison. (Needs root and the cpuacct cgroup controller,
 /// as the bench does.)
-#[test]
-fn the_ab_split_bench_runs() {
+/// A port for a bench's agents that no other test run uses.
+fn bench_port() -> u16 {
+    20_000 + (std::process::id() % 20_000) as u16
+}
+
+/// Runs `bench/SCRIPT ARGS` with `PORT_VAR` set to `port` and returns its
+/// stdout, once it succeeded.
+fn run_bench(script: &str, args: &[&OsStr], port_var: &str, port: u16) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = Path::new(env!("CARGO_BIN_EXE_multinode"))
-        .parent()
-        .expect("a directory");
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
-    let out = std::process::Command::new(root.join("bench/ab_split.sh"))
-        .args([bin, bin])
-        .args(["3", "2", "true"])
-        .env("AB_SPLIT_PORT", port.to_string())
+    let out = std::process::Command::new(root.join("bench").join(script))
+        .args(args)
+        .env(port_var, port.to_string())
         .output()
-        .expect("bench/ab_split.sh runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("bench/{script} does not run: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The directory of this build's programs.
+fn build_dir() -> &'static OsStr {
+    Path::new(env!("CARGO_BIN_EXE_multinode"))
+        .parent()
+        .expect("a directory")
+        .as_os_str()
+}
+
+/// The line of `stdout` that starts with `prefix`, and the number after `label` in it.
+fn line_and_number(stdout: &str, prefix: &str, label: &str) -> (String, f64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line for {prefix}: {stdout}"));
+    let number = number_after(line, label).unwrap_or_else(|| panic!("no {label:?} in {line:?}"));
+    (line.to_string(), number)
+}
+
+#[test]
+fn the_ab_split_bench_runs() {
+    let bin = build_dir();
+    let stdout = run_bench(
+        "ab_split.sh",
+        &[bin, bin, "3".as_ref(), "2".as_ref(), "true".as_ref()],
+        "AB_SPLIT_PORT",
+        bench_port(),
     );
     assert!(
         stdout.contains("3 nodes, 2 launches of 'true' each"),
@@ -129,16 +163,7 @@ fn the_ab_split_bench_runs() {
     );
     // Each build's node CPU a node: some, not none (the groups counted).
     for build in ["A: ", "B: "] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(build))
-            .unwrap_or_else(|| panic!("no line for {build}: {stdout}"));
-        let node_ms: f64 = line
-            .split("node CPU a node ms ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no node CPU in {line:?}"));
+        let (line, node_ms) = line_and_number(&stdout, build, "node CPU a node ms ");
         assert!(node_ms > 0.0, "{line}");
     }
     assert!(stdout.contains("B/A: "), "{stdout}");
@@ -148,49 +173,24 @@ fn the_ab_split_bench_runs() {
 /// two node counts, each with its ratio to the first.
 #[test]
 fn the_head_scale_bench_runs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = Path::new(env!("CARGO_BIN_EXE_multinode"))
-        .parent()
-        .expect("a directory");
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
-    let out = std::process::Command::new(root.join("bench/head_scale.py"))
-        .arg(bin)
-        .args(["3,6", "2"])
-        .env("HEAD_SCALE_PORT", port.to_string())
-        .output()
-        .expect("bench/head_scale.py runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let port = bench_port();
+    let stdout = run_bench(
+        "head_scale.py",
+        &[build_dir(), "3,6".as_ref(), "2".as_ref()],
+        "HEAD_SCALE_PORT",
+        port,
     );
     assert!(stdout.contains("2 runs each, alternated"), "{stdout}");
     for (n, ratio) in [("N=3: ", Some("1.00x N=3's")), ("N=6: ", None)] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(n))
-            .unwrap_or_else(|| panic!("no line for {n}: {stdout}"));
-        let cpu_ms: f64 = line
-            .split("head CPU a connection ms ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no CPU a connection in {line:?}"));
+        let (line, cpu_ms) = line_and_number(&stdout, n, "head CPU a connection ms ");
         assert!(cpu_ms > 0.0, "{line}");
         if let Some(ratio) = ratio {
             assert!(line.contains(ratio), "{line}");
         }
     }
-    // Every agent it started has ended.
-    let left = std::process::Command::new("pgrep")
-        .args(["-f", &format!("agent --listen 127.1.0.[0-9]+:{port}")])
-        .output()
-        .expect("pgrep runs");
-    assert!(
-        left.stdout.is_empty(),
-        "agents left: {}",
-        String::from_utf8_lossy(&left.stdout)
-    );
+    // Every agent it started (on 127.1.0.1 to .6) has ended.
+    let left: Vec<u32> = (1..=6)
+        .flat_map(|i| pids_matching(&format!("agent --listen 127.1.0.{i}:{port}")))
+        .collect();
+    assert!(left.is_empty(), "agents left: {left:?}");
 }

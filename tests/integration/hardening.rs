@@ -377,11 +377,7 @@ fn host_names_are_resolved_at_once_through_a_slow_dns_server() {
     // 64 names at once: two rounds of lookups, the head's, and this machine's name.
     assert!(took < Duration::from_secs(15), "took {took:?}");
     let report = stderr(&out);
-    let most: usize = report
-        .split("at most ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
+    let most: usize = number_after(&report, "at most ")
         .unwrap_or_else(|| panic!("no report from the DNS server: {report}"));
     assert!(
         most >= 32,

@@ -151,6 +151,16 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// The number that follows `label` in `text` (up to the next whitespace).
+pub fn number_after<T: std::str::FromStr>(text: &str, label: &str) -> Option<T> {
+    text.split(label)
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Pids of processes whose command line contains `needle`.
 pub fn pids_matching(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();
