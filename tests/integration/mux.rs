@@ -284,24 +284,54 @@ fn a_worker_that_dies_is_lost_through_the_heads_connection() {
     );
 }
 
+/// Plain agents on `n` hosts, the first sharing its connections on a
+/// socket it is given (`--mux-socket`), outside any job.
+struct Shared {
+    _tmp: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    hosts: Vec<String>,
+    master: Agent,
+    _workers: Vec<Agent>,
+}
+
+impl Shared {
+    fn start(n: usize) -> Shared {
+        let hosts = fresh_loopbacks(n);
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("s");
+        let socket_arg = socket.to_str().unwrap();
+        let master = Agent::start_with(&hosts[0], PORT, &["--mux-socket", socket_arg], &[]);
+        let workers = hosts[1..]
+            .iter()
+            .map(|h| Agent::start_with(h, PORT, &[], &[]))
+            .collect();
+        assert!(eventually(Duration::from_secs(30), || socket.exists()));
+        Shared {
+            _tmp: tmp,
+            socket,
+            hosts,
+            master,
+            _workers: workers,
+        }
+    }
+
+    /// exec_all on rank 0 of the hosts, through the socket.
+    fn exec_all(&self) -> Command {
+        let mut c = cmd(&mn_exec_all());
+        c.env("MULTINODE_HOSTLIST", self.hosts.join(","))
+            .env("MULTINODE_AGENT_PORT", PORT.to_string())
+            .env("MULTINODE_MUX_SOCKET", &self.socket)
+            .env("MULTINODE_NODE_RANK", "0");
+        c
+    }
+}
+
 #[test]
 fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
-    let hosts = fresh_loopbacks(3);
-    let tmp = tempfile::tempdir().unwrap();
-    let socket = tmp.path().join("s");
-    let socket_arg = socket.to_str().unwrap();
-    let master = Agent::start_with(&hosts[0], PORT, &["--mux-socket", socket_arg], &[]);
-    let _workers: Vec<Agent> = hosts[1..]
-        .iter()
-        .map(|h| Agent::start_with(h, PORT, &[], &[]))
-        .collect();
-    assert!(eventually(Duration::from_secs(30), || socket.exists()));
+    let shared = Shared::start(3);
     // Rank 0 (this host) runs locally; ranks 1 and 2 through the socket.
-    let out = cmd(&mn_exec_all())
-        .env("MULTINODE_HOSTLIST", hosts.join(","))
-        .env("MULTINODE_AGENT_PORT", PORT.to_string())
-        .env("MULTINODE_MUX_SOCKET", &socket)
-        .env("MULTINODE_NODE_RANK", "0")
+    let out = shared
+        .exec_all()
         .env("RUST_LOG", "multinode=debug")
         .args([
             "--no-fail-fast",
@@ -316,8 +346,8 @@ fn a_plain_agent_shares_its_connections_on_the_socket_it_is_given() {
     let text = stdout(&out);
     assert!(text.contains("via 1") && text.contains("via 2"), "{text}");
     assert!(!err.contains("no shared connection"), "{err}");
-    drop(master);
-    assert!(!socket.exists(), "the agent removes its socket");
+    drop(shared.master);
+    assert!(!shared.socket.exists(), "the agent removes its socket");
 }
 
 #[test]
@@ -390,18 +420,9 @@ fn a_head_killed_outright_leaves_no_socket_behind() {
 #[test]
 fn output_through_the_heads_connections_arrives_while_the_command_runs() {
     use std::io::BufRead;
-    let hosts = fresh_loopbacks(2);
-    let tmp = tempfile::tempdir().unwrap();
-    let socket = tmp.path().join("s");
-    let socket_arg = socket.to_str().unwrap();
-    let _master = Agent::start_with(&hosts[0], PORT, &["--mux-socket", socket_arg], &[]);
-    let _worker = Agent::start_with(&hosts[1], PORT, &[], &[]);
-    assert!(eventually(Duration::from_secs(30), || socket.exists()));
-    let mut child = cmd(&mn_exec_all())
-        .env("MULTINODE_HOSTLIST", hosts.join(","))
-        .env("MULTINODE_AGENT_PORT", PORT.to_string())
-        .env("MULTINODE_MUX_SOCKET", &socket)
-        .env("MULTINODE_NODE_RANK", "0")
+    let shared = Shared::start(2);
+    let mut child = shared
+        .exec_all()
         .args(["--exclude", "0", "-c", "echo first; sleep 20; echo late"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
