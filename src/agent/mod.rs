@@ -37,6 +37,7 @@ use tracing::info;
 pub use keeper::keep_groups;
 
 use crate::cli::AgentArgs;
+use crate::env::hostlists;
 use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
@@ -60,7 +61,7 @@ pub(crate) struct Shared {
     /// Variables every command gets on top of the agent's own environment.
     pub base_env: Vec<(String, String)>,
     /// The hostlists of the last command, written out (exec_all sends them folded).
-    pub wire: crate::env::hostlists::WireCache,
+    pub wire: hostlists::WireCache,
     /// Cancelled when the agent ends: every command's group is ended.
     pub shutdown: CancellationToken,
     /// Cancelled when the head released this agent (or, on the head, the job ended).
@@ -163,6 +164,15 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         })?;
         info!(%listen, "agent listening");
         let (keeper, keeper_child) = keeper::Keeper::start(&bin, grace)?;
+        // Where the hostfiles of folded hostlists go: a directory of this
+        // agent's own, which its keeper removes if it is killed.
+        let hostfiles = hostlists::private_dir(&env);
+        match &hostfiles {
+            Ok(dir) => keeper.remove_on_death(dir),
+            Err(e) => tracing::warn!(
+                "cannot make a directory for the hostfiles of large jobs: {e}; commands that need one are told"
+            ),
+        }
         let shared = Arc::new(Shared {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
@@ -178,7 +188,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                 }
                 vars
             },
-            wire: Default::default(),
+            wire: hostlists::WireCache::new(hostfiles),
             shutdown: CancellationToken::new(),
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -269,6 +279,10 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         let _ = server.await;
         shared.tracker.close();
         shared.tracker.wait().await;
+        if let Some(dir) = shared.wire.dir() {
+            keeper::remove_path(dir);
+            shared.keeper.forget_path(dir);
+        }
         result
     });
     // Reader threads (none expected) must not keep the process alive.

@@ -17,7 +17,7 @@
 //! grow with the node count when the names are regular.
 
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -55,15 +55,31 @@ impl Lists {
     }
 
     /// The variables of `topo` (the topology given to [`Lists::new`]);
-    /// past [`FULL_LIMIT`], writes the hostfile (a file that cannot be written
-    /// is a warning, and the variable is left out).
+    /// past [`FULL_LIMIT`], writes the hostfile in the system's temporary
+    /// directory, where it outlives this process (`multinode env` is gone
+    /// before the job reads it); a file that cannot be written is a warning,
+    /// and the variable is left out.
     pub fn vars(&self, topo: &Topology) -> &[(String, String)] {
-        self.written.get_or_init(|| written(topo, &self.folded))
+        self.written.get_or_init(|| {
+            let (vars, warning) = written(topo, &self.folded, Ok(&std::env::temp_dir()));
+            if let Some(warning) = warning {
+                tracing::warn!("{warning}");
+            }
+            vars
+        })
     }
 }
 
-fn written(topo: &Topology, folded: &str) -> Vec<(String, String)> {
+/// The variables of `topo`, a hostfile written in `dir` past [`FULL_LIMIT`],
+/// and a warning when it could not be (no `dir`, and why; or a failed
+/// write): the variable is then left out.
+fn written(
+    topo: &Topology,
+    folded: &str,
+    dir: Result<&Path, &str>,
+) -> (Vec<(String, String)>, Option<String>) {
     let full = topo.hostlist();
+    let mut warning = None;
     let mut vars = Vec::with_capacity(3);
     if full.len() <= FULL_LIMIT {
         vars.push(("MULTINODE_HOSTLIST".to_string(), full));
@@ -77,18 +93,24 @@ fn written(topo: &Topology, folded: &str) -> Vec<(String, String)> {
             "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
             topo.hostlist_noslots_folded(),
         ));
-        match write_hostfile(topo, &std::env::temp_dir()) {
+        let file = match dir {
+            Ok(dir) => write_hostfile(topo, dir).map_err(|e| format!("in {}: {e}", dir.display())),
+            Err(why) => Err(format!("(no directory for it: {why})")),
+        };
+        match file {
             Ok(path) => vars.push((
                 HOSTFILE_VAR.to_string(),
                 path.to_string_lossy().into_owned(),
             )),
-            Err(e) => tracing::warn!(
-                "cannot write the hostfile of {} nodes: {e}; {HOSTFILE_VAR} is not set",
-                topo.nodes.len()
-            ),
+            Err(e) => {
+                warning = Some(format!(
+                    "cannot write the hostfile of {} nodes {e}; {HOSTFILE_VAR} is not set",
+                    topo.nodes.len(),
+                ));
+            }
         }
     }
-    vars
+    (vars, warning)
 }
 
 /// Every variable name this module may set, the wire's included.
@@ -99,43 +121,88 @@ pub(crate) const NAMES: [&str; 4] = [
     FOLDED_VAR,
 ];
 
-/// [`WireCache::expand_wire`] without a cache.
+/// [`WireCache::expand_wire`] without a cache, writing in the system's
+/// temporary directory.
 #[cfg(test)]
 pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String> {
-    WireCache::default().expand_wire(env)
+    WireCache::new(Ok(std::env::temp_dir())).expand_wire(env)
+}
+
+/// Makes an agent's own directory for its hostfiles: mode 0700, under an
+/// unpredictable name, in `$XDG_RUNTIME_DIR` when it is set (a directory of
+/// this user's), else in the system's temporary directory. The agent
+/// removes it when it ends (its group keeper, if it is killed).
+pub(crate) fn private_dir(env: &crate::environ::EnvMap) -> Result<PathBuf, String> {
+    let base = env
+        .get("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| {
+            std::fs::metadata(dir)
+                .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw())
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("multinode-agent-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&base)
+        .map_err(|e| match std::fs::metadata(&base) {
+            // Said of the place itself rather than of the random name tried.
+            Err(why) => format!("{}: {why}", base.display()),
+            Ok(_) => e.to_string(),
+        })?;
+    Ok(dir.keep())
 }
 
 /// An agent's last expansion of [`FOLDED_VAR`]: every command of a job
 /// sends the same folded list, and expanding it (parsing, writing out both
 /// lists) was ~5% of an agent's CPU a command at 100 nodes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WireCache {
     /// The folded list, and its variables written out.
     last: std::sync::Mutex<Option<(String, Vars)>>,
+    /// Where hostfiles are written ([`private_dir`]), or why there is no such place.
+    dir: Result<PathBuf, String>,
 }
 
 /// Variables, shared between the commands that get them.
 type Vars = Arc<[(String, String)]>;
 
 impl WireCache {
+    /// `dir`: where to write hostfiles, or why there is no such place (a
+    /// command that needs one is told so).
+    pub(crate) fn new(dir: Result<PathBuf, String>) -> Self {
+        WireCache {
+            last: std::sync::Mutex::new(None),
+            dir,
+        }
+    }
+
+    /// The directory of the hostfiles, if there is one.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref().ok()
+    }
+
     /// Replaces [`FOLDED_VAR`] in a request's variables by the lists as
-    /// [`Lists::new`] writes them; returns a message when the value is not a
-    /// hostlist (the variable is then dropped). From the cache when `env`
-    /// holds the folded list expanded last (and, past [`FULL_LIMIT`], its
-    /// hostfile is still there).
+    /// [`Lists::new`] writes them; returns a message for the command when the
+    /// value is not a hostlist (the variable is then dropped) or its hostfile
+    /// cannot be written (the lists are set, [`HOSTFILE_VAR`] is not). From
+    /// the cache when `env` holds the folded list expanded last (and, past
+    /// [`FULL_LIMIT`], its hostfile is still there).
     pub(crate) fn expand_wire(&self, env: &mut Vec<(String, String)>) -> Result<(), String> {
         let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
             return Ok(());
         };
         let (_, folded) = env.remove(at);
-        let vars = self.vars(folded)?;
+        let (vars, warning) = self.vars(folded)?;
         env.retain(|(k, _)| !NAMES.contains(&k.as_str()));
         let at = at.min(env.len());
         env.splice(at..at, vars.iter().cloned());
-        Ok(())
+        warning.map_or(Ok(()), Err)
     }
 
-    fn vars(&self, folded: String) -> Result<Vars, String> {
+    /// The variables of `folded`, and a warning when its hostfile could not
+    /// be written (such variables are not kept: the next command tries again).
+    fn vars(&self, folded: String) -> Result<(Vars, Option<String>), String> {
         let mut last = self
             .last
             .lock()
@@ -146,20 +213,28 @@ impl WireCache {
                 .iter()
                 .all(|(k, v)| k != HOSTFILE_VAR || Path::new(v).is_file())
         {
-            return Ok(vars.clone());
+            return Ok((vars.clone(), None));
         }
         let topo = Topology::from_hostlist(&folded, FOLDED_VAR)
             .map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
-        let vars: Vars = Lists::new(&topo).vars(&topo).into();
-        *last = Some((folded, vars.clone()));
-        Ok(vars)
+        let lists = Lists::new(&topo);
+        let dir = self.dir.as_deref().map_err(String::as_str);
+        let (vars, warning) = written(&topo, &lists.folded, dir);
+        let vars: Vars = vars.into();
+        if warning.is_none() {
+            *last = Some((folded, vars.clone()));
+        }
+        Ok((vars, warning))
     }
 }
 
 /// Writes `host slots=N` lines for every node into `dir`, under a name made
 /// of this user's id and a digest of the content, and returns its path. A
 /// file of that name already there is used when it is this user's and holds
-/// the same text; otherwise it is replaced (through a new file and a rename).
+/// the same text. Otherwise a new file (mode 0600, an unpredictable name,
+/// never through a link) takes that name; where it cannot (another user's
+/// entry in a shared directory), it keeps its own name: something planted
+/// at either name never leaves the job without a hostfile.
 fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
     let mut text = String::with_capacity(topo.nodes.len() * 24);
     for node in &topo.nodes {
@@ -170,8 +245,9 @@ fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
     }
     let digest = Sha256::digest(text.as_bytes());
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let uid = nix::unistd::getuid().as_raw();
-    let path = dir.join(format!("multinode-hosts-{uid}-{hex}"));
+    let uid = nix::unistd::geteuid().as_raw();
+    let name = format!("multinode-hosts-{uid}-{hex}");
+    let path = dir.join(&name);
     if let Ok(meta) = std::fs::symlink_metadata(&path)
         && meta.is_file()
         && meta.uid() == uid
@@ -179,21 +255,17 @@ fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
     {
         return Ok(path);
     }
-    let tmp = dir.join(format!(
-        "multinode-hosts-{uid}-{hex}.{}.tmp",
-        std::process::id()
-    ));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("{name}."))
+        .tempfile_in(dir)?;
+    file.write_all(text.as_bytes())?;
+    match file.persist(&path) {
+        Ok(_) => Ok(path),
+        Err(e) => {
+            let (_, kept) = e.file.keep().map_err(|e| e.error)?;
+            Ok(kept)
+        }
     }
-    written.map(|()| path)
 }
 
 #[cfg(test)]
@@ -266,18 +338,82 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_planted_at_the_final_name_leaves_the_file_at_its_own_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = topo(3);
+        let path = write_hostfile(&t, dir.path()).expect("written");
+        std::fs::remove_file(&path).expect("removed");
+        // A directory there cannot be renamed over, nor used.
+        std::fs::create_dir(&path).expect("planted");
+        std::fs::write(path.join("x"), "").expect("not empty");
+        let kept = write_hostfile(&t, dir.path()).expect("written elsewhere");
+        assert_ne!(kept, path);
+        assert_eq!(kept.parent(), Some(dir.path()));
+        let meta = std::fs::symlink_metadata(&kept).expect("there");
+        assert!(meta.is_file());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read_to_string(&kept)
+                .expect("read")
+                .lines()
+                .count(),
+            3
+        );
+        // The temporary names are not predictable: two writes, two names.
+        let again = write_hostfile(&t, dir.path()).expect("written elsewhere");
+        assert_ne!(again, kept);
+    }
+
+    #[test]
+    fn without_a_directory_the_command_is_told_and_gets_the_lists() {
+        let cache = WireCache::new(Err("No such file or directory".into()));
+        let folded = "gpu-node-[00001-09000]:8".to_string();
+        for _ in 0..2 {
+            let mut env = vec![(FOLDED_VAR.to_string(), folded.clone())];
+            let warning = cache.expand_wire(&mut env).expect_err("told");
+            assert_eq!(
+                warning,
+                "cannot write the hostfile of 9000 nodes (no directory for it: No such file \
+                 or directory); MULTINODE_HOSTFILE is not set"
+            );
+            assert_eq!(get(&env, "MULTINODE_HOSTLIST"), Some(folded.as_str()));
+            assert_eq!(get(&env, HOSTFILE_VAR), None);
+        }
+    }
+
+    #[test]
+    fn an_agents_directory_is_its_own_and_private() {
+        let base = tempfile::tempdir().expect("tempdir");
+        let env = crate::topology::machine::fake::env(&[(
+            "XDG_RUNTIME_DIR",
+            base.path().to_str().expect("UTF-8"),
+        )]);
+        let (a, b) = (
+            private_dir(&env).expect("made"),
+            private_dir(&env).expect("made"),
+        );
+        assert_ne!(a, b);
+        for dir in [a, b] {
+            assert_eq!(dir.parent(), Some(base.path()));
+            let meta = std::fs::symlink_metadata(&dir).expect("there");
+            assert!(meta.is_dir());
+            assert_eq!(meta.mode() & 0o7777, 0o700);
+        }
+    }
+
+    #[test]
     fn an_agent_expands_a_folded_list_once_and_again_when_it_changes() {
-        let cache = WireCache::default();
+        let cache = WireCache::new(Ok(std::env::temp_dir()));
         let wire = |folded: &str| vec![(FOLDED_VAR.to_string(), folded.to_string())];
         let mut first = wire("gpu[01-03]:2");
         cache.expand_wire(&mut first).expect("expands");
-        let cached = cache.vars("gpu[01-03]:2".to_string()).expect("cached");
+        let (cached, _) = cache.vars("gpu[01-03]:2".to_string()).expect("cached");
         let mut again = wire("gpu[01-03]:2");
         cache.expand_wire(&mut again).expect("expands");
         assert_eq!(again, first);
         assert!(Arc::ptr_eq(
             &cached,
-            &cache.vars("gpu[01-03]:2".to_string()).expect("cached")
+            &cache.vars("gpu[01-03]:2".to_string()).expect("cached").0
         ));
         let mut other = wire("gpu[01-02]:2");
         cache.expand_wire(&mut other).expect("expands");
@@ -292,7 +428,8 @@ mod tests {
 
     #[test]
     fn a_cached_hostfile_that_was_removed_is_written_again() {
-        let cache = WireCache::default();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = WireCache::new(Ok(dir.path().to_path_buf()));
         let folded = Topology::from_hostlist("gpu-node-[00001-09000]:8", "test")
             .expect("parses")
             .hostlist_folded();
