@@ -56,6 +56,15 @@ pub(crate) fn start_agent(
     agent
 }
 
+/// An agent on a fresh loopback address with `args`, its log in a
+/// temporary directory (kept as long as the first value is).
+fn agent_with_log(args: &[&str]) -> (tempfile::TempDir, PathBuf, Agent) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = start_agent(&fresh_loopback(), args, &[], None, &log);
+    (dir, log, agent)
+}
+
 fn log_text(log: &Path) -> String {
     String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned()
 }
@@ -148,15 +157,7 @@ fn kexinit() -> Vec<u8> {
 
 #[test]
 fn an_ignore_packet_holder_is_closed_at_the_login_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
     let start = Instant::now();
     let mut stream = TcpStream::connect(agent.addr()).unwrap();
     stream.write_all(b"SSH-2.0-x\r\n").unwrap();
@@ -184,15 +185,7 @@ fn an_ignore_packet_holder_is_closed_at_the_login_deadline() {
 
 #[test]
 fn a_stalled_key_exchange_is_closed_at_the_login_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, _log, agent) = agent_with_log(&["--login-timeout", "2"]);
     let start = Instant::now();
     let mut stream = TcpStream::connect(agent.addr()).unwrap();
     stream.write_all(b"SSH-2.0-x\r\n").unwrap();
@@ -212,9 +205,12 @@ fn a_stalled_key_exchange_is_closed_at_the_login_deadline() {
     );
 }
 
-/// A job key encrypted with a passphrase that an askpass program gives
-/// after `delay`: OpenSSH offers the key at once, and signs with it only then.
-fn slow_key(dir: &Path, delay: &str) -> (PathBuf, PathBuf, PathBuf) {
+/// OpenSSH's `ssh` into `agent` running `remote`, with the job's key
+/// encrypted with a passphrase that an askpass program gives after `delay`
+/// seconds: ssh offers the key at once, and signs with it only then.
+/// `DIR/asked` appears when the passphrase is asked for. ssh runs in its
+/// own process group, its stderr piped.
+fn slow_ssh(dir: &Path, agent: &Agent, delay: &str, remote: &[&OsStr]) -> std::process::Child {
     let key = dir.join("id_job");
     let keygen = cmd(&multinode())
         .args(["keygen", "--known-hosts", "-o"])
@@ -233,29 +229,16 @@ fn slow_key(dir: &Path, delay: &str) -> (PathBuf, PathBuf, PathBuf) {
     let askpass = dir.join("askpass");
     std::fs::write(
         &askpass,
-        format!("#!/bin/sh\nsleep {delay}\necho slow-passphrase\n"),
+        format!(
+            "#!/bin/sh\ntouch '{}'\nsleep {delay}\necho slow-passphrase\n",
+            dir.join("asked").display()
+        ),
     )
     .unwrap();
     let mut perms = std::fs::metadata(&askpass).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&askpass, perms).unwrap();
-    (key, known_hosts, askpass)
-}
-
-#[test]
-fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
-    let (key, known_hosts, askpass) = slow_key(dir.path(), "4");
-    let marker = dir.path().join("ran");
-    let mut ssh = Command::new("ssh")
+    Command::new("ssh")
         .arg("-i")
         .arg(&key)
         .args([
@@ -268,8 +251,8 @@ fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
         ])
         .arg("-o")
         .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-        .args([&agent.host, "touch"])
-        .arg(&marker)
+        .arg(&agent.host)
+        .args(remote)
         .env("SSH_ASKPASS", &askpass)
         .env("SSH_ASKPASS_REQUIRE", "force")
         .env("DISPLAY", ":0")
@@ -278,18 +261,34 @@ fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .expect("ssh (Debian package openssh-client)");
-    let start = Instant::now();
-    let ended = eventually(Duration::from_secs(20), || {
-        matches!(ssh.try_wait(), Ok(Some(_)))
-    });
+        .expect("ssh (Debian package openssh-client)")
+}
+
+/// Waits up to `limit` for `ssh` to end, else ends its group: whether it
+/// ended by itself, and its output.
+fn ssh_ended(mut ssh: std::process::Child, limit: Duration) -> (bool, std::process::Output) {
+    let ended = eventually(limit, || matches!(ssh.try_wait(), Ok(Some(_))));
     if !ended {
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(ssh.id() as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    let out = ssh.wait_with_output().unwrap();
+    (ended, ssh.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
+    let (dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
+    let marker = dir.path().join("ran");
+    let ssh = slow_ssh(
+        dir.path(),
+        &agent,
+        "4",
+        &["touch".as_ref(), marker.as_os_str()],
+    );
+    let start = Instant::now();
+    let (ended, out) = ssh_ended(ssh, Duration::from_secs(20));
     assert!(ended, "ssh hangs after logging in past the deadline");
     assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
     assert!(
@@ -326,6 +325,91 @@ fn room_for_sockets(n: u64) {
     }
 }
 
+/// Connections that send the SSH banner and then nothing, as an attacker
+/// holds them, and what the agent did with each: served (its banner came)
+/// or closed.
+struct Stalled {
+    socks: Vec<TcpStream>,
+    served: Vec<bool>,
+    closed: Vec<bool>,
+}
+
+impl Stalled {
+    fn open(from: &str, to: SocketAddr, n: usize) -> Stalled {
+        let socks: Vec<_> = (0..n)
+            .map(|_| {
+                let mut s = connect_from(from, to)
+                    .unwrap_or_else(|e| panic!("connecting from {from} to {to}: {e}"));
+                let _ = s.write_all(b"SSH-2.0-x\r\n");
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect();
+        Stalled {
+            served: vec![false; socks.len()],
+            closed: vec![false; socks.len()],
+            socks,
+        }
+    }
+
+    /// Reads what the agent sent each socket.
+    fn poll(&mut self) {
+        let mut buf = [0u8; 4096];
+        for (i, s) in self.socks.iter_mut().enumerate() {
+            while !self.closed[i] {
+                match s.read(&mut buf) {
+                    Ok(0) => self.closed[i] = true,
+                    Ok(_) => self.served[i] = true,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => self.closed[i] = true,
+                }
+            }
+        }
+    }
+
+    /// Waits until the agent has served or closed every socket.
+    fn settle(&mut self, limit: Duration) {
+        let settled = eventually(limit, || {
+            self.poll();
+            (0..self.socks.len()).all(|i| self.served[i] || self.closed[i])
+        });
+        assert!(settled, "the agent took none of some connections");
+    }
+
+    /// Connections the agent served and still holds open.
+    fn held(&mut self) -> usize {
+        self.poll();
+        (0..self.socks.len())
+            .filter(|&i| self.served[i] && !self.closed[i])
+            .count()
+    }
+
+    fn closed(&mut self) -> usize {
+        self.poll();
+        self.closed.iter().filter(|&&c| c).count()
+    }
+}
+
+/// The job's client, `mn-ssh HOST echo served` from 127.0.0.1 (the source
+/// the kernel picks for a loopback destination), logs in and runs within
+/// `limit` while `during` goes on.
+fn job_client_is_served(agent: &Agent, during: &str, limit: Duration) {
+    let start = Instant::now();
+    let out = cmd(&mn_ssh())
+        .args(["-o", "ConnectTimeout=10", &agent.host, "echo served"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(
+        (out.status.code(), stdout(&out).as_str()),
+        (Some(0), "served\n"),
+        "{during}: {}",
+        stderr(&out)
+    );
+    assert!(took < limit, "{during}: mn-ssh took {took:?}");
+}
+
 #[test]
 fn a_flood_of_stalled_connections_from_one_address_leaves_others_served() {
     const FLOOD: usize = 2000;
@@ -336,110 +420,129 @@ fn a_flood_of_stalled_connections_from_one_address_leaves_others_served() {
     // per source, the flood takes them all.
     let agent = start_agent(&fresh_loopback(), &[], &[], Some(1024), &log);
     let attacker = fresh_loopback();
-    let mut flood = Vec::with_capacity(FLOOD);
-    for _ in 0..FLOOD {
-        match connect_from(&attacker, agent.addr()) {
-            Ok(mut s) => {
-                let _ = s.write_all(b"SSH-2.0-x\r\n");
-                s.set_nonblocking(true).unwrap();
-                flood.push(s);
-            }
-            Err(e) => panic!("connecting the flood from {attacker}: {e}"),
-        }
-    }
-    // Wait until the agent has taken each flood connection: served (its
-    // banner arrived) or closed at once.
-    let mut served = vec![false; FLOOD];
-    let mut closed = vec![false; FLOOD];
-    eventually(Duration::from_secs(30), || {
-        let mut buf = [0u8; 4096];
-        for (i, s) in flood.iter_mut().enumerate() {
-            if closed[i] {
-                continue;
-            }
-            match s.read(&mut buf) {
-                Ok(0) => closed[i] = true,
-                Ok(_) => served[i] = true,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(_) => closed[i] = true,
-            }
-        }
-        (0..FLOOD).all(|i| served[i] || closed[i])
-    });
-    let held = (0..FLOOD).filter(|&i| served[i] && !closed[i]).count();
+    let mut flood = Stalled::open(&attacker, agent.addr(), FLOOD);
+    flood.settle(Duration::from_secs(30));
     // A legitimate client from another address (127.0.0.1) logs in, runs, and is out within 1 s.
-    let start = Instant::now();
-    let out = cmd(&mn_ssh())
-        .args(["-o", "ConnectTimeout=10", &agent.host, "echo served"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let took = start.elapsed();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "served\n");
+    job_client_is_served(
+        &agent,
+        &format!("a flood of {FLOOD} from {attacker}"),
+        Duration::from_secs(1),
+    );
+    // The oldest of the flood are closed as newer ones come: 64 are left.
     assert!(
-        took < Duration::from_secs(1),
-        "mn-ssh took {took:?} against a flood of {FLOOD} from {attacker} ({held} held)"
+        eventually(Duration::from_secs(5), || flood.held() <= 64),
+        "{} flood connections held (per-source limit 64)",
+        flood.held()
     );
     assert!(
-        held <= 64,
-        "{held} flood connections held (per-source limit 64)"
-    );
-    assert!(
-        log_text(&log).contains(&format!("refusing connections from {attacker}")),
+        log_text(&log).contains(&format!(
+            "64 connections from {attacker} have not logged in: closing the oldest"
+        )),
         "{}",
         log_text(&log)
     );
-    drop(flood);
 }
 
+/// Issue 32, point 1: 50 connections from the job client's own address
+/// that never logged in, cut at the deadline, made the agent refuse that
+/// address for 8 minutes, the job's `mn-ssh` with it; 64 held open refused
+/// it at once. Now the address is penalized with a short deadline, and the
+/// oldest connection not logged in makes room for the client.
 #[test]
-fn a_source_that_keeps_failing_is_refused_for_a_while_and_others_are_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "1"],
-        &[],
-        None,
-        &log,
-    );
-    let bad = fresh_loopback();
-    // Two connections that run out of time: 2 x 10 s of penalty, past the 15 s threshold.
-    let stalled: Vec<_> = (0..2)
-        .map(|_| connect_from(&bad, agent.addr()).unwrap())
-        .collect();
-    let start = Instant::now();
-    for s in stalled {
-        assert!(
-            held_until_closed(
-                s,
-                start,
-                &[],
-                Duration::from_secs(3600),
-                Duration::from_secs(15)
-            )
-            .is_some()
-        );
-    }
-    // The penalized source is closed before the agent sends its banner...
-    let banner = |from: &str| {
-        let mut s = connect_from(from, agent.addr()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut buf = [0u8; 8];
-        let n = s.read(&mut buf).unwrap_or(0);
-        buf[..n].starts_with(b"SSH-2.0")
-    };
+fn connections_that_never_log_in_from_the_clients_own_address_do_not_keep_it_out() {
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
+    let own = "127.0.0.1";
+    let mut cut = Stalled::open(own, agent.addr(), 50);
     assert!(
-        eventually(Duration::from_secs(5), || !banner(&bad)),
-        "a penalized source still gets the SSH banner"
+        eventually(Duration::from_secs(15), || cut.closed() == 50),
+        "cut at the 2 s deadline: {} of 50",
+        cut.closed()
     );
-    // ...while another source is served.
-    assert!(banner(&fresh_loopback()));
+    job_client_is_served(
+        &agent,
+        "after 50 cut at the deadline",
+        Duration::from_secs(3),
+    );
     assert!(
-        log_text(&log).contains(&format!("refusing connections from {bad}")),
+        eventually(Duration::from_secs(5), || log_text(&log)
+            .contains(&format!("{own} penalized for"))),
         "{}",
         log_text(&log)
+    );
+    // 64 more held open from the same address, its limit.
+    let mut held = Stalled::open(own, agent.addr(), 64);
+    held.settle(Duration::from_secs(10));
+    job_client_is_served(&agent, "64 held from its address", Duration::from_secs(3));
+    // It came from the same address: the oldest held one made room.
+    assert!(
+        log_text(&log).contains("from this address (64, its limit)"),
+        "{}",
+        log_text(&log)
+    );
+}
+
+/// Issue 32, point 2: 4 addresses x 64 connections that never log in took
+/// every one of the 256 slots, and the job's client was refused at once;
+/// closing them just before the deadline cost nothing.
+#[test]
+fn four_addresses_holding_every_slot_do_not_keep_the_job_client_out() {
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "4", "-v"]);
+    let start = Instant::now();
+    let attackers = fresh_loopbacks(4);
+    let mut held: Vec<_> = attackers
+        .iter()
+        .map(|from| Stalled::open(from, agent.addr(), 64))
+        .collect();
+    for h in &mut held {
+        h.settle(Duration::from_secs(10));
+    }
+    job_client_is_served(&agent, "256 held by 4 addresses", Duration::from_secs(3));
+    assert!(
+        log_text(&log).contains("too many connections not logged in (256, the limit"),
+        "{}",
+        log_text(&log)
+    );
+    // Closed just before the 4 s deadline: each costs its source nearly
+    // the deadline's penalty.
+    let before = Duration::from_millis(3400);
+    assert!(
+        start.elapsed() < before,
+        "the set-up took {:?}",
+        start.elapsed()
+    );
+    std::thread::sleep(before - start.elapsed());
+    drop(held);
+    for from in &attackers {
+        assert!(
+            eventually(Duration::from_secs(5), || log_text(&log)
+                .contains(&format!("{from} penalized for"))),
+            "{from} closed its connections before the deadline at no cost: {}",
+            log_text(&log)
+        );
+    }
+}
+
+/// A client closed to make room is told why: OpenSSH's `ssh`, waiting 3 s
+/// for its key's passphrase, when 64 connections from its address come (it
+/// reads the reason once the passphrase is in).
+#[test]
+fn a_client_closed_to_make_room_is_told_why() {
+    let (dir, log, agent) = agent_with_log(&["-v"]);
+    let ssh = slow_ssh(dir.path(), &agent, "3", &["true".as_ref()]);
+    let asked = dir.path().join("asked");
+    assert!(
+        eventually(Duration::from_secs(10), || asked.exists()),
+        "ssh never asked for the passphrase"
+    );
+    let mut flood = Stalled::open("127.0.0.1", agent.addr(), 64);
+    flood.settle(Duration::from_secs(10));
+    let (ended, out) = ssh_ended(ssh, Duration::from_secs(10));
+    assert!(ended, "ssh was not closed to make room: {}", log_text(&log));
+    assert!(
+        stderr(&out)
+            .contains("too many connections not logged in from this address (64, its limit)"),
+        "{}",
+        stderr(&out)
     );
 }
 
@@ -461,9 +564,7 @@ fn wrong_keys(dir: &Path, n: usize) -> Vec<PathBuf> {
 
 #[test]
 fn wrong_keys_are_logged_at_v_and_limited_per_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(&fresh_loopback(), &["-v"], &[], None, &log);
+    let (dir, log, agent) = agent_with_log(&["-v"]);
     let keys = wrong_keys(dir.path(), 8);
     let mut ssh = Command::new("ssh");
     ssh.args([
@@ -532,15 +633,7 @@ impl russh::client::Handler for AnyHost {
 fn none_requests_then_silence_are_refused_and_closed_at_the_deadline_without_a_panic() {
     use multinode::keys::{JobKeys, Secret};
     use russh::client::AuthResult;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
     let keys = JobKeys::derive(&Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let start = Instant::now();
