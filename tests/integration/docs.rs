@@ -194,3 +194,63 @@ fn the_head_scale_bench_runs() {
         .collect();
     assert!(left.is_empty(), "agents left: {left:?}");
 }
+
+/// The README's test command sets up what it needs: tests/install-deps.sh
+/// (which tests/run-all.sh runs before `cargo nextest`) installs
+/// cargo-nextest with `cargo install --locked cargo-nextest` when `cargo
+/// nextest` is missing, and leaves it alone when it is there. Stand-ins for
+/// `cargo`, `dpkg-query` (every package installed) and `py-spy` record
+/// what the script asks.
+#[test]
+fn install_deps_builds_cargo_nextest_only_when_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run_all = std::fs::read_to_string(root.join("tests/run-all.sh")).expect("run-all.sh");
+    let (deps, nextest) = (
+        run_all
+            .find("tests/install-deps.sh\n")
+            .expect("runs install-deps.sh"),
+        run_all
+            .find("cargo nextest run")
+            .expect("runs cargo nextest"),
+    );
+    assert!(deps < nextest, "{run_all}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let calls = dir.path().join("calls");
+    let stand_in = |name: &str, body: &str| {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    stand_in("dpkg-query", "echo 'install ok installed'");
+    stand_in("py-spy", "exit 0");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").expect("PATH"));
+    for (has_nextest, want) in [
+        (false, "nextest --version\ninstall --locked cargo-nextest\n"),
+        (true, "nextest --version\n"),
+    ] {
+        std::fs::write(&calls, "").expect("reset");
+        stand_in(
+            "cargo",
+            &format!(
+                "echo \"$*\" >> '{}'\n[ \"$1\" = nextest ] && exit {}\nexit 0",
+                calls.display(),
+                if has_nextest { 0 } else { 1 }
+            ),
+        );
+        let out = std::process::Command::new(root.join("tests/install-deps.sh"))
+            .env("PATH", &path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert_eq!(
+            std::fs::read_to_string(&calls).expect("calls"),
+            want,
+            "{text}"
+        );
+    }
+}
