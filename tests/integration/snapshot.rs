@@ -276,6 +276,96 @@ fn ps_names_the_rank_blocked_in_a_socket_read_and_folds_the_spinners() {
     );
 }
 
+/// The hang of a real GPU run, with torch's frames where torch 2.11 has
+/// them (py-spy's stacks of that run: rank 1 `synchronize
+/// (torch/cuda/__init__.py) <- spin_forever <- main`, rank 0 `all_reduce
+/// (torch/distributed/distributed_c10d.py) <- _exception_logger.<locals>.wrapper
+/// (torch/distributed/c10d_logger.py) <- main`): a stand-in `torch` whose
+/// `synchronize` spins as a host thread waiting for a busy GPU does, and
+/// whose `all_reduce` waits for a peer that never sends, as gloo's does.
+/// Neither prints anything, as neither does in torch.
+const TORCH_STAND_IN: &[(&str, &str)] = &[
+    ("torch/__init__.py", "from . import cuda, distributed\n"),
+    (
+        "torch/cuda/__init__.py",
+        "def synchronize(device=None):\n    while True:\n        pass\n",
+    ),
+    (
+        "torch/distributed/__init__.py",
+        "from .distributed_c10d import all_reduce\n",
+    ),
+    (
+        "torch/distributed/c10d_logger.py",
+        "import functools\n\n\ndef _exception_logger(func):\n    @functools.wraps(func)\n    def wrapper(*args, **kwargs):\n        return func(*args, **kwargs)\n\n    return wrapper\n",
+    ),
+    (
+        "torch/distributed/distributed_c10d.py",
+        "import socket\n\nfrom .c10d_logger import _exception_logger\n\n_peer, _ = socket.socketpair()\n\n\n@_exception_logger\ndef all_reduce(tensor, op=None, group=None, async_op=False):\n    return _peer.recv(1)\n",
+    ),
+    (
+        "spin.py",
+        "import os\n\nimport torch\nimport torch.distributed as dist\n\n\ndef spin_forever():\n    while True:\n        torch.cuda.synchronize()\n\n\ndef main():\n    if int(os.environ[\"RANK\"]) == 1:\n        spin_forever()\n    dist.all_reduce(None)\n\n\nmain()\n",
+    ),
+];
+
+/// Writes the stand-in torch and `spin.py` under `dir`; returns `spin.py`.
+fn write_torch_stand_in(dir: &Path) -> PathBuf {
+    for (path, text) in TORCH_STAND_IN {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    dir.join("spin.py")
+}
+
+#[test]
+fn of_two_ranks_the_one_in_synchronize_comes_before_the_one_in_all_reduce() {
+    let dir = tempfile::tempdir().unwrap();
+    let spin = write_torch_stand_in(dir.path());
+    let path = format!(
+        "{}:{}:{}",
+        multinode().parent().unwrap().display(),
+        py_spy_dir().display(),
+        std::env::var("PATH").unwrap()
+    );
+    // The program takes no arguments; these two are ignored.
+    let job = Job::start(2, 29945, &spin, "gpu", 1, &path);
+    let doc = job.ps_until(|doc| {
+        doc["snapshots"].as_array().unwrap().iter().all(|s| {
+            s["processes"].as_array().unwrap().iter().any(|p| {
+                p["stack"][0]["function"] == "synchronize"
+                    || p["stack"][0]["function"] == "all_reduce"
+            })
+        })
+    });
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{doc:#}");
+    assert_eq!(groups[0]["ranks"], "1", "{doc:#}");
+    assert_eq!(groups[0]["odd"], true);
+    assert_eq!(
+        groups[0]["summary"], "python3 running in synchronize <- spin_forever <- main",
+        "{doc:#}"
+    );
+    assert_eq!(groups[1]["ranks"], "0");
+    assert_eq!(
+        groups[1]["summary"],
+        "python3 sleeping in all_reduce <- _exception_logger.<locals>.wrapper <- main"
+    );
+    let out = job.ps("table");
+    let table = stdout(&out);
+    assert!(
+        table.starts_with(&format!(
+            "rank 1 ({}): python3 running in synchronize <- spin_forever <- main; the others, rank 0 ({}): ",
+            job.hosts[1], job.hosts[0]
+        )),
+        "{table}"
+    );
+    assert!(
+        table.contains("        synchronize (torch/cuda/__init__.py:"),
+        "{table}"
+    );
+}
+
 #[test]
 fn without_py_spy_the_wait_channel_names_the_rank_asleep_outside_the_collective() {
     let dir = tempfile::tempdir().unwrap();
