@@ -10,7 +10,7 @@
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use russh::keys::ssh_key::LineEnding;
 use russh::keys::ssh_key::private::Ed25519Keypair;
@@ -157,11 +157,15 @@ pub fn cmd_keygen(
         .client
         .to_openssh(LineEnding::LF)
         .map_err(|e| Error::Failed(format!("cannot encode the client key: {e}")))?;
-    write_private(output, private.as_bytes())?;
+    write_new(output, private.as_bytes(), 0o600)?;
     let public = openssh_public(keys.client_public(), "multinode-client")?;
-    let pub_path = PathBuf::from(format!("{}.pub", output.display()));
-    fs::write(&pub_path, format!("{public}\n"))
-        .map_err(|e| Error::Failed(format!("cannot write {}: {e}", pub_path.display())))?;
+    let mut pub_path = output.as_os_str().to_owned();
+    pub_path.push(".pub");
+    write_new(
+        Path::new(&pub_path),
+        format!("{public}\n").as_bytes(),
+        0o644,
+    )?;
     if known_hosts {
         let line = format!(
             "* {}\n",
@@ -180,15 +184,18 @@ pub fn openssh_public(key: &PublicKey, comment: &str) -> Result<String, Error> {
         .map_err(|e| Error::Failed(format!("cannot encode a public key: {e}")))
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+/// Writes `bytes` to a new file at `path` with `mode`, replacing what is there.
+/// Replace rather than truncate: an existing file with loose permissions never
+/// holds the key for a moment, and a link planted at `path` (by another user,
+/// in a shared directory) is removed, never followed: `O_EXCL` refuses to
+/// create through one.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Error> {
     let fail = |e: std::io::Error| Error::Failed(format!("cannot write {}: {e}", path.display()));
-    // Replace rather than truncate, so an existing file with loose permissions
-    // never holds the key for a moment.
     let _ = fs::remove_file(path);
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(mode)
         .open(path)
         .map_err(fail)?;
     file.write_all(bytes).map_err(fail)

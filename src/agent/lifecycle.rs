@@ -30,6 +30,10 @@ use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target
 const RETRY: Duration = Duration::from_millis(250);
 /// One attempt's limit.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a head still waiting for workers says which, on stderr.
+const WAITING_REPORT_EVERY: Duration = Duration::from_secs(10);
+/// A waiting report names this many workers in full; the others by rank.
+const WAITING_REPORT_NAMES: usize = 8;
 /// One release's limit when the head gives up before the job.
 const RELEASE_ON_GIVE_UP: Duration = Duration::from_secs(2);
 /// After a signal was passed to JOB, how long past the grace period the rest
@@ -172,8 +176,62 @@ enum NotReady {
     Rejected(String),
 }
 
+/// The workers not answered yet, by rank: their address and the last error
+/// seen (`None`: no attempt has failed yet).
+#[derive(Default)]
+struct Waiting(std::sync::Mutex<std::collections::BTreeMap<usize, (Target, Option<String>)>>);
+
+impl Waiting {
+    fn map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<usize, (Target, Option<String>)>>
+    {
+        self.0.lock().expect("not poisoned: no panics while held")
+    }
+
+    fn failed(&self, rank: usize, error: &str) {
+        if let Some((_, last)) = self.map().get_mut(&rank) {
+            *last = Some(error.to_string());
+        }
+    }
+
+    /// The line a head still waiting prints: which workers, where, and why
+    /// not yet (as torchrun's rendezvous says what it waits for).
+    fn report(&self, workers: usize, waited: Duration, limit: Duration) -> String {
+        let map = self.map();
+        let mut named = map
+            .iter()
+            .take(WAITING_REPORT_NAMES)
+            .map(|(rank, (target, last))| {
+                let why = last.as_deref().unwrap_or("no answer yet");
+                format!("rank {rank} {target} ({why})")
+            })
+            .collect::<Vec<_>>();
+        let rest = map
+            .keys()
+            .skip(WAITING_REPORT_NAMES)
+            .copied()
+            .collect::<Vec<_>>();
+        if !rest.is_empty() {
+            named.push(format!(
+                "and {} more (ranks {})",
+                rest.len(),
+                crate::topology::nodeset::fold_ranks(&rest)
+            ));
+        }
+        format!(
+            "multinode: waiting for {} of {workers} workers ({:.0} s of {:.0} s): {}\n",
+            map.len(),
+            waited.as_secs_f64(),
+            limit.as_secs_f64(),
+            named.join("; ")
+        )
+    }
+}
+
 /// Pings every worker until it answers as the rank it should be. A worker
-/// that rejects this job ends the wait at once.
+/// that rejects this job ends the wait at once. While it waits, every
+/// [`WAITING_REPORT_EVERY`] it says on stderr which workers it waits for.
 /// With `keep`, the connections of the workers that answered are kept there.
 async fn wait_for_workers(
     job: &Job,
@@ -181,14 +239,18 @@ async fn wait_for_workers(
     limit: Duration,
     keep: Option<Arc<Pool>>,
 ) -> Result<(), Error> {
-    let deadline = tokio::time::Instant::now() + limit;
+    let started = tokio::time::Instant::now();
+    let deadline = started + limit;
+    let waiting = Arc::new(Waiting::default());
     let mut tasks = tokio::task::JoinSet::new();
     for rank in 1..job.topology.nodes.len() {
         let target = target(job, rank);
+        waiting.map().insert(rank, (target.clone(), None));
         let connector = connector.clone();
         let keep = keep.clone();
+        let waiting = waiting.clone();
         tasks.spawn(async move {
-            let result = match probe(&connector, &target, rank, deadline).await {
+            let result = match probe(&connector, &target, rank, deadline, &waiting).await {
                 Ok(conn) => {
                     match keep {
                         Some(pool) => pool.keep(&target, conn).await,
@@ -201,13 +263,29 @@ async fn wait_for_workers(
             (rank, target, result)
         });
     }
+    let workers = job.topology.nodes.len() - 1;
+    let mut report = tokio::time::interval_at(started + WAITING_REPORT_EVERY, WAITING_REPORT_EVERY);
     let mut missing = Vec::new();
-    while let Some(done) = tasks.join_next().await {
+    loop {
+        let done = tokio::select! {
+            done = tasks.join_next() => match done {
+                Some(done) => done,
+                None => break,
+            },
+            at = report.tick() => {
+                // The error at the deadline says it all: no report just before it.
+                if at + RETRY < deadline {
+                    crate::stdio::eprint(&waiting.report(workers, at - started, limit));
+                }
+                continue;
+            }
+        };
         let (rank, target, result) = match done {
             Ok(done) => done,
             Err(e) if e.is_cancelled() => continue,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
+        waiting.map().remove(&rank);
         if let Err(why) = result {
             if matches!(why, NotReady::Rejected(_)) {
                 // The job cannot start: the others need not be waited for.
@@ -233,7 +311,6 @@ async fn wait_for_workers(
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let workers = job.topology.nodes.len() - 1;
     Err(Error::Connection(if rejected {
         format!(
             "{} of {workers} workers cannot join this job: {list}",
@@ -255,6 +332,7 @@ async fn probe(
     target: &Target,
     rank: usize,
     deadline: tokio::time::Instant,
+    waiting: &Waiting,
 ) -> Result<Connection, NotReady> {
     let mut last = None;
     loop {
@@ -287,6 +365,9 @@ async fn probe(
             Ok(Err(e)) if e.is_wrong_job() => return Err(NotReady::Rejected(e.to_string())),
             Ok(Err(e)) => last = Some(e.to_string()),
             Err(_) => {}
+        }
+        if let Some(e) = &last {
+            waiting.failed(rank, e);
         }
         if tokio::time::Instant::now() + RETRY >= deadline {
             return Err(NotReady::NoAnswer(
@@ -412,4 +493,52 @@ async fn follow_head(
 
 fn wrong_head(e: &ConnectError) -> Error {
     Error::Connection(format!("cannot follow the head: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(ranks: impl Iterator<Item = usize>) -> Waiting {
+        let waiting = Waiting::default();
+        for rank in ranks {
+            let target = Target {
+                host: format!("gpu{rank:02}"),
+                port: 29922,
+                user: "multinode".into(),
+            };
+            waiting.map().insert(rank, (target, None));
+        }
+        waiting
+    }
+
+    #[test]
+    fn the_waiting_report_names_each_worker_and_its_last_error() {
+        let board = waiting([1, 3].into_iter());
+        board.failed(
+            3,
+            "cannot connect to gpu03:29922: Connection refused (os error 111)",
+        );
+        board.failed(2, "a worker that answered is not reported");
+        assert_eq!(
+            board.report(3, Duration::from_secs(20), Duration::from_secs(120)),
+            "multinode: waiting for 2 of 3 workers (20 s of 120 s): rank 1 gpu01:29922 \
+             (no answer yet); rank 3 gpu03:29922 (cannot connect to gpu03:29922: \
+             Connection refused (os error 111))\n"
+        );
+    }
+
+    #[test]
+    fn the_waiting_report_folds_many_workers_into_ranks() {
+        let board = waiting((1..=100).filter(|r| *r != 50));
+        let line = board.report(100, Duration::from_secs(10), Duration::from_secs(120));
+        assert!(
+            line.ends_with("rank 8 gpu08:29922 (no answer yet); and 91 more (ranks 9-49,51-100)\n"),
+            "{line}"
+        );
+        assert!(
+            line.starts_with("multinode: waiting for 99 of 100 workers"),
+            "{line}"
+        );
+    }
 }

@@ -141,8 +141,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     let (grace, idle_timeout, wait_timeout) = (args.grace, args.idle_timeout, args.wait_timeout);
     let mux_socket = args.mux_socket.clone();
     let lost_after = crate::transport::client::lost_after(&env)?;
-    // The job's topology is only needed for the lifecycle; a plain agent serves alone.
+    // The job's topology is only needed for the lifecycle; a plain agent
+    // serves alone, but says at once that a topology it was given is broken
+    // (its commands would find out later, one by one).
     let job = if args.job.is_empty() {
+        crate::topology::check_topology(&args.topology.inputs(), &env)?;
         None
     } else {
         // The head may be starting too: wait for its name as long as it waits for us.

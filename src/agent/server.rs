@@ -186,9 +186,11 @@ async fn connection(
                 ),
             )
             .await;
-            let _ = tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await;
+            // A session is polled no more once it has ended: russh's
+            // `RunningSession` panics if it is ("called after complete").
+            let ended = tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await.is_ok();
             let _ = nix::sys::socket::shutdown(socket.as_raw_fd(), nix::sys::socket::Shutdown::Both);
-            if tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await.is_err() {
+            if !ended && tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await.is_err() {
                 warn!(%peer, "a session outlived the shutdown of its socket");
             }
         }

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::script::Script;
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
-use crate::transport::client::Connector;
+use crate::transport::client::{Connector, Target};
 use crate::transport::mux::MuxClient;
 
 /// What every node task shares.
@@ -34,6 +34,10 @@ pub(crate) struct RunCtx {
     pub connect_slots: Semaphore,
     /// The head agent's shared connections (inside `multinode agent -- JOB`).
     pub mux: Option<MuxClient>,
+    /// This machine's agent of the job, which the node run here is shown to
+    /// (`snapshot::gather::show_in_agent`): only when exec_all reaches
+    /// agents itself and no agent runs it already.
+    pub local_agent: Option<Target>,
 }
 
 /// How remote nodes are reached.

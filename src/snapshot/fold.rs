@@ -17,14 +17,9 @@ use crate::topology::nodeset::fold_ranks;
 /// How many Python frames, from the innermost, make a signature.
 pub(crate) const TOP_FRAMES: usize = 3;
 
-/// Frames of the collectives and waits every rank of a job spends time in:
-/// between groups of the same size, the one waiting here is the one waiting
-/// for the others, not the odd one. Waiting for the GPU counts: with NCCL a
-/// rank's Python thread waits for a collective where it synchronises
-/// (`torch.cuda.synchronize`, `.item()`), not in `all_reduce`.
+/// Frames of the named collectives: a rank here waits for the others, so
+/// between groups of the same size it is not the odd one.
 const COLLECTIVES: &[&str] = &[
-    "synchronize",
-    "_local_scalar_dense",
     "all_reduce",
     "allreduce",
     "all_gather",
@@ -37,6 +32,14 @@ const COLLECTIVES: &[&str] = &[
     "bcast",
     "monitored_barrier",
 ];
+
+/// Frames that wait for this rank's own GPU (`torch.cuda.synchronize`,
+/// `.item()`). Either a rank waiting for the others (with NCCL a collective
+/// runs on the GPU, and the Python thread waits for it here, not in
+/// `all_reduce`) or the rank the others wait for (its GPU busy, as in a
+/// CUDA loop): less a waiter than a rank in a named collective, more than
+/// one that waits for nothing.
+const GPU_WAITS: &[&str] = &["synchronize", "_local_scalar_dense"];
 
 const NO_SNAPSHOT: &str = "no snapshot: ";
 
@@ -123,14 +126,33 @@ pub(crate) fn signature(snap: &NodeSnapshot) -> String {
         .join("; ")
 }
 
-fn in_collective(summary: &str) -> bool {
+/// How surely a group waits for the others, from its summary: between
+/// groups of one size, the least sure comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Waiting {
+    /// Somewhere of its own: the suspect.
+    No,
+    /// Waits for its GPU: for a collective, or for its own kernels.
+    ForItsGpu,
+    /// In a named collective.
+    ForTheOthers,
+}
+
+fn waiting(summary: &str) -> Waiting {
     let s = summary.to_ascii_lowercase();
-    COLLECTIVES.iter().any(|c| s.contains(c))
+    if COLLECTIVES.iter().any(|c| s.contains(c)) {
+        Waiting::ForTheOthers
+    } else if GPU_WAITS.iter().any(|c| s.contains(c)) {
+        Waiting::ForItsGpu
+    } else {
+        Waiting::No
+    }
 }
 
 /// Folds the nodes by signature: the smallest groups first (the odd ones
-/// out); between groups of one size, those not waiting in a collective
-/// first; then by first rank. The last group is what most nodes do.
+/// out); between groups of one size, those waiting for nothing first, then
+/// those waiting for their GPU, then those in a named collective
+/// ([`Waiting`]); then by first rank. The last group is what most nodes do.
 pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Group> {
     let mut by_sig: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for s in snaps {
@@ -152,7 +174,7 @@ pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Group> {
         (
             g.rank_list.len(),
             !g.summary.starts_with(NO_SNAPSHOT),
-            in_collective(&g.summary),
+            waiting(&g.summary),
             g.rank_list[0],
         )
     });
@@ -274,6 +296,87 @@ mod tests {
         let groups = fold(&snaps);
         assert_eq!(groups[0].ranks, "1");
         assert!(groups[0].odd);
+    }
+
+    /// A Python worker with the stack py-spy gave (innermost first), each
+    /// frame `function (file)` as the real torch 2.11 run on an H200 showed.
+    fn real(rank: usize, state: &str, cpu: f64, stack: &[(&str, &str)]) -> NodeSnapshot {
+        let mut snap = node(rank, state, cpu, None, Some("futex_do_wait"));
+        snap.processes[1].stack = Some(
+            stack
+                .iter()
+                .map(|(function, file)| Frame {
+                    function: function.to_string(),
+                    file: file.to_string(),
+                    line: 1,
+                })
+                .collect(),
+        );
+        snap
+    }
+
+    const SPINNING: &[(&str, &str)] = &[
+        ("synchronize", "torch/cuda/__init__.py"),
+        ("spin_forever", "spin.py"),
+        ("main", "spin.py"),
+        ("<module>", "spin.py"),
+    ];
+    const IN_ALL_REDUCE: &[(&str, &str)] = &[
+        ("all_reduce", "torch/distributed/distributed_c10d.py"),
+        (
+            "_exception_logger.<locals>.wrapper",
+            "torch/distributed/c10d_logger.py",
+        ),
+        ("main", "spin.py"),
+        ("<module>", "spin.py"),
+    ];
+
+    #[test]
+    fn of_two_the_rank_in_synchronize_alone_is_the_suspect_not_the_one_in_all_reduce() {
+        // Rank 1 loops on its busy GPU; rank 0 waits for it in gloo's all_reduce.
+        let snaps = vec![
+            real(0, "S", 0.0, IN_ALL_REDUCE),
+            real(1, "R", 93.0, SPINNING),
+        ];
+        let groups = fold(&snaps);
+        let by_ranks: Vec<(&str, &str, bool)> = groups
+            .iter()
+            .map(|g| (g.ranks.as_str(), g.summary.as_str(), g.odd))
+            .collect();
+        assert_eq!(
+            by_ranks,
+            vec![
+                (
+                    "1",
+                    "python3 running in synchronize <- spin_forever <- main",
+                    true
+                ),
+                (
+                    "0",
+                    "python3 sleeping in all_reduce <- _exception_logger.<locals>.wrapper <- main",
+                    false
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn past_two_ranks_the_majority_decides_whatever_waits() {
+        // One rank in all_reduce against three in synchronize: the one is odd.
+        let mut snaps: Vec<NodeSnapshot> = (0..4).map(|r| real(r, "R", 93.0, SPINNING)).collect();
+        snaps[2] = real(2, "S", 0.0, IN_ALL_REDUCE);
+        let groups = fold(&snaps);
+        assert_eq!(groups[0].ranks, "2");
+        assert!(groups[0].odd);
+        assert_eq!(groups[1].ranks, "0-1,3");
+        assert!(!groups[1].odd);
+        // And the other way round.
+        let mut snaps: Vec<NodeSnapshot> =
+            (0..4).map(|r| real(r, "S", 0.0, IN_ALL_REDUCE)).collect();
+        snaps[3] = real(3, "R", 93.0, SPINNING);
+        let groups = fold(&snaps);
+        assert_eq!(groups[0].ranks, "3");
+        assert_eq!(groups[1].ranks, "0-2");
     }
 
     #[test]

@@ -43,6 +43,15 @@ pub(crate) use error::shorten;
 pub use hosts::cmd_hosts;
 pub(crate) use placement::{Placement, resolve_placement};
 
+/// A topology that is set, parsed and checked against the environment
+/// (this machine need not be in it); no topology set is no error.
+pub(crate) fn check_topology(
+    args: &Inputs,
+    env: &crate::environ::EnvMap,
+) -> Result<(), TopologyError> {
+    resolve::check_topology(args, env, &machine::System)
+}
+
 /// One node of the job, in node-rank order.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Node {

@@ -42,13 +42,9 @@ pub(crate) fn resolve_topology(
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<Topology, TopologyError> {
-    let topology = match (&args.hosts, &args.hostfile) {
-        (Some(_), Some(_)) => return Err(TopologyError::TwoFlags),
-        (Some(hosts), None) => topology("--hosts".to_string(), parse_host_slots(hosts), |n| n)?,
-        (None, Some(path)) => {
-            from_hostfile(format!("--hostfile '{}'", path.display()), path, machine)?
-        }
-        (None, None) => from_env(env, machine)?,
+    let topology = match from_sources(args, env, machine)? {
+        Some(topology) => topology,
+        None => this_machine(env, machine)?,
     };
     debug!(
         source = %topology.source,
@@ -70,6 +66,40 @@ pub(crate) fn resolve_topology(
         }
     }
     Ok(topology)
+}
+
+/// For a command that serves a job without being one of its nodes (a plain
+/// agent): the topology that is set, if any, parsed and checked as every
+/// other command would, so that a broken one is said at start and not when
+/// a job first uses it. No source set is no error, and this machine need not
+/// be in the hostlist.
+pub(crate) fn check_topology(
+    args: &Inputs,
+    env: &EnvMap,
+    machine: &dyn Machine,
+) -> Result<(), TopologyError> {
+    match from_sources(args, env, machine)? {
+        Some(topology) if !from_flags(args) => check_against_env(&topology, env),
+        _ => Ok(()),
+    }
+}
+
+/// The job's nodes from the first source that is set; `None` when none is.
+fn from_sources(
+    args: &Inputs,
+    env: &EnvMap,
+    machine: &dyn Machine,
+) -> Result<Option<Topology>, TopologyError> {
+    match (&args.hosts, &args.hostfile) {
+        (Some(_), Some(_)) => Err(TopologyError::TwoFlags),
+        (Some(hosts), None) => {
+            topology("--hosts".to_string(), parse_host_slots(hosts), |n| n).map(Some)
+        }
+        (None, Some(path)) => {
+            from_hostfile(format!("--hostfile '{}'", path.display()), path, machine).map(Some)
+        }
+        (None, None) => from_env(env, machine),
+    }
 }
 
 fn topology<T>(
@@ -110,7 +140,7 @@ fn from_hostfile(
     topology(source, parse_hostfile(&text), |n| n)
 }
 
-fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyError> {
+fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Option<Topology>, TopologyError> {
     let hostlist = env.get("MULTINODE_HOSTLIST");
     let noslots = env.get("MULTINODE_HOSTLIST_NOSLOTS");
     if let Some(list) = hostlist {
@@ -134,14 +164,15 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyErr
                 });
             }
         }
-        return Ok(topo);
+        return Ok(Some(topo));
     }
     if let Some(names) = noslots {
         return topology(
             "MULTINODE_HOSTLIST_NOSLOTS".into(),
             parse_noslots(names),
             with_one_slot,
-        );
+        )
+        .map(Some);
     }
     let slurm = ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
         .into_iter()
@@ -165,20 +196,17 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, TopologyErr
                 node.slots = slots;
             }
         }
-        return Ok(topo);
+        return Ok(Some(topo));
     }
     for var in ["PBS_NODEFILE", "LSB_DJOB_HOSTFILE"] {
         if let Some(path) = env.get(var) {
-            return from_hostfile(format!("{var} '{path}'"), Path::new(path), machine);
+            return from_hostfile(format!("{var} '{path}'"), Path::new(path), machine).map(Some);
         }
     }
     if let Some(hosts) = env.get("LSB_MCPU_HOSTS") {
-        return topology("LSB_MCPU_HOSTS".into(), parse_lsb_mcpu_hosts(hosts), |n| n);
+        return topology("LSB_MCPU_HOSTS".into(), parse_lsb_mcpu_hosts(hosts), |n| n).map(Some);
     }
-    if let Some(topo) = super::kubernetes::from_env(env, machine)? {
-        return Ok(topo);
-    }
-    this_machine(env, machine)
+    super::kubernetes::from_env(env, machine)
 }
 
 /// The source of the topology when none is set.

@@ -469,6 +469,33 @@ fn port_in_use_is_a_clear_error() {
     );
 }
 
+/// A plain agent (no JOB) given a broken topology says so at start, with the
+/// line `multinode env` gives, instead of serving on until a job uses it.
+#[test]
+fn a_plain_agent_refuses_a_broken_hostlist_at_start() {
+    let broken = "node[1-3";
+    for (args, vars) in [
+        (&["--hosts", broken][..], &[][..]),
+        (&[][..], &[("MULTINODE_HOSTLIST", broken)][..]),
+    ] {
+        let mut env = cmd(&multinode());
+        let expected = env.arg("env").args(args).envs(vars.iter().copied());
+        let expected = stderr(&expected.output().unwrap());
+        assert!(expected.contains("unmatched '['"), "{expected}");
+        let mut agent = cmd(&multinode())
+            .args(["agent", "--listen", &format!("{}:29922", fresh_loopback())])
+            .args(args)
+            .envs(vars.iter().copied())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let code = wait_exit(&mut agent, Duration::from_secs(10));
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut agent.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!((code, err), (Some(2), expected), "{args:?} {vars:?}");
+    }
+}
+
 #[test]
 fn missing_host_and_bad_options_are_usage_errors() {
     for args in [

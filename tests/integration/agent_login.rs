@@ -510,3 +510,90 @@ fn wrong_keys_are_logged_at_v_and_limited_per_connection() {
         log_text(&log)
     );
 }
+
+/// A russh client that accepts any host key: a raw SSH peer for the tests.
+struct AnyHost;
+
+impl russh::client::Handler for AnyHost {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        _key: &russh::keys::PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        Ok(true)
+    }
+}
+
+/// Issue 32, point 10: a connection closed at its login deadline (here one
+/// that stopped after two `none` requests) panicked a task of the agent,
+/// which polled russh's ended session again ("called after complete").
+#[test]
+fn none_requests_then_silence_are_refused_and_closed_at_the_deadline_without_a_panic() {
+    use multinode::keys::{JobKeys, Secret};
+    use russh::client::AuthResult;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = start_agent(
+        &fresh_loopback(),
+        &["--login-timeout", "2", "-v"],
+        &[],
+        None,
+        &log,
+    );
+    let keys = JobKeys::derive(&Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let start = Instant::now();
+    rt.block_on(async {
+        let config = std::sync::Arc::new(russh::client::Config::default());
+        let mut handle = russh::client::connect(config.clone(), agent.addr(), AnyHost)
+            .await
+            .unwrap();
+        for i in 0..3 {
+            let none = tokio::time::timeout(Duration::from_secs(5), handle.authenticate_none("u"))
+                .await
+                .unwrap_or_else(|_| panic!("`none` number {} was not answered", i + 1))
+                .unwrap();
+            assert!(matches!(none, AuthResult::Failure { .. }), "{none:?}");
+        }
+        let key = russh::keys::PrivateKeyWithHashAlg::new(std::sync::Arc::new(keys.client), None);
+        let login = tokio::time::timeout(
+            Duration::from_secs(5),
+            handle.authenticate_publickey("u", key),
+        )
+        .await
+        .expect("the job's key is answered after `none` requests")
+        .unwrap();
+        assert!(login.success(), "{login:?}");
+        // Another connection stops after two `none` requests: closed at the
+        // deadline, with the reason.
+        let mut idle = russh::client::connect(config.clone(), agent.addr(), AnyHost)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            idle.authenticate_none("u").await.unwrap();
+        }
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            while !idle.is_closed() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "not closed at the 2 s deadline");
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || log_text(&log)
+            .contains("not logged in within 2 s")),
+        "{}",
+        log_text(&log)
+    );
+    // The panic came just after the deadline's log line.
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = log_text(&log);
+    assert!(!text.contains("panicked"), "{text}");
+}

@@ -1,5 +1,6 @@
 //! The repository stands on its own: no page, benchmark or result names a
-//! path of the machine it was written on.
+//! path of the machine it was written on, and a page's example prints what
+//! the page shows.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -193,4 +194,56 @@ fn the_head_scale_bench_runs() {
         .flat_map(|i| pids_matching(&format!("agent --listen 127.1.0.{i}:{port}")))
         .collect();
     assert!(left.is_empty(), "agents left: {left:?}");
+}
+
+/// The lines of the block after `<!-- test: NAME -->` in `page`.
+fn doc_block(page: &str, name: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(page)).expect("the page");
+    let marker = format!("<!-- test: {name} -->");
+    let after = &text[text.find(&marker).expect("the block's marker") + marker.len()..];
+    let body = after.split_once("```").expect("the block's start").1;
+    let body = body.split_once('\n').expect("the fence's line").1;
+    let body = body.split_once("```").expect("the block's end").0;
+    body.lines().map(String::from).collect()
+}
+
+/// A line's words, with each time (`0.1s`, `1.06 s`, `13:38:20.510Z`) as
+/// `TIME`: what a run may change, where the rest must be the page's.
+fn words_but_times(line: &str) -> Vec<String> {
+    let is_time = |word: &str| {
+        let t = word.trim_start_matches('(').trim_end_matches(['s', 'Z']);
+        t.starts_with(|c: char| c.is_ascii_digit())
+            && t.matches('.').count() == 1
+            && t.chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == ':')
+    };
+    line.split_whitespace()
+        .map(|w| if is_time(w) { "TIME".into() } else { w.into() })
+        .collect()
+}
+
+/// docs/quickstart.md's failing demo prints what the page shows, every time
+/// (it once raced: rank 0 was killed by SIGTERM in 5 runs of 7). The
+/// command runs as written, in a private network namespace so that its
+/// fixed addresses and port (127.0.0.2-4, 29923) meet no other test.
+#[test]
+fn the_quickstarts_failing_demo_prints_the_pages_output() {
+    let block = doc_block("docs/quickstart.md", "quickstart-demo-fail");
+    let command = block[0].strip_prefix("$ ").expect("a command line");
+    let want: Vec<Vec<String>> = block[1..].iter().map(|l| words_but_times(l)).collect();
+    let bin = Path::new(crate::runner::BIN).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    for run in 0..3 {
+        let out = std::process::Command::new("unshare")
+            .args(["-rn", "sh", "-c"])
+            .arg(format!("exec 2>&1; ip link set lo up && {command}"))
+            .env("PATH", &path)
+            .env_remove("MULTINODE_SECRET")
+            .output()
+            .expect("unshare, ip");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let got: Vec<Vec<String>> = text.lines().map(words_but_times).collect();
+        assert_eq!(got, want, "run {run}: {text}");
+    }
 }

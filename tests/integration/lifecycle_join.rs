@@ -10,11 +10,7 @@ use crate::util::*;
 
 /// One node's `multinode agent [ARGS] -- JOB`, as a scheduler starts it.
 fn node(hosts: &[String], rank: usize, args: &[&str], secret: &str, job: &str) -> Child {
-    let hostlist = hosts
-        .iter()
-        .map(|h| format!("{h}:1"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let hostlist = one_slot_each(hosts);
     cmd(&multinode())
         .arg("agent")
         .arg("--listen")
@@ -99,6 +95,36 @@ fn a_head_that_gives_up_on_a_missing_worker_releases_those_that_answered() {
     // Released at once, not after its idle timeout of 60 s.
     let status = exit_within(&mut worker, Duration::from_secs(5))
         .expect("the worker that answered is released with the head");
+    assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut worker));
+}
+
+/// A head waiting for a worker that is not there (here: nothing listens at
+/// its address, as with a wrong port) says every 10 s which ranks it waits
+/// for, where, and the last error, instead of waiting out --wait-timeout in
+/// silence.
+#[test]
+fn a_waiting_head_says_which_workers_it_waits_for() {
+    let hosts = fresh_loopbacks(3);
+    let job = "true";
+    let mut worker = node(&hosts, 1, &["--idle-timeout", "60"], SECRET, job);
+    let mut head = node(&hosts, 0, &["--wait-timeout", "12"], SECRET, job);
+    let status = exit_within(&mut head, Duration::from_secs(30)).expect("the head gives up");
+    let err = stderr_of(&mut head);
+    assert_eq!(status.code(), Some(255), "{err}");
+    let missing = format!("{}:29922", hosts[2]);
+    let waiting: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("multinode: waiting"))
+        .collect();
+    assert_eq!(
+        waiting,
+        [format!(
+            "multinode: waiting for 1 of 2 workers (10 s of 12 s): rank 2 {missing} \
+             (cannot connect to {missing}: Connection refused (os error 111))"
+        )],
+        "one report at 10 s, naming the missing worker alone: {err}"
+    );
+    let status = exit_within(&mut worker, Duration::from_secs(5)).expect("released");
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut worker));
 }
 

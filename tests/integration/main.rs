@@ -16,6 +16,7 @@ mod hardening;
 mod layers;
 mod lifecycle;
 mod lifecycle_join;
+mod local_users;
 mod messages;
 mod mpi;
 mod mux;

@@ -84,12 +84,7 @@ impl Job {
     }
 
     fn command(&self, program: &Path, rank: usize) -> Command {
-        let hostlist = self
-            .hosts
-            .iter()
-            .map(|h| format!("{h}:1"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let hostlist = one_slot_each(&self.hosts);
         let mut c = cmd(program);
         c.env("MULTINODE_HOSTLIST", hostlist)
             .env("MULTINODE_NODE_RANK", rank.to_string())
@@ -276,6 +271,96 @@ fn ps_names_the_rank_blocked_in_a_socket_read_and_folds_the_spinners() {
     );
 }
 
+/// The hang of a real GPU run, with torch's frames where torch 2.11 has
+/// them (py-spy's stacks of that run: rank 1 `synchronize
+/// (torch/cuda/__init__.py) <- spin_forever <- main`, rank 0 `all_reduce
+/// (torch/distributed/distributed_c10d.py) <- _exception_logger.<locals>.wrapper
+/// (torch/distributed/c10d_logger.py) <- main`): a stand-in `torch` whose
+/// `synchronize` spins as a host thread waiting for a busy GPU does, and
+/// whose `all_reduce` waits for a peer that never sends, as gloo's does.
+/// Neither prints anything, as neither does in torch.
+const TORCH_STAND_IN: &[(&str, &str)] = &[
+    ("torch/__init__.py", "from . import cuda, distributed\n"),
+    (
+        "torch/cuda/__init__.py",
+        "def synchronize(device=None):\n    while True:\n        pass\n",
+    ),
+    (
+        "torch/distributed/__init__.py",
+        "from .distributed_c10d import all_reduce\n",
+    ),
+    (
+        "torch/distributed/c10d_logger.py",
+        "import functools\n\n\ndef _exception_logger(func):\n    @functools.wraps(func)\n    def wrapper(*args, **kwargs):\n        return func(*args, **kwargs)\n\n    return wrapper\n",
+    ),
+    (
+        "torch/distributed/distributed_c10d.py",
+        "import socket\n\nfrom .c10d_logger import _exception_logger\n\n_peer, _ = socket.socketpair()\n\n\n@_exception_logger\ndef all_reduce(tensor, op=None, group=None, async_op=False):\n    return _peer.recv(1)\n",
+    ),
+    (
+        "spin.py",
+        "import os\n\nimport torch\nimport torch.distributed as dist\n\n\ndef spin_forever():\n    while True:\n        torch.cuda.synchronize()\n\n\ndef main():\n    if int(os.environ[\"RANK\"]) == 1:\n        spin_forever()\n    dist.all_reduce(None)\n\n\nmain()\n",
+    ),
+];
+
+/// Writes the stand-in torch and `spin.py` under `dir`; returns `spin.py`.
+fn write_torch_stand_in(dir: &Path) -> PathBuf {
+    for (path, text) in TORCH_STAND_IN {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    dir.join("spin.py")
+}
+
+#[test]
+fn of_two_ranks_the_one_in_synchronize_comes_before_the_one_in_all_reduce() {
+    let dir = tempfile::tempdir().unwrap();
+    let spin = write_torch_stand_in(dir.path());
+    let path = format!(
+        "{}:{}:{}",
+        multinode().parent().unwrap().display(),
+        py_spy_dir().display(),
+        std::env::var("PATH").unwrap()
+    );
+    // The program takes no arguments; these two are ignored.
+    let job = Job::start(2, 29945, &spin, "gpu", 1, &path);
+    let doc = job.ps_until(|doc| {
+        doc["snapshots"].as_array().unwrap().iter().all(|s| {
+            s["processes"].as_array().unwrap().iter().any(|p| {
+                p["stack"][0]["function"] == "synchronize"
+                    || p["stack"][0]["function"] == "all_reduce"
+            })
+        })
+    });
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{doc:#}");
+    assert_eq!(groups[0]["ranks"], "1", "{doc:#}");
+    assert_eq!(groups[0]["odd"], true);
+    assert_eq!(
+        groups[0]["summary"], "python3 running in synchronize <- spin_forever <- main",
+        "{doc:#}"
+    );
+    assert_eq!(groups[1]["ranks"], "0");
+    assert_eq!(
+        groups[1]["summary"],
+        "python3 sleeping in all_reduce <- _exception_logger.<locals>.wrapper <- main"
+    );
+    let out = job.ps("table");
+    let table = stdout(&out);
+    assert!(
+        table.starts_with(&format!(
+            "rank 1 ({}): python3 running in synchronize <- spin_forever <- main; the others, rank 0 ({}): ",
+            job.hosts[1], job.hosts[0]
+        )),
+        "{table}"
+    );
+    assert!(
+        table.contains("        synchronize (torch/cuda/__init__.py:"),
+        "{table}"
+    );
+}
+
 #[test]
 fn without_py_spy_the_wait_channel_names_the_rank_asleep_outside_the_collective() {
     let dir = tempfile::tempdir().unwrap();
@@ -369,12 +454,7 @@ impl Plain {
     }
 
     fn exec_all(&self, args: &[&str]) -> Command {
-        let hostlist = self
-            .hosts
-            .iter()
-            .map(|h| format!("{h}:1"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let hostlist = one_slot_each(&self.hosts);
         let mut c = cmd(&mn_exec_all());
         c.env("MULTINODE_HOSTLIST", hostlist)
             .env("MULTINODE_NODE_RANK", "0")
@@ -420,6 +500,17 @@ impl Plain {
     }
 }
 
+/// A node's snapshot (JSON) whose first process is `multinode supervise`:
+/// the node exec_all runs itself.
+fn assert_led_by_supervise(node: &serde_json::Value) {
+    assert!(
+        node["processes"][0]["cmdline"]
+            .as_str()
+            .is_some_and(|c| c.contains("supervise")),
+        "{node:#}"
+    );
+}
+
 #[test]
 fn snapshot_on_timeout_is_printed_and_kept_in_the_report() {
     py_spy_dir();
@@ -456,13 +547,7 @@ fn snapshot_on_timeout_is_printed_and_kept_in_the_report() {
     // Node 0's snapshot is exec_all's own: its tree under `multinode supervise`.
     let node0 = &doc["snapshot"]["snapshots"][0];
     assert_eq!(node0["rank"], 0);
-    assert!(
-        node0["processes"][0]["cmdline"]
-            .as_str()
-            .unwrap()
-            .contains("supervise"),
-        "{node0:#}"
-    );
+    assert_led_by_supervise(node0);
     // Nothing of the job is left.
     assert!(eventually(Duration::from_secs(10), || plain.programs() == 0));
 }
@@ -516,4 +601,103 @@ fn sigusr1_prints_the_snapshot_and_the_run_goes_on() {
     assert_eq!(status.code(), Some(143));
     reader.join().unwrap();
     assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// `multinode ps` of a job whose exec_all runs outside any agent, its own
+/// node (rank 0) run by itself, with an agent on every node (rank 0's
+/// machine included), as a job script started by a batch system has it.
+#[test]
+fn ps_sees_the_node_exec_all_runs_itself() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29946;
+    let agents: Vec<Agent> = hosts
+        .iter()
+        .map(|h| Agent::start_with(h, port, &[], &[]))
+        .collect();
+    let hostlist = one_slot_each(&hosts);
+    let job = |program: &Path| {
+        let mut c = cmd(program);
+        c.env("MULTINODE_HOSTLIST", &hostlist)
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", port.to_string());
+        c
+    };
+    let sleep = format!("sleep 100000.{}", std::process::id());
+    let exec_all = job(&mn_exec_all())
+        .args(["-c", &format!("exec {sleep}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ps = || {
+        let out = job(&multinode())
+            .args(["ps", "--format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let sleeps = |doc: &serde_json::Value, rank: usize| -> usize {
+        doc["snapshots"][rank]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["cmdline"] == sleep.as_str())
+            .count()
+    };
+    let mut doc = ps();
+    let start = Instant::now();
+    while !(0..3).all(|r| sleeps(&doc, r) == 1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "rank 0's sleep never showed: {doc:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        doc = ps();
+    }
+    // Rank 0's agent shows the group exec_all started here: `multinode
+    // supervise`, and the sleep under it. Every node does the same.
+    let node0 = &doc["snapshots"][0];
+    assert_eq!(node0["host"], hosts[0]);
+    assert_led_by_supervise(node0);
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{doc:#}");
+    assert_eq!(groups[0]["ranks"], "0-2");
+    assert!(
+        groups[0]["summary"].as_str().unwrap().starts_with("sleep "),
+        "{doc:#}"
+    );
+
+    // Once exec_all is gone, so is what rank 0's agent showed.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exec_all.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = exec_all.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let doc = ps();
+            (0..3).all(|r| doc["snapshots"][r]["processes"] == serde_json::json!([]))
+        }),
+        "{:#}",
+        ps()
+    );
+    assert!(pids_matching(&sleep).is_empty());
+
+    // An agent in another PID namespace refuses to show a group: its PIDs
+    // are not the client's.
+    let out = job(&mn_ssh())
+        .args([&hosts[0], "#multinode:show-group 1 1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "multinode agent: process group 1 is not in this agent's PID namespace: not shown\n"
+    );
+    drop(agents);
 }
