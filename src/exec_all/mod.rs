@@ -9,11 +9,13 @@
 //! - `options`: the validated options of a run and their defaults.
 //! - `types`: the run's data (events, outcomes, records, results), imported by the rest.
 //! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
-//! - `nccl_line`: which output lines are NCCL's warnings and errors.
+//! - `nccl_line`: which output lines are NCCL's warnings and errors, and its cause.
+//! - `error_line`: the program's own error in its output (a traceback's exception, ...).
 //! - `files`: `--output DIR`, a file per rank and stream.
 //! - `group`: `--group`, identical outputs printed once with their ranks.
 
 mod dispatch;
+mod error_line;
 mod files;
 mod group;
 mod nccl_line;

@@ -199,6 +199,12 @@ pub struct OutputStats {
     pub relay_report: Option<String>,
     /// The last line that looks like an NCCL warning or error (`nccl_line`).
     pub nccl_line: Option<String>,
+    /// NCCL's cause: its first `NCCL WARN` line, or what PyTorch quotes
+    /// after `Last error:` (`nccl_line::Cause`).
+    pub nccl_cause: Option<String>,
+    /// The program's own error: the last exception line of a Python
+    /// traceback, a C++ `terminate called ...`, a CUDA error (`error_line`).
+    pub program_error: Option<String>,
     /// Why `--output`'s files of this node stopped being written.
     pub file_failure: Option<String>,
 }

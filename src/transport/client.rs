@@ -2,7 +2,7 @@
 //! connecting to an agent with the job keys, or to an OpenSSH server with
 //! the user's keys, and opening exec channels on the connection.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +115,12 @@ pub enum ConnectError {
     #[error("cannot connect to {target}: {source}")]
     Tcp {
         target: String,
+        source: std::io::Error,
+    },
+    #[error("cannot bind to {bind} (-b) to connect to {target}: {source}")]
+    Bind {
+        target: String,
+        bind: IpAddr,
         source: std::io::Error,
     },
     #[error("cannot connect to {target}: no answer within {secs:.1} s")]
@@ -283,6 +289,8 @@ pub struct Connector {
     auth: Auth,
     connect_timeout: Duration,
     lost_after: Option<Duration>,
+    /// The source address of every connection (`mn-ssh -b`); `None`: the system's choice.
+    bind_address: Option<std::net::IpAddr>,
 }
 
 impl Connector {
@@ -292,7 +300,14 @@ impl Connector {
             auth,
             connect_timeout,
             lost_after: Some(DEFAULT_LOST_AFTER),
+            bind_address: None,
         }
+    }
+
+    /// The same, with connections made from `bind_address` (`None`: the system's choice).
+    pub fn with_bind_address(mut self, bind_address: Option<std::net::IpAddr>) -> Self {
+        self.bind_address = bind_address;
+        self
     }
 
     /// The same, with servers lost after `lost_after` of silence (`None`: never).
@@ -368,7 +383,7 @@ impl Connector {
     }
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
-        let (stream, peer) = tcp_connect(target).await?;
+        let (stream, peer) = tcp_connect(target, self.bind_address).await?;
         if matches!(self.auth, Auth::Agent(_)) {
             abort_on_close(&stream);
         }
@@ -662,17 +677,37 @@ async fn liveness(
     }
 }
 
-async fn tcp_connect(target: &Target) -> Result<(TcpStream, SocketAddr), ConnectError> {
+/// Connects to the first of `target`'s addresses that answers; from
+/// `bind_address` when given (as OpenSSH's `-b`: bound before the connect,
+/// and only to addresses of its family).
+async fn tcp_connect(
+    target: &Target,
+    bind_address: Option<IpAddr>,
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
         .map_err(|source| ConnectError::Resolve {
             target: target.to_string(),
             source,
         })?
+        .filter(|addr| bind_address.is_none_or(|b| b.is_ipv4() == addr.is_ipv4()))
         .collect();
     let mut last = None;
     for addr in addrs {
-        match TcpStream::connect(addr).await {
+        let connected = match bind_address {
+            None => TcpStream::connect(addr).await,
+            Some(bind) => match bound_socket(bind) {
+                Ok(socket) => socket.connect(addr).await,
+                Err(source) => {
+                    return Err(ConnectError::Bind {
+                        target: target.to_string(),
+                        bind,
+                        source,
+                    });
+                }
+            },
+        };
+        match connected {
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
                 return Ok((stream, addr));
@@ -680,10 +715,24 @@ async fn tcp_connect(target: &Target) -> Result<(TcpStream, SocketAddr), Connect
             Err(e) => last = Some(e),
         }
     }
+    let source = last.unwrap_or_else(|| match bind_address {
+        Some(bind) => std::io::Error::other(format!("the name has no address of {bind}'s family")),
+        None => std::io::Error::other("the name has no address"),
+    });
     Err(ConnectError::Tcp {
         target: target.to_string(),
-        source: last.unwrap_or_else(|| std::io::Error::other("the name has no address")),
+        source,
     })
+}
+
+/// A TCP socket bound to `bind` (any port), ready to connect.
+fn bound_socket(bind: IpAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = match bind {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(bind, 0))?;
+    Ok(socket)
 }
 
 /// What a session channel runs.
