@@ -221,11 +221,10 @@ impl client::Handler for ClientHandler {
         reason: client::DisconnectReason<Self::Error>,
     ) -> Result<(), Self::Error> {
         let (text, result) = match reason {
+            // The agent says why it closes a connection that has not logged
+            // in (its deadline, too many not logged in, a penalty).
             client::DisconnectReason::ReceivedDisconnect(info) => (
-                format!(
-                    "the server disconnected ({:?}: {})",
-                    info.reason_code, info.message
-                ),
+                format!("the server closed the connection: {}", info.message),
                 Ok(()),
             ),
             client::DisconnectReason::Error(e) => (e.to_string(), Err(e)),
@@ -404,9 +403,11 @@ impl Connector {
             Ok(handle) => handle,
             Err(e) => {
                 let rejected = rejection.lock().expect("not poisoned").take();
+                // russh's error is a bare "Disconnected": the server's reason says more.
+                let ended = ended.lock().expect("not poisoned").take();
                 return Err(rejected.unwrap_or_else(|| ConnectError::Ssh {
                     target: target.to_string(),
-                    detail: e.to_string(),
+                    detail: ended.unwrap_or_else(|| e.to_string()),
                 }));
             }
         };
@@ -974,6 +975,9 @@ mod tests {
         /// The client's bytes reach the server 100 ms late, as from a client
         /// too busy to answer at once.
         late: bool,
+        /// The server disconnects at once with this reason, as an agent
+        /// closes a connection not logged in to make room for a newer one.
+        closes_with: Option<&'static str>,
     }
 
     /// The client's login to a test server whose `n`th connection (from 0)
@@ -998,6 +1002,7 @@ mod tests {
                     at_key,
                     keepalive,
                     late,
+                    closes_with,
                 } = session(n);
                 let config = Arc::new(russh::server::Config {
                     methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
@@ -1014,6 +1019,16 @@ mod tests {
                         if let Ok(s) =
                             russh::server::run_stream(config, stream, Server(at_key)).await
                         {
+                            if let Some(reason) = closes_with {
+                                let _ = s
+                                    .handle()
+                                    .disconnect(
+                                        russh::Disconnect::ByApplication,
+                                        reason.into(),
+                                        "en".into(),
+                                    )
+                                    .await;
+                            }
                             let _ = s.await;
                         }
                     });
@@ -1056,6 +1071,7 @@ mod tests {
             at_key,
             keepalive: None,
             late: false,
+            closes_with: None,
         };
         match login(plain).await {
             Ok(_) => panic!("the login succeeded"),
@@ -1081,6 +1097,24 @@ mod tests {
         );
     }
 
+    /// An agent says why it closes a connection that has not logged in
+    /// (its deadline, too many not logged in): the error gives that
+    /// reason, not russh's bare "Disconnected".
+    #[tokio::test]
+    async fn the_reason_of_a_server_that_closes_before_the_login_is_given() {
+        let reason = "too many connections not logged in from this address (64, its limit)";
+        let err = login(move |_| Session {
+            at_key: AtKey::Accept,
+            keepalive: None,
+            late: false,
+            closes_with: Some(reason),
+        })
+        .await
+        .err()
+        .expect("the server closed the connection");
+        assert!(err.to_string().contains(reason), "{err}");
+    }
+
     /// A login to a server whose first `early` sessions get the client's
     /// bytes late and send keepalives every 10 ms.
     async fn login_with_early_keepalives(early: usize) -> Result<Connection, ConnectError> {
@@ -1088,6 +1122,7 @@ mod tests {
             at_key: AtKey::Accept,
             keepalive: (n < early).then_some(Duration::from_millis(10)),
             late: n < early,
+            closes_with: None,
         })
         .await
     }
