@@ -6,6 +6,7 @@
 //! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
+//! - `env_limit`: how much environment a channel and a connection may send.
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
 //! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
@@ -15,6 +16,7 @@
 
 mod command;
 mod control;
+mod env_limit;
 mod init;
 mod keeper;
 mod lifecycle;
@@ -68,6 +70,8 @@ pub(crate) struct Shared {
     pub released: CancellationToken,
     /// Every connection and channel task, so shutdown can wait for them.
     pub tracker: TaskTracker,
+    /// The bounds the `sftp` sessions share (handles, file operations at once).
+    pub sftp: sftp::Bounds,
     pub host: String,
     pub rank: Option<usize>,
     /// When a client of this job last authenticated (the head pinging a
@@ -88,6 +92,17 @@ impl Shared {
             .last_contact
             .lock()
             .expect("not poisoned: no panics while held")
+    }
+}
+
+/// Gives the memory freed by a large request back to the system: glibc
+/// keeps freed small blocks in its heaps, so a burst of a few MiB (an SFTP
+/// session's listings, an environment) would stay in the agent's RSS.
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and releases the allocator's free memory.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -192,6 +207,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             shutdown: CancellationToken::new(),
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            sftp: sftp::Bounds::new(),
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),

@@ -1,15 +1,26 @@
 //! `MULTINODE_HOSTLIST` and `_NOSLOTS` at any size.
 //!
 //! Linux refuses to `exec` with one environment string longer than 128 KiB
-//! (`MAX_ARG_STRLEN`): a hostlist written out in full passes that near 8,000
-//! nodes, and every command of the job would then fail with E2BIG. So:
+//! (`MAX_ARG_STRLEN`): a hostlist written out in full passes that near 7,700
+//! nodes named like `gpu-node-00001:8`, and every command of the job would
+//! then fail with E2BIG. The two lists are two strings, so each is judged on
+//! its own:
 //!
-//! - up to [`FULL_LIMIT`] bytes, both lists are written out in full
-//!   (`gpu01:8,gpu02:8`), as `mpirun -H` wants them;
-//! - past it, both are folded (`gpu[01-99]:8`, which every `multinode`
-//!   command reads as the same list) and [`HOSTFILE_VAR`] names a file that
-//!   holds every node on its own line, `host slots=N` (Open MPI's hostfile
-//!   form, which `--hostfile` reads too).
+//! - a list of at most [`FULL_LIMIT`] bytes is written out in full
+//!   (`gpu01:8,gpu02:8`, as `mpirun -H` wants it; `gpu01,gpu02`, whose
+//!   commas count the nodes);
+//! - a longer one is folded (`gpu[01-99]:8`, which every `multinode`
+//!   command reads as the same list); when `MULTINODE_HOSTLIST` is,
+//!   [`HOSTFILE_VAR`] names a file that holds every node on its own line,
+//!   `host slots=N` (Open MPI's hostfile form, which `--hostfile` reads too).
+//!   `MULTINODE_HOSTLIST_NOSLOTS`, shorter by the slots, stays written out
+//!   longer (to ~8,700 such nodes); when it is folded too,
+//!   [`Lists::folded_note`] says to count the nodes with `MULTINODE_NNODES`.
+//!
+//! A node reached through an external wrapper gets its variables in one
+//! command line, which its sshd runs as one `sh -c` argument: there both
+//! lists together must fit ([`ONE_LINE_LIMIT`]), and `MULTINODE_HOSTLIST`
+//! is folded first.
 //!
 //! Between exec_all and an agent the lists always travel folded, in one
 //! variable ([`FOLDED_VAR`]), which the agent turns back into the above on
@@ -25,24 +36,55 @@ use sha2::{Digest, Sha256};
 
 use crate::topology::Topology;
 
-/// The longest `MULTINODE_HOSTLIST` written out in full, in bytes.
-pub const FULL_LIMIT: usize = 65_536;
+/// Linux's limit on one argument or environment string, its NUL included
+/// (`MAX_ARG_STRLEN`, 32 pages of 4 KiB): `exec` fails with E2BIG past it.
+const MAX_ARG_STRLEN: usize = 131_072;
+/// The longest list written out in full, in bytes: `NAME=VALUE` must fit in
+/// [`MAX_ARG_STRLEN`], and 1 KiB is left for the name (27 bytes at most,
+/// `MULTINODE_HOSTLIST_NOSLOTS=`) and the NUL.
+pub const FULL_LIMIT: usize = MAX_ARG_STRLEN - 1024;
+/// Both lists written out in one command line (an external wrapper's
+/// `export ...; SCRIPT`, one argument of `sh -c` on the node), together at
+/// most this: 8 KiB are left for the rest of the line.
+pub const ONE_LINE_LIMIT: usize = MAX_ARG_STRLEN - 8 * 1024;
 /// Names the file of every node when the lists are folded.
 pub const HOSTFILE_VAR: &str = "MULTINODE_HOSTFILE";
 /// exec_all → agent only: the folded `MULTINODE_HOSTLIST`, from which the
 /// agent writes both lists for the command.
 pub const FOLDED_VAR: &str = "MULTINODE_HOSTLIST_FOLDED";
+/// The list whose commas count the nodes, while it is written out.
+pub const NOSLOTS_VAR: &str = "MULTINODE_HOSTLIST_NOSLOTS";
 
 /// The lists as a node's commands see them, rendered once for a job.
 #[derive(Debug, Clone)]
 pub(crate) struct Lists {
     /// The folded `MULTINODE_HOSTLIST`, for the wire.
     pub folded: String,
-    /// `MULTINODE_HOSTLIST`, `MULTINODE_HOSTLIST_NOSLOTS` and, when folded,
-    /// `MULTINODE_HOSTFILE`: rendered when a node first needs them (exec_all
-    /// sends agents `folded` alone; a relay's exec_all, one process of the
-    /// tree per group, renders them for its own node only).
-    written: OnceLock<Vec<(String, String)>>,
+    /// `MULTINODE_HOSTLIST`, `MULTINODE_HOSTLIST_NOSLOTS` and, when the
+    /// first is folded, `MULTINODE_HOSTFILE`: rendered when a node first
+    /// needs them (exec_all sends agents `folded` alone; a relay's exec_all,
+    /// one process of the tree per group, renders them for its own node only).
+    written: OnceLock<Written>,
+    /// The two lists for one command line ([`ONE_LINE_LIMIT`]), no hostfile.
+    one_line: OnceLock<Written>,
+}
+
+/// The variables of the lists, and whether `MULTINODE_HOSTLIST_NOSLOTS` is
+/// folded among them.
+#[derive(Debug, Clone)]
+struct Written {
+    vars: Vec<(String, String)>,
+    noslots_folded: bool,
+    /// Why the hostfile could not be written (its variable is left out).
+    hostfile_warning: Option<String>,
+}
+
+/// Where the lists go: each into a variable of its own (a process's
+/// environment), or both into one command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    EachVariable,
+    OneLine,
 }
 
 impl Lists {
@@ -51,48 +93,85 @@ impl Lists {
         Lists {
             folded: topo.hostlist_folded(),
             written: OnceLock::new(),
+            one_line: OnceLock::new(),
         }
     }
 
-    /// The variables of `topo` (the topology given to [`Lists::new`]);
-    /// past [`FULL_LIMIT`], writes the hostfile in the system's temporary
-    /// directory, where it outlives this process (`multinode env` is gone
-    /// before the job reads it); a file that cannot be written is a warning,
-    /// and the variable is left out.
+    /// The variables of `topo` (the topology given to [`Lists::new`]) for a
+    /// node's environment; with `MULTINODE_HOSTLIST` past [`FULL_LIMIT`],
+    /// writes the hostfile in the system's temporary directory, where it
+    /// outlives this process (`multinode env` is gone before the job reads
+    /// it); a file that cannot be written is a warning, and the variable is
+    /// left out.
     pub fn vars(&self, topo: &Topology) -> &[(String, String)] {
+        &self.rendered(topo).vars
+    }
+
+    fn rendered(&self, topo: &Topology) -> &Written {
         self.written.get_or_init(|| {
-            let (vars, warning) = written(topo, &self.folded, Ok(&std::env::temp_dir()));
-            if let Some(warning) = warning {
+            let temp = std::env::temp_dir();
+            let rendered = written(topo, &self.folded, Room::EachVariable, Ok(&temp));
+            if let Some(warning) = &rendered.hostfile_warning {
                 tracing::warn!("{warning}");
             }
-            vars
+            rendered
+        })
+    }
+
+    /// The two lists of `topo` for a node that gets them in one command
+    /// line (an external wrapper): together within [`ONE_LINE_LIMIT`].
+    pub fn one_line_vars(&self, topo: &Topology) -> &[(String, String)] {
+        &self
+            .one_line
+            .get_or_init(|| written(topo, &self.folded, Room::OneLine, Err("one command line")))
+            .vars
+    }
+
+    /// When [`Lists::vars`] folds `MULTINODE_HOSTLIST_NOSLOTS`: what to
+    /// tell the user, whose script may count the nodes by its commas.
+    pub fn folded_note(&self, topo: &Topology) -> Option<String> {
+        self.rendered(topo).noslots_folded.then(|| {
+            let nodes = topo.nodes.len();
+            format!(
+                "{NOSLOTS_VAR} is folded ({}): written out, the names of the {nodes} nodes \
+                 would pass Linux's limit of 128 KiB for one variable; count the nodes with \
+                 MULTINODE_NNODES ({nodes}), not with the commas of the list",
+                crate::topology::shorten(&topo.hostlist_noslots_folded())
+            )
         })
     }
 }
 
-/// The variables of `topo`, a hostfile written in `dir` past [`FULL_LIMIT`],
-/// and a warning when it could not be (no `dir`, and why; or a failed
-/// write): the variable is then left out.
-fn written(
-    topo: &Topology,
-    folded: &str,
-    dir: Result<&Path, &str>,
-) -> (Vec<(String, String)>, Option<String>) {
+/// The lists of `topo` for `room`; with `MULTINODE_HOSTLIST` folded in a
+/// process's environment, a hostfile written in `dir` (or why there is no
+/// `dir`), and a warning when it could not be (the variable is then left out).
+fn written(topo: &Topology, folded: &str, room: Room, dir: Result<&Path, &str>) -> Written {
     let full = topo.hostlist();
-    let mut warning = None;
+    let noslots = topo.hostlist_noslots();
+    let (full_fits, noslots_fits) = match room {
+        Room::EachVariable => (full.len() <= FULL_LIMIT, noslots.len() <= FULL_LIMIT),
+        Room::OneLine => (
+            full.len() + noslots.len() <= ONE_LINE_LIMIT,
+            noslots.len() <= ONE_LINE_LIMIT,
+        ),
+    };
     let mut vars = Vec::with_capacity(3);
-    if full.len() <= FULL_LIMIT {
-        vars.push(("MULTINODE_HOSTLIST".to_string(), full));
-        vars.push((
-            "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
-            topo.hostlist_noslots(),
-        ));
-    } else {
-        vars.push(("MULTINODE_HOSTLIST".to_string(), folded.to_string()));
-        vars.push((
-            "MULTINODE_HOSTLIST_NOSLOTS".to_string(),
-            topo.hostlist_noslots_folded(),
-        ));
+    vars.push((
+        "MULTINODE_HOSTLIST".to_string(),
+        if full_fits { full } else { folded.to_string() },
+    ));
+    vars.push((
+        NOSLOTS_VAR.to_string(),
+        if noslots_fits {
+            noslots
+        } else {
+            topo.hostlist_noslots_folded()
+        },
+    ));
+    // The file is for this node's commands: a command line to another node
+    // cannot name a file of this one.
+    let mut hostfile_warning = None;
+    if !full_fits && room == Room::EachVariable {
         let file = match dir {
             Ok(dir) => write_hostfile(topo, dir).map_err(|e| format!("in {}: {e}", dir.display())),
             Err(why) => Err(format!("(no directory for it: {why})")),
@@ -103,23 +182,22 @@ fn written(
                 path.to_string_lossy().into_owned(),
             )),
             Err(e) => {
-                warning = Some(format!(
+                hostfile_warning = Some(format!(
                     "cannot write the hostfile of {} nodes {e}; {HOSTFILE_VAR} is not set",
                     topo.nodes.len(),
                 ));
             }
         }
     }
-    (vars, warning)
+    Written {
+        vars,
+        noslots_folded: !noslots_fits,
+        hostfile_warning,
+    }
 }
 
 /// Every variable name this module may set, the wire's included.
-pub(crate) const NAMES: [&str; 4] = [
-    "MULTINODE_HOSTLIST",
-    "MULTINODE_HOSTLIST_NOSLOTS",
-    HOSTFILE_VAR,
-    FOLDED_VAR,
-];
+pub(crate) const NAMES: [&str; 4] = ["MULTINODE_HOSTLIST", NOSLOTS_VAR, HOSTFILE_VAR, FOLDED_VAR];
 
 /// [`WireCache::expand_wire`] without a cache, writing in the system's
 /// temporary directory.
@@ -219,8 +297,8 @@ impl WireCache {
             .map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
         let lists = Lists::new(&topo);
         let dir = self.dir.as_deref().map_err(String::as_str);
-        let (vars, warning) = written(&topo, &lists.folded, dir);
-        let vars: Vars = vars.into();
+        let rendered = written(&topo, &lists.folded, Room::EachVariable, dir);
+        let (vars, warning): (Vars, _) = (rendered.vars.into(), rendered.hostfile_warning);
         if warning.is_none() {
             *last = Some((folded, vars.clone()));
         }
@@ -292,36 +370,88 @@ mod tests {
     }
 
     #[test]
-    fn full_up_to_the_limit_then_folded_with_a_file() {
-        // 17 bytes a node ("gpu-node-00001:8,"): 3,855 nodes fit in 65,536.
-        let (small_topo, big_topo) = (topo(3855), topo(3856));
+    fn each_list_full_up_to_the_limit_then_folded() {
+        // 17 bytes a node ("gpu-node-00001:8,"): 7,649 nodes fit in FULL_LIMIT.
+        let (small_topo, big_topo) = (topo(7649), topo(7650));
         let small = Lists::new(&small_topo);
         let small_vars = small.vars(&small_topo);
         assert_eq!(
             get(small_vars, "MULTINODE_HOSTLIST").map(str::len),
-            Some(3855 * 17 - 1)
+            Some(7649 * 17 - 1)
         );
         assert_eq!(get(small_vars, HOSTFILE_VAR), None);
-        assert_eq!(small.folded, "gpu-node-[00001-03855]:8");
+        assert_eq!(small.folded, "gpu-node-[00001-07649]:8");
         let big = Lists::new(&big_topo);
         let big_vars = big.vars(&big_topo);
         assert_eq!(
             get(big_vars, "MULTINODE_HOSTLIST"),
-            Some("gpu-node-[00001-03856]:8")
+            Some("gpu-node-[00001-07650]:8")
         );
-        assert_eq!(
-            get(big_vars, "MULTINODE_HOSTLIST_NOSLOTS"),
-            Some("gpu-node-[00001-03856]")
-        );
+        // The list without slots (15 bytes a node) is a string of its own,
+        // still written out: its commas count the nodes.
+        let noslots = get(big_vars, NOSLOTS_VAR).expect("set");
+        assert_eq!(noslots.split(',').count(), 7650);
+        assert_eq!(noslots.split(',').nth(41), Some("gpu-node-00042"));
+        assert_eq!(big.folded_note(&big_topo), None);
         let file = get(big_vars, HOSTFILE_VAR).expect("a hostfile");
         let text = std::fs::read_to_string(file).expect("readable");
-        assert_eq!(text.lines().count(), 3856);
+        assert_eq!(text.lines().count(), 7650);
         assert_eq!(text.lines().nth(41), Some("gpu-node-00042 slots=8"));
         // The same list again: the same file.
         assert_eq!(
             get(Lists::new(&big_topo).vars(&big_topo), HOSTFILE_VAR),
             Some(file)
         );
+        // 8,669 names fit in FULL_LIMIT; one more and that list is folded too.
+        let last_topo = topo(8669);
+        let last = Lists::new(&last_topo);
+        assert_eq!(
+            get(last.vars(&last_topo), NOSLOTS_VAR).map(str::len),
+            Some(8669 * 15 - 1)
+        );
+        assert_eq!(last.folded_note(&last_topo), None);
+        let past_topo = topo(8670);
+        let past = Lists::new(&past_topo);
+        assert_eq!(
+            get(past.vars(&past_topo), NOSLOTS_VAR),
+            Some("gpu-node-[00001-08670]")
+        );
+        assert_eq!(
+            past.folded_note(&past_topo).as_deref(),
+            Some(
+                "MULTINODE_HOSTLIST_NOSLOTS is folded (gpu-node-[00001-08670]): written out, \
+                 the names of the 8670 nodes would pass Linux's limit of 128 KiB for one \
+                 variable; count the nodes with MULTINODE_NNODES (8670), not with the commas \
+                 of the list"
+            )
+        );
+    }
+
+    #[test]
+    fn in_one_command_line_both_lists_fit_together() {
+        let lists = |n: usize| {
+            let t = topo(n);
+            Lists::new(&t).one_line_vars(&t).to_vec()
+        };
+        // 17 + 15 bytes a node: 3,840 nodes fit in ONE_LINE_LIMIT together.
+        let both = lists(3840);
+        assert_eq!(both.len(), 2, "no hostfile on another node");
+        assert_eq!(
+            get(&both, "MULTINODE_HOSTLIST").map(str::len),
+            Some(3840 * 17 - 1)
+        );
+        let one = lists(3841);
+        assert_eq!(
+            get(&one, "MULTINODE_HOSTLIST"),
+            Some("gpu-node-[00001-03841]:8")
+        );
+        assert_eq!(
+            get(&one, NOSLOTS_VAR).map(|l| l.split(',').count()),
+            Some(3841)
+        );
+        let none = lists(8200);
+        assert_eq!(get(&none, NOSLOTS_VAR), Some("gpu-node-[00001-08200]"));
+        assert_eq!(none.len(), 2);
     }
 
     #[test]
