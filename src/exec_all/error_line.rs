@@ -269,9 +269,10 @@ fn cut(mut text: String) -> String {
 mod tests {
     use super::*;
 
-    /// Rank 1's torchrun (torch 2.11) when its worker asks for 400 GiB on
-    /// its GPU: the worker's traceback, each line tagged by PyTorch, then
-    /// torchrun's own traceback and summary (tests/fixtures/torchrun).
+    /// Rank 1's torchrun (torch 2.11, on an H200) when its worker asks for
+    /// 400 GiB on its GPU: the worker's traceback, each line tagged by
+    /// PyTorch, then torchrun's own traceback and summary
+    /// (tests/fixtures/torchrun, the real output).
     const OOM: [&str; 2] = [
         include_str!("../../tests/fixtures/torchrun/oom.stdout"),
         include_str!("../../tests/fixtures/torchrun/oom.stderr"),
@@ -282,8 +283,15 @@ mod tests {
         include_str!("../../tests/fixtures/torchrun/duplicate-gpu.stdout"),
         include_str!("../../tests/fixtures/torchrun/duplicate-gpu.stderr"),
     ];
+    /// The same without `NCCL_DEBUG`: NCCL prints nothing.
+    const DUPLICATE_GPU_QUIET: [&str; 2] = [
+        include_str!("../../tests/fixtures/torchrun/duplicate-gpu-quiet.stdout"),
+        include_str!("../../tests/fixtures/torchrun/duplicate-gpu-quiet.stderr"),
+    ];
+    /// PyTorch's NCCL exception in both (what NCCL 2.28.9 returned).
+    const DIST_BACKEND_ERROR: &str = "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
 
-    const OOM_LINE: &str = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 138.71 GiB is free. Including non-PyTorch memory, this process has 1.08 GiB memory in use. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
+    const OOM_LINE: &str = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 139.29 GiB is free. Including non-PyTorch memory, this process has 518.00 MiB memory in use. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
 
     fn scan(text: &str) -> OutputStats {
         scan_streams(&[text], usize::MAX)
@@ -315,23 +323,23 @@ mod tests {
 
     #[test]
     fn a_duplicate_gpu_gives_pytorchs_error_and_nccls_cause() {
-        let warn = "vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
+        let warn = "[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
         for n in [usize::MAX, 13] {
             let stats = scan_streams(&DUPLICATE_GPU, n);
-            assert_eq!(
-                stats.program_error.as_deref(),
-                Some(
-                    "[rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)"
-                )
-            );
+            assert_eq!(stats.program_error.as_deref(), Some(DIST_BACKEND_ERROR));
             assert_eq!(stats.nccl_cause.as_deref(), Some(warn));
         }
         // Without NCCL_DEBUG, NCCL prints nothing: the cause is what
         // PyTorch quotes after `Last error:`.
-        assert_eq!(
-            scan(DUPLICATE_GPU[1]).nccl_cause.as_deref(),
-            Some("[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60")
-        );
+        assert!(!DUPLICATE_GPU_QUIET[0].contains("NCCL WARN"));
+        for n in [usize::MAX, 13] {
+            let stats = scan_streams(&DUPLICATE_GPU_QUIET, n);
+            assert_eq!(stats.program_error.as_deref(), Some(DIST_BACKEND_ERROR));
+            assert_eq!(
+                stats.nccl_cause.as_deref(),
+                Some("[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60")
+            );
+        }
     }
 
     #[test]

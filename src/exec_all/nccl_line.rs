@@ -53,7 +53,7 @@ pub fn is_warn(line: &[u8]) -> bool {
 /// (`ncclGetLastError`), on a line of its own:
 ///
 /// ```text
-/// torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)
+/// torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9
 /// ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
 /// Last error:
 /// Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60
@@ -145,14 +145,14 @@ mod tests {
                 .map(|l| l.to_string())
         };
         // NCCL_DEBUG=WARN: NCCL's own line, then PyTorch's exception.
-        let warn = "vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
+        let warn = "[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
         assert_eq!(
             cause(&["", warn, "[rank1]: Traceback (most recent call last):"]).as_deref(),
             Some(warn)
         );
         // Without NCCL_DEBUG: what PyTorch quotes after `Last error:`.
         let quoted = [
-            "[rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)",
+            "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9",
             "[rank1]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
             "[rank1]: Last error:",
             "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60",

@@ -369,16 +369,16 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
     fn the_verdict_names_the_programs_error_and_nccls_cause() {
         let mut result = result();
         let n1 = &mut result.nodes[1];
-        n1.stats.program_error = Some("[rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)".into());
-        n1.stats.nccl_cause = Some("vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60".into());
+        n1.stats.program_error = Some("[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9".into());
+        n1.stats.nccl_cause = Some("[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60".into());
         n1.stats.nccl_line = n1.stats.program_error.clone();
         let text = table(&result);
         assert!(
             text.contains(
                 "\n  OOM-killed: unknown (the node cannot tell: no multinode agent there, or no readable cgroup OOM counter)\n\
-                 \x20 program error: [rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)\n\
-                 \x20 NCCL cause: vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60\n\
-                 \x20 last NCCL warning/error: [rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)\n\
+                 \x20 program error: [rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n\
+                 \x20 NCCL cause: [2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60\n\
+                 \x20 last NCCL warning/error: [rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n\
                  \x20 last lines:\n"
             ),
             "{text}"

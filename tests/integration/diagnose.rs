@@ -129,7 +129,7 @@ fn the_verdict_names_the_first_failure_its_last_lines_and_the_time_to_down() {
     }
 }
 
-/// Real torchrun failures, as rank 1's torchrun prints them
+/// Real torchrun failures, as rank 1's torchrun printed them on an H200
 /// (tests/fixtures/torchrun: stdout and stderr).
 const TORCHRUN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torchrun");
 
@@ -175,8 +175,8 @@ fn the_verdict_names_the_programs_error_past_torchruns_summary() {
 #[test]
 fn the_verdict_keeps_nccls_cause_and_its_last_line() {
     let (err, v) = torchrun_failure("duplicate-gpu");
-    let error = "[rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)";
-    let cause = "vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
+    let error = "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
+    let cause = "[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
     assert!(
         err.contains(&format!(
             "  program error: {error}\n  NCCL cause: {cause}\n  last NCCL warning/error: {error}\n"
@@ -186,6 +186,20 @@ fn the_verdict_keeps_nccls_cause_and_its_last_line() {
     assert_eq!(v["program_error"], error, "{v}");
     assert_eq!(v["nccl_cause"], cause, "{v}");
     assert_eq!(v["nccl_line"], error, "{v}");
+}
+
+#[test]
+fn without_nccl_debug_the_cause_is_what_pytorch_quotes_after_last_error() {
+    let (err, v) = torchrun_failure("duplicate-gpu-quiet");
+    let error = "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
+    let cause = "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
+    assert!(
+        err.contains(&format!(
+            "  program error: {error}\n  NCCL cause: {cause}\n  last NCCL warning/error: {error}\n"
+        )),
+        "{err}"
+    );
+    assert_eq!(v["nccl_cause"], cause, "{v}");
 }
 
 #[test]
