@@ -299,36 +299,38 @@ mod tests {
     }
 
     /// A Python worker with the stack py-spy gave (innermost first), each
-    /// frame `function (file)` as the real torch 2.11 run on an H200 showed.
-    fn real(rank: usize, state: &str, cpu: f64, stack: &[(&str, &str)]) -> NodeSnapshot {
+    /// frame `function (file:line)` as the real torch 2.11 run on an H200
+    /// showed (bench/gpu/results/h200-ps-hang-2026-12-03.log).
+    fn real(rank: usize, state: &str, cpu: f64, stack: &[(&str, &str, u32)]) -> NodeSnapshot {
         let mut snap = node(rank, state, cpu, None, Some("futex_do_wait"));
         snap.processes[1].stack = Some(
             stack
                 .iter()
-                .map(|(function, file)| Frame {
+                .map(|(function, file, line)| Frame {
                     function: function.to_string(),
                     file: file.to_string(),
-                    line: 1,
+                    line: *line,
                 })
                 .collect(),
         );
         snap
     }
 
-    const SPINNING: &[(&str, &str)] = &[
-        ("synchronize", "torch/cuda/__init__.py"),
-        ("spin_forever", "spin.py"),
-        ("main", "spin.py"),
-        ("<module>", "spin.py"),
+    const SPINNING: &[(&str, &str, u32)] = &[
+        ("synchronize", "torch/cuda/__init__.py", 1162),
+        ("spin_forever", "ps_hang.py", 20),
+        ("main", "ps_hang.py", 31),
+        ("<module>", "ps_hang.py", 38),
     ];
-    const IN_ALL_REDUCE: &[(&str, &str)] = &[
-        ("all_reduce", "torch/distributed/distributed_c10d.py"),
+    const IN_ALL_REDUCE: &[(&str, &str, u32)] = &[
+        ("all_reduce", "torch/distributed/distributed_c10d.py", 3075),
         (
             "_exception_logger.<locals>.wrapper",
             "torch/distributed/c10d_logger.py",
+            83,
         ),
-        ("main", "spin.py"),
-        ("<module>", "spin.py"),
+        ("main", "ps_hang.py", 34),
+        ("<module>", "ps_hang.py", 38),
     ];
 
     #[test]

@@ -271,11 +271,13 @@ fn ps_names_the_rank_blocked_in_a_socket_read_and_folds_the_spinners() {
     );
 }
 
-/// The hang of a real GPU run, with torch's frames where torch 2.11 has
-/// them (py-spy's stacks of that run: rank 1 `synchronize
-/// (torch/cuda/__init__.py) <- spin_forever <- main`, rank 0 `all_reduce
-/// (torch/distributed/distributed_c10d.py) <- _exception_logger.<locals>.wrapper
-/// (torch/distributed/c10d_logger.py) <- main`): a stand-in `torch` whose
+/// The hang of the real GPU run of bench/gpu/ps_hang.py, with torch's
+/// frames where torch 2.11 has them (py-spy's stacks of that run,
+/// bench/gpu/results/h200-ps-hang-2026-12-03.log: rank 1 `synchronize
+/// (torch/cuda/__init__.py) <- spin_forever (ps_hang.py) <- main`, rank 0
+/// `all_reduce (torch/distributed/distributed_c10d.py) <-
+/// _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py) <-
+/// main (ps_hang.py)`): a stand-in `torch` whose
 /// `synchronize` spins as a host thread waiting for a busy GPU does, and
 /// whose `all_reduce` waits for a peer that never sends, as gloo's does.
 /// Neither prints anything, as neither does in torch.
@@ -298,19 +300,19 @@ const TORCH_STAND_IN: &[(&str, &str)] = &[
         "import socket\n\nfrom .c10d_logger import _exception_logger\n\n_peer, _ = socket.socketpair()\n\n\n@_exception_logger\ndef all_reduce(tensor, op=None, group=None, async_op=False):\n    return _peer.recv(1)\n",
     ),
     (
-        "spin.py",
+        "ps_hang.py",
         "import os\n\nimport torch\nimport torch.distributed as dist\n\n\ndef spin_forever():\n    while True:\n        torch.cuda.synchronize()\n\n\ndef main():\n    if int(os.environ[\"RANK\"]) == 1:\n        spin_forever()\n    dist.all_reduce(None)\n\n\nmain()\n",
     ),
 ];
 
-/// Writes the stand-in torch and `spin.py` under `dir`; returns `spin.py`.
+/// Writes the stand-in torch and `ps_hang.py` under `dir`; returns `ps_hang.py`.
 fn write_torch_stand_in(dir: &Path) -> PathBuf {
     for (path, text) in TORCH_STAND_IN {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
     }
-    dir.join("spin.py")
+    dir.join("ps_hang.py")
 }
 
 #[test]
@@ -355,10 +357,14 @@ fn of_two_ranks_the_one_in_synchronize_comes_before_the_one_in_all_reduce() {
         )),
         "{table}"
     );
-    assert!(
-        table.contains("        synchronize (torch/cuda/__init__.py:"),
-        "{table}"
-    );
+    for frame in [
+        "        synchronize (torch/cuda/__init__.py:",
+        "        spin_forever (ps_hang.py:",
+        "        all_reduce (torch/distributed/distributed_c10d.py:",
+        "        _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:",
+    ] {
+        assert!(table.contains(frame), "{frame}: {table}");
+    }
 }
 
 #[test]
