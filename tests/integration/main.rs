@@ -22,4 +22,5 @@ mod mux;
 mod nodeset;
 mod openssh;
 mod snapshot;
+mod terminal;
 mod topology;
