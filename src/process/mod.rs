@@ -387,6 +387,12 @@ fn stat_ids(stat: &str) -> Option<(i32, i32)> {
 /// The process groups with a live member in session `sid`. A terminal's
 /// session has several: a shell with job control gives each job its own.
 pub fn session_groups(sid: Pid) -> Vec<Pid> {
+    sessions_groups(|session| session == sid.as_raw())
+}
+
+/// The process groups with a live member in a session `wanted` says yes
+/// to, in one pass over `/proc`.
+pub fn sessions_groups(wanted: impl Fn(i32) -> bool) -> Vec<Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -396,7 +402,7 @@ pub fn session_groups(sid: Pid) -> Vec<Pid> {
             let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let (pgrp, session) = stat_ids(&stat)?;
-            (session == sid.as_raw()).then_some(Pid::from_raw(pgrp))
+            wanted(session).then_some(Pid::from_raw(pgrp))
         })
         .collect();
     groups.sort_unstable();

@@ -203,3 +203,27 @@ fn mn_ssh_t_without_a_terminal_runs_without_one() {
         "{forced:?}"
     );
 }
+
+#[test]
+fn a_killed_agent_leaves_no_job_of_a_terminal_behind() {
+    let mut agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = Term::start(
+        &format!("{} -tt {}", mn_ssh().display(), agent.host),
+        &dir.path().join("never"),
+    );
+    let tag = sleep_tag();
+    // A background job that ignores the terminal's hangup, in a group of its own.
+    term.send(&format!(
+        "nohup sleep {tag} >/dev/null 2>&1 & sleep {tag}\r"
+    ));
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 2));
+    agent.child.kill().unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "left {:?}",
+        sleepers(&tag)
+    );
+    let _ = term.child.kill();
+    let _ = term.child.wait();
+}
