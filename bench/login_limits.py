@@ -16,13 +16,26 @@ other 127.x addresses, and measures:
                   packet can cost, russh's largest), 256 connections each
   attempts        authentication requests one connection may have rejected
                   (OpenSSH `ssh` offering 8 wrong keys; agent log at -v)
-  penalty         seconds a source is refused after two connections of it ran
-                  out of time
+  penalized_deadline_s
+                  seconds a stalled connection of a penalized source is held
+                  (agent with --login-timeout 8; two of its connections ran
+                  out of time first)
   mn_ssh_flood    `mn-ssh HOST true` from 127.0.0.1, median of 10, while 2,000
                   connections from another address are held (agent with a
                   1,024-descriptor limit), and the same without the flood
+  mn_ssh_own_address
+                  the same while 127.0.0.1 itself is penalized (50 of its
+                  connections cut at the deadline, --login-timeout 5) and
+                  holds 64 connections that never log in, topped up before
+                  each run (issue 32, point 1)
+  mn_ssh_all_slots
+                  the same while 4 other addresses hold 64 connections each,
+                  every one of the 256 slots, topped up before each run
+                  (issue 32, point 2)
 
-Usage: bench/login_limits.py [--quick]      (--quick: skip the 30 s deadline)
+Usage: bench/login_limits.py [--quick] [--attacks]
+  --quick: skip the 30 s deadline; --attacks: only the three mn-ssh figures
+  of points 1 and 2 (quiet, own address, all slots).
 One JSON line per run in bench/results/login-limits.jsonl; a summary on stdout.
 Needs a release build, OpenSSH's ssh and ssh-keygen; run as root or raise
 `ulimit -n` to 8192 first (it holds 2,000 sockets).
@@ -246,42 +259,124 @@ def attempts(tmp):
         agent.stop()
 
 
-def penalty():
-    agent = Agent("127.0.9.6", ("--login-timeout", "1"))
+def held_for(s, limit=60):
+    """Seconds until the agent closes `s`."""
+    t0 = time.time()
+    s.settimeout(limit)
+    try:
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    return time.time() - t0
+
+
+def penalized_deadline():
+    agent = Agent("127.0.9.6", ("--login-timeout", "8"))
     try:
         stalled = [connect("127.0.9.201", agent.host) for _ in range(2)]
-        # Held until the agent closes them at the 1 s deadline: 2 x 10 s of penalty.
+        # Held until the agent closes them at the 8 s deadline: 2 x 10 s of penalty.
         for s in stalled:
-            s.settimeout(10)
-            try:
-                while s.recv(4096):
-                    pass
-            except OSError:
-                pass
-        t0 = time.time()
+            held_for(s)
         close_all(stalled)
-
-        def banner():
-            s = connect("127.0.9.201", agent.host)
-            s.settimeout(5)
-            try:
-                return s.recv(8).startswith(b"SSH-2.0")
-            except OSError:
-                return False
-            finally:
-                s.close()
-        while not banner() and time.time() - t0 < 700:
-            time.sleep(0.5)
-        return round(time.time() - t0, 1)
+        s = connect("127.0.9.201", agent.host)
+        try:
+            return round(held_for(s), 1)
+        finally:
+            s.close()
     finally:
+        agent.stop()
+
+
+class Holder:
+    """`per_source` connections from each of `sources` that never log in,
+    re-opened as the agent closes them."""
+
+    def __init__(self, host, sources, per_source):
+        self.host, self.per_source = host, per_source
+        self.socks = {src: [] for src in sources}
+        self.refill()
+
+    def refill(self):
+        new = []
+        for src, socks in self.socks.items():
+            alive = []
+            for s in socks:
+                try:
+                    while True:
+                        if not s.recv(65536):
+                            raise OSError("closed")
+                except BlockingIOError:
+                    alive.append(s)
+                except OSError:
+                    s.close()
+            while len(alive) < self.per_source:
+                s = connect(src, self.host)
+                s.sendall(b"SSH-2.0-x\r\n")
+                alive.append(s)
+                new.append(s)
+            self.socks[src] = alive
+        if new:
+            settle(new)
+
+    def close(self):
+        for socks in self.socks.values():
+            close_all(socks)
+
+
+def mn_ssh(link, host):
+    """Seconds `mn-ssh HOST true` took (inf when it failed)."""
+    t0 = time.time()
+    p = subprocess.run([link, "-o", "ConnectTimeout=20", host, "true"],
+                       env=env(), capture_output=True)
+    return time.time() - t0 if p.returncode == 0 else float("inf")
+
+
+def summary(times):
+    return {"median_s": round(statistics.median(times), 4), "max_s": round(max(times), 4),
+            "failed": sum(1 for t in times if t == float("inf"))}
+
+
+def mn_ssh_link(tmp):
+    link = os.path.join(tmp, "mn-ssh")
+    if not os.path.lexists(link):
+        os.symlink(os.path.realpath(MULTINODE), link)
+    return link
+
+
+def mn_ssh_attacked(tmp, attack):
+    """`mn-ssh HOST true` from 127.0.0.1, 10 times, during `attack`."""
+    link = mn_ssh_link(tmp)
+    if attack == "own_address":
+        agent = Agent("127.0.9.8", ("--login-timeout", "5"))
+        sources = ["127.0.0.1"]
+        # 50 connections from the client's own address cut at the deadline.
+        cut = [connect("127.0.0.1", agent.host) for _ in range(50)]
+        for s in cut:
+            s.sendall(b"SSH-2.0-x\r\n")
+        for s in cut:
+            held_for(s)
+        close_all(cut)
+    else:
+        agent = Agent("127.0.9.9")
+        sources = ["127.0.12.%d" % i for i in range(2, 6)]
+    holder = None
+    try:
+        holder = Holder(agent.host, sources, 64)
+        times = []
+        for _ in range(10):
+            holder.refill()
+            times.append(mn_ssh(link, agent.host))
+        return summary(times)
+    finally:
+        if holder:
+            holder.close()
         agent.stop()
 
 
 def mn_ssh_times(tmp, flood):
     agent = Agent("127.0.9.7", (), nofile=1024)
-    link = os.path.join(tmp, "mn-ssh")
-    if not os.path.lexists(link):
-        os.symlink(os.path.realpath(MULTINODE), link)
+    link = mn_ssh_link(tmp)
     socks = []
     try:
         for _ in range(flood):
@@ -290,21 +385,32 @@ def mn_ssh_times(tmp, flood):
             socks.append(s)
         if socks:
             settle(socks)
-        times = []
-        for _ in range(10):
-            t0 = time.time()
-            p = subprocess.run([link, "-o", "ConnectTimeout=20", agent.host, "true"],
-                               env=env(), capture_output=True)
-            times.append(time.time() - t0 if p.returncode == 0 else float("inf"))
-        return {"median_s": round(statistics.median(times), 4), "max_s": round(max(times), 4)}
+        return summary([mn_ssh(link, agent.host) for _ in range(10)])
     finally:
         close_all(socks)
         agent.stop()
 
 
+def everything(res, tmp, quick):
+    """Every measurement but the three of mn-ssh quiet and attacked."""
+    if not quick:
+        res["deadline_default_s"] = deadline(())
+    res["deadline_5s_s"] = deadline(("--login-timeout", "5"))
+    res["held_one_source"] = dict(zip(("held", "closed"), held(["127.0.9.203"], 2000, 1024)))
+    res["held_all"] = dict(zip(("held", "closed"),
+                               held(["127.0.11.%d" % i for i in range(2, 18)], 100)))
+    res["rss_kexinit"] = rss_per_conn(kexinit())
+    res["rss_256k_packet"] = rss_per_conn(big_ignore())
+    res["attempts"] = attempts(tmp)
+    res["penalized_deadline_s"] = penalized_deadline()
+    res["mn_ssh_flood"] = mn_ssh_times(tmp, 2000)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="skip the 30 s default deadline")
+    ap.add_argument("--attacks", action="store_true",
+                    help="only mn-ssh quiet and during the attacks of issue 32, points 1 and 2")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 8192:
@@ -312,20 +418,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mn-login-limits-")
     res = {"run_id": time.strftime("%Y%m%d-%H%M%S"),
            "commit": subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip()}
+                                    capture_output=True, text=True).stdout.strip(),
+           "binary": os.path.relpath(os.path.realpath(MULTINODE), REPO)}
     try:
-        if not a.quick:
-            res["deadline_default_s"] = deadline(())
-        res["deadline_5s_s"] = deadline(("--login-timeout", "5"))
-        res["held_one_source"] = dict(zip(("held", "closed"), held(["127.0.9.203"], 2000, 1024)))
-        res["held_all"] = dict(zip(("held", "closed"),
-                                   held(["127.0.11.%d" % i for i in range(2, 18)], 100)))
-        res["rss_kexinit"] = rss_per_conn(kexinit())
-        res["rss_256k_packet"] = rss_per_conn(big_ignore())
-        res["attempts"] = attempts(tmp)
-        res["penalty_s"] = penalty()
-        res["mn_ssh_flood"] = mn_ssh_times(tmp, 2000)
+        if not a.attacks:
+            everything(res, tmp, a.quick)
         res["mn_ssh_quiet"] = mn_ssh_times(tmp, 0)
+        res["mn_ssh_own_address"] = mn_ssh_attacked(tmp, "own_address")
+        res["mn_ssh_all_slots"] = mn_ssh_attacked(tmp, "all_slots")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(RESULTS, exist_ok=True)

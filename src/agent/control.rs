@@ -1,12 +1,13 @@
 //! The agent's answers to its own requests (`#multinode:ping`, `release`,
-//! `wait-release`, `snapshot`; what they mean: `protocol::control`).
+//! `wait-release`, `snapshot`, `show-group`; what they mean:
+//! `protocol::control`).
 
 use std::sync::Arc;
 
 use russh::server::Msg;
 use russh::{ChannelReadHalf, ChannelWriteHalf};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::Shared;
 use crate::protocol::control::{Control, PingReply};
@@ -46,6 +47,35 @@ pub(crate) async fn run(
             line.push(b'\n');
             let _ = tx.data_bytes(line).await;
             0
+        }
+        Control::ShowGroup { pgid, pid_ns } => {
+            if crate::snapshot::pid_namespace() != Some(pid_ns) {
+                let msg = format!(
+                    "multinode agent: process group {pgid} is not in this agent's PID namespace: not shown\n"
+                );
+                let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+                1
+            } else {
+                let pgid = nix::unistd::Pid::from_raw(pgid);
+                debug!(
+                    pgid = pgid.as_raw(),
+                    "a client's process group shown in snapshots"
+                );
+                shared.running.add(pgid);
+                // Shown while the client holds the channel; never signalled:
+                // the client owns that group.
+                tokio::select! {
+                    () = shared.shutdown.cancelled() => {}
+                    () = conn.cancelled() => {}
+                    () = async { while rx.wait().await.is_some() {} } => {}
+                }
+                shared.running.remove(pgid);
+                debug!(
+                    pgid = pgid.as_raw(),
+                    "a client's process group no longer shown"
+                );
+                0
+            }
         }
         Control::WaitRelease => {
             // Only a release answers: an agent that stops without one (its job

@@ -36,6 +36,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 pub(crate) struct Pool {
     connector: Connector,
     job: String,
+    /// What a client's challenge is signed with ([`wire::prove`]).
+    host_key: russh::keys::PrivateKey,
     slots: std::sync::Mutex<HashMap<String, Slot>>,
     connecting: Semaphore,
 }
@@ -49,6 +51,7 @@ impl Pool {
         Pool {
             connector,
             job: wire::job_id(keys.client_public()),
+            host_key: keys.host.clone(),
             slots: std::sync::Mutex::new(HashMap::new()),
             connecting: Semaphore::new(MAX_CONNECTING),
         }
@@ -326,6 +329,19 @@ async fn channel(stream: UnixStream, pool: &Pool) {
             },
         )
         .await;
+    }
+    // This agent knows the secret: a client proves it before it sends the
+    // variables and the command (another user's socket at the path could not).
+    match wire::prove(&pool.host_key, &open.challenge) {
+        Ok(proof) => {
+            if write_frame(&mut w, wire::PROOF, &proof).await.is_err() {
+                return;
+            }
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot answer a client's challenge");
+            return;
+        }
     }
     let target = Target {
         host: open.host,

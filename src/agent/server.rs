@@ -69,10 +69,9 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
-                // A source over its limits is closed at once, before any byte is read.
-                let Ok(login) = shared.gate.admit(peer.ip()) else {
-                    continue;
-                };
+                // Admitted, whatever its source: past a limit, the oldest
+                // connection not logged in is closed instead.
+                let login = shared.gate.admit(peer.ip());
                 let shared2 = shared.clone();
                 let config = config.clone();
                 shared.tracker.spawn(async move {
@@ -134,6 +133,10 @@ async fn connection(
             info!(%peer, "no SSH banner within {} s: connection closed", login.timeout().as_secs_f64());
             return;
         }
+        why = login.evicted() => {
+            info!(%peer, "connection closed before its SSH banner: {why}");
+            return;
+        }
     };
     let handle = session.handle();
     let login_deadline = async {
@@ -172,29 +175,46 @@ async fn connection(
         }
         () = login_deadline => {
             info!(%peer, "not logged in within {} s: closing the connection", login.timeout().as_secs_f64());
-            // Tell the client why (an OpenSSH client prints it), then close
-            // the socket whatever the session is doing: a client that does
-            // not read cannot hold it open.
-            let _ = tokio::time::timeout(
-                LOGIN_CLOSE_WAIT,
-                handle.disconnect(
-                    russh::Disconnect::ByApplication,
-                    "not logged in in time".into(),
-                    "en".into(),
-                ),
-            )
-            .await;
-            // A session is polled no more once it has ended: russh's
-            // `RunningSession` panics if it is ("called after complete").
-            let ended = tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await.is_ok();
-            let _ = nix::sys::socket::shutdown(socket.as_raw_fd(), nix::sys::socket::Shutdown::Both);
-            if !ended && tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session).await.is_err() {
-                warn!(%peer, "a session outlived the shutdown of its socket");
-            }
+            close_before_login(&handle, session.as_mut(), &socket, peer, login.deadline_reason()).await;
+        }
+        why = login.evicted() => {
+            info!(%peer, "closing a connection not logged in: {why}");
+            close_before_login(&handle, session.as_mut(), &socket, peer, why.to_string()).await;
         }
     }
     // Every command of this connection now ends its process group.
     conn.cancel();
+}
+
+/// Tells the client of a connection that has not logged in why it is
+/// closed (an OpenSSH client and `mn-ssh` print it), then closes the socket
+/// whatever the session is doing: a client that does not read cannot hold
+/// it open.
+async fn close_before_login(
+    handle: &russh::server::Handle,
+    mut session: std::pin::Pin<&mut russh::server::RunningSession<ConnHandler>>,
+    socket: &OwnedFd,
+    peer: SocketAddr,
+    reason: String,
+) {
+    let _ = tokio::time::timeout(
+        LOGIN_CLOSE_WAIT,
+        handle.disconnect(russh::Disconnect::ByApplication, reason, "en".into()),
+    )
+    .await;
+    // A session is polled no more once it has ended: russh's
+    // `RunningSession` panics if it is ("called after complete").
+    let ended = tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session)
+        .await
+        .is_ok();
+    let _ = nix::sys::socket::shutdown(socket.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+    if !ended
+        && tokio::time::timeout(LOGIN_CLOSE_WAIT, &mut session)
+            .await
+            .is_err()
+    {
+        warn!(%peer, "a session outlived the shutdown of its socket");
+    }
 }
 
 /// Kernel keepalives and a user timeout, so a vanished peer turns the socket

@@ -9,11 +9,13 @@
 //! - `options`: the validated options of a run and their defaults.
 //! - `types`: the run's data (events, outcomes, records, results), imported by the rest.
 //! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
-//! - `nccl_line`: which output lines are NCCL's warnings and errors.
+//! - `nccl_line`: which output lines are NCCL's warnings and errors, and its cause.
+//! - `error_line`: the program's own error in its output (a traceback's exception, ...).
 //! - `files`: `--output DIR`, a file per rank and stream.
 //! - `group`: `--group`, identical outputs printed once with their ranks.
 
 mod dispatch;
+mod error_line;
 mod files;
 mod group;
 mod nccl_line;
@@ -53,7 +55,7 @@ use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::snapshot::gather::{Ask, RunNodes};
-use crate::transport::client::Auth;
+use crate::transport::client::{Auth, Target};
 use crate::transport::mux::MuxClient;
 use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 
@@ -88,6 +90,8 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         timestamps: args.timestamps,
         group: args.group,
         snapshot_on_timeout: args.snapshot_on_timeout,
+        // A relay runs as its agent's command: that agent shows its node.
+        show_local_to_agent: !args.relay_report,
         ..RunOptions::new(script)
     };
     let report_path = args.report.clone();
@@ -351,6 +355,22 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     if let Some(dir) = &options.output_dir {
         files::prepare(dir).map_err(Error::Usage)?;
     }
+    // Inside `multinode agent -- JOB` (the mux), the head's agent runs this
+    // exec_all and so shows its node already.
+    let local_agent = match (&transport, &mux) {
+        (Transport::Native(connector), None)
+            if matches!(connector.auth(), Auth::Agent(_))
+                && options.show_local_to_agent
+                && selected.contains(&job.rank) =>
+        {
+            Some(Target {
+                host: job.topology.nodes[job.rank].host.clone(),
+                port,
+                user: user.clone(),
+            })
+        }
+        _ => None,
+    };
     let ctx = Arc::new(RunCtx {
         command: match &transport {
             Transport::Native(connector) if matches!(connector.auth(), Auth::Agent(_)) => {
@@ -368,6 +388,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         bin,
         connect_slots: Semaphore::new(options.max_connecting),
         mux,
+        local_agent,
     });
     // Like `srun --export=ALL`: the head's variables, minus per-host ones.
     let head_vars: Vec<(String, String)> =
@@ -541,6 +562,7 @@ pub async fn collect(
         timeout: Some(timeout),
         connect_timeout: timeout,
         forward_output: false,
+        show_local_to_agent: false,
         ..RunOptions::new(Script::Inline(command.as_bytes().to_vec()))
     };
     let result = run(job, &env, options).await?;

@@ -22,6 +22,7 @@ use crate::exit_info::{self, ExitInfo};
 use crate::process::{GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
+use crate::snapshot::gather::show_in_agent;
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
 use crate::transport::client::Target;
 use crate::transport::mux::MuxError;
@@ -351,6 +352,15 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
     };
     task.send(Event::Started { address: None });
     let pgid = child.pgid();
+    // Shown to this machine's agent until the group is gone, for `multinode ps`.
+    let shown = match (&ctx.transport, &ctx.local_agent) {
+        (Transport::Native(connector), Some(agent)) if task.local => Some(show_in_agent(
+            connector.clone(),
+            agent.clone(),
+            pgid.as_raw(),
+        )),
+        _ => None,
+    };
     let (stdin_pipe, out, err) = child.take_stdio();
     let stdin = {
         let mut source = StdinSource::new(&ctx, task.stdin.take());
@@ -422,6 +432,7 @@ async fn run_local(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
     }
     crate::process::end_group_after(pgid, ctx.grace, child.signalled_at()).await;
     child.disarm();
+    drop(shown);
     let info = match (&watch, &status) {
         (Some(watch), Some(outcome)) => Some(watch.finish(exit_info::may_have_dumped(outcome))),
         _ => None,

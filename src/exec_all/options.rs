@@ -46,6 +46,9 @@ pub(crate) struct RunOptions {
     pub group: bool,
     /// Take a snapshot of every node before `--timeout` ends the run.
     pub snapshot_on_timeout: bool,
+    /// Show the node run here to this machine's agent, so that `multinode
+    /// ps` sees it (not for a relay, which its agent runs, nor for probes).
+    pub show_local_to_agent: bool,
 }
 
 impl RunOptions {
@@ -71,6 +74,7 @@ impl RunOptions {
             timestamps: false,
             group: false,
             snapshot_on_timeout: false,
+            show_local_to_agent: true,
         }
     }
 }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
+use super::error_line::ErrorScan;
 use super::files::NodeFiles;
 use super::relay;
 use super::types::OutputStats;
@@ -259,6 +260,8 @@ pub struct NodeSink {
     files: Option<NodeFiles>,
     out: Partial,
     err: Partial,
+    /// Each stream read for the program's error and NCCL's cause.
+    scans: [ErrorScan; 2],
     pub stats: OutputStats,
 }
 
@@ -311,6 +314,7 @@ impl NodeSink {
             capture,
             out: Partial::default(),
             err: Partial::default(),
+            scans: Default::default(),
             stats: OutputStats::default(),
         }
     }
@@ -427,6 +431,7 @@ impl NodeSink {
             if !block.is_empty() {
                 self.emit(stream, block).await;
             }
+            self.scans[stream as usize].finish(&mut self.stats);
         }
     }
 
@@ -471,6 +476,7 @@ impl NodeSink {
         if let Some(line) = super::nccl_line::last_in(&block) {
             self.stats.nccl_line = Some(line);
         }
+        self.scans[stream as usize].feed(&block, &mut self.stats);
         if self.label.is_none() {
             let partial = match stream {
                 Stream::Out => &mut self.out,

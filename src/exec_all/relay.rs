@@ -174,6 +174,8 @@ fn record(n: report::NodeReport) -> NodeRecord {
     record.stats.bytes_err = n.bytes_err;
     record.stats.tail = n.last_lines.into();
     record.stats.nccl_line = n.nccl_line;
+    record.stats.nccl_cause = n.nccl_cause;
+    record.stats.program_error = n.program_error;
     // The relay's report carries what each node of its group could tell.
     if n.oom_kills.is_some() || n.core.is_some() {
         record.exit_info = Some(crate::protocol::exit_info::ExitInfo {

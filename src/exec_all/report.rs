@@ -49,6 +49,14 @@ pub struct NodeReport {
     /// The node's last line that looks like an NCCL warning or error.
     #[serde(default)]
     pub nccl_line: Option<String>,
+    /// NCCL's cause: its first `NCCL WARN` line, or what PyTorch quotes
+    /// after `Last error:`.
+    #[serde(default)]
+    pub nccl_cause: Option<String>,
+    /// The program's own error (a traceback's exception line, a C++
+    /// `terminate called ...`, a CUDA error), past torchrun's summary.
+    #[serde(default)]
+    pub program_error: Option<String>,
 }
 
 /// `--report FILE`.
@@ -127,6 +135,8 @@ pub fn build(result: &RunResult) -> Report {
                 cgroup: n.exit_info.as_ref().and_then(|i| i.cgroup.clone()),
                 core: n.exit_info.as_ref().and_then(|i| i.core.clone()),
                 nccl_line: n.stats.nccl_line.clone(),
+                nccl_cause: n.stats.nccl_cause.clone(),
+                program_error: n.stats.program_error.clone(),
             }
         })
         .collect();
@@ -351,6 +361,52 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
         let text = table(&result);
         assert!(
             text.contains("first failure: rank 2 (node2), 1.50 s into the run (00:16:41.500Z UTC): lost\n  why: connection lost\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_verdict_names_the_programs_error_and_nccls_cause() {
+        let mut result = result();
+        let n1 = &mut result.nodes[1];
+        n1.stats.program_error = Some("[rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)".into());
+        n1.stats.nccl_cause = Some("vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60".into());
+        n1.stats.nccl_line = n1.stats.program_error.clone();
+        let text = table(&result);
+        assert!(
+            text.contains(
+                "\n  OOM-killed: unknown (the node cannot tell: no multinode agent there, or no readable cgroup OOM counter)\n\
+                 \x20 program error: [rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)\n\
+                 \x20 NCCL cause: vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60\n\
+                 \x20 last NCCL warning/error: [rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)\n\
+                 \x20 last lines:\n"
+            ),
+            "{text}"
+        );
+        let report = serde_json::to_value(build(&result)).unwrap();
+        for v in [&report["verdict"], &report["nodes"][1]] {
+            assert!(
+                v["program_error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("DistBackendError"),
+                "{v}"
+            );
+            assert!(
+                v["nccl_cause"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Duplicate GPU detected"),
+                "{v}"
+            );
+        }
+        // A cause that is also the last NCCL line is printed once.
+        result.nodes[1].stats.nccl_cause = result.nodes[1].stats.nccl_line.clone();
+        let text = table(&result);
+        assert!(!text.contains("NCCL cause:"), "{text}");
+        assert_eq!(
+            text.matches("last NCCL warning/error:").count(),
+            1,
             "{text}"
         );
     }

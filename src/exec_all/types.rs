@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::script::Script;
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
-use crate::transport::client::Connector;
+use crate::transport::client::{Connector, Target};
 use crate::transport::mux::MuxClient;
 
 /// What every node task shares.
@@ -34,6 +34,10 @@ pub(crate) struct RunCtx {
     pub connect_slots: Semaphore,
     /// The head agent's shared connections (inside `multinode agent -- JOB`).
     pub mux: Option<MuxClient>,
+    /// This machine's agent of the job, which the node run here is shown to
+    /// (`snapshot::gather::show_in_agent`): only when exec_all reaches
+    /// agents itself and no agent runs it already.
+    pub local_agent: Option<Target>,
 }
 
 /// How remote nodes are reached.
@@ -195,6 +199,12 @@ pub struct OutputStats {
     pub relay_report: Option<String>,
     /// The last line that looks like an NCCL warning or error (`nccl_line`).
     pub nccl_line: Option<String>,
+    /// NCCL's cause: its first `NCCL WARN` line, or what PyTorch quotes
+    /// after `Last error:` (`nccl_line::Cause`).
+    pub nccl_cause: Option<String>,
+    /// The program's own error: the last exception line of a Python
+    /// traceback, a C++ `terminate called ...`, a CUDA error (`error_line`).
+    pub program_error: Option<String>,
     /// Why `--output`'s files of this node stopped being written.
     pub file_failure: Option<String>,
 }

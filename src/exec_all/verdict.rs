@@ -1,7 +1,8 @@
 //! The first-failure verdict: which node failed first, when, how (exit code,
-//! signal by name, OOM-killed or not, a core file), what it printed last (and
-//! its last NCCL warning or error), and how long the rest of the job took to
-//! be down. Shown under the failure table and kept in `--report`.
+//! signal by name, OOM-killed or not, a core file), the program's own error
+//! (past torchrun's summary), NCCL's cause and its last warning or error,
+//! what it printed last, and how long the rest of the job took to be down.
+//! Shown under the failure table and kept in `--report`.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,6 +37,15 @@ pub struct Verdict {
     /// Why a node was unreachable or lost.
     pub error: Option<String>,
     pub last_lines: Vec<String>,
+    /// The program's own error: the last exception line of a Python
+    /// traceback (not torchrun's `ChildFailedError`), a C++ `terminate
+    /// called ...` with its `what()`, a CUDA error.
+    #[serde(default)]
+    pub program_error: Option<String>,
+    /// NCCL's cause: the node's first `NCCL WARN` line, or the message
+    /// PyTorch quotes after `Last error:`.
+    #[serde(default)]
+    pub nccl_cause: Option<String>,
     /// The node's last line that looks like an NCCL warning or error.
     pub nccl_line: Option<String>,
     /// From the first failure to the last node being down (seconds).
@@ -97,6 +107,8 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
             _ => None,
         },
         last_lines: node.stats.tail.iter().cloned().collect(),
+        program_error: node.stats.program_error.clone(),
+        nccl_cause: node.stats.nccl_cause.clone(),
         nccl_line: node.stats.nccl_line.clone(),
         down_after_s: last_down.map(|t| secs(t, ended)),
     })
@@ -137,6 +149,16 @@ pub fn render(v: &Verdict) -> String {
     }
     if let Some(core) = &v.core {
         let _ = writeln!(out, "  core: {core}");
+    }
+    if let Some(line) = &v.program_error {
+        let _ = writeln!(out, "  program error: {line}");
+    }
+    if let Some(line) = v
+        .nccl_cause
+        .as_ref()
+        .filter(|c| Some(*c) != v.nccl_line.as_ref())
+    {
+        let _ = writeln!(out, "  NCCL cause: {line}");
     }
     if let Some(line) = &v.nccl_line {
         let _ = writeln!(out, "  last NCCL warning/error: {line}");

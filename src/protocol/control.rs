@@ -9,6 +9,12 @@
 //!   (a worker holds one of these open to the head to notice it leave).
 //! - `#multinode:snapshot`: prints one JSON line, the snapshot of the
 //!   commands this agent runs (`agent/snapshot.rs`).
+//! - `#multinode:show-group PGID PIDNS`: while this channel is open, the
+//!   agent's snapshots also cover process group PGID of its machine, which
+//!   it did not start (exec_all's own node, run outside any agent). PIDNS is
+//!   the inode of the client's PID namespace: an agent in another namespace
+//!   (another container of the pod) refuses, since PGID means nothing there.
+//!   The agent never signals that group; it answers when the channel closes.
 
 const PREFIX: &[u8] = b"#multinode:";
 
@@ -18,7 +24,10 @@ pub enum Control {
     Release,
     WaitRelease,
     Snapshot,
+    ShowGroup { pgid: i32, pid_ns: u64 },
 }
+
+const SHOW_GROUP: &str = "show-group";
 
 pub fn parse(command: &[u8]) -> Option<Control> {
     let rest = command.strip_prefix(PREFIX)?;
@@ -27,17 +36,29 @@ pub fn parse(command: &[u8]) -> Option<Control> {
         b"release" => Some(Control::Release),
         b"wait-release" => Some(Control::WaitRelease),
         b"snapshot" => Some(Control::Snapshot),
-        _ => None,
+        other => {
+            let mut words = std::str::from_utf8(other).ok()?.split(' ');
+            if words.next()? != SHOW_GROUP {
+                return None;
+            }
+            let pgid = words.next()?.parse().ok().filter(|&p: &i32| p > 0)?;
+            let pid_ns = words.next()?.parse().ok()?;
+            words
+                .next()
+                .is_none()
+                .then_some(Control::ShowGroup { pgid, pid_ns })
+        }
     }
 }
 
 /// The exec command of a control request.
-pub fn command(control: Control) -> &'static str {
+pub fn command(control: Control) -> String {
     match control {
-        Control::Ping => "#multinode:ping",
-        Control::Release => "#multinode:release",
-        Control::WaitRelease => "#multinode:wait-release",
-        Control::Snapshot => "#multinode:snapshot",
+        Control::Ping => "#multinode:ping".to_string(),
+        Control::Release => "#multinode:release".to_string(),
+        Control::WaitRelease => "#multinode:wait-release".to_string(),
+        Control::Snapshot => "#multinode:snapshot".to_string(),
+        Control::ShowGroup { pgid, pid_ns } => format!("#multinode:{SHOW_GROUP} {pgid} {pid_ns}"),
     }
 }
 
@@ -64,11 +85,25 @@ mod tests {
         );
         assert_eq!(parse(b"#multinode:rm -rf"), None);
         assert_eq!(parse(b"echo #multinode:ping"), None);
+        for bad in [
+            &b"#multinode:show-group"[..],
+            b"#multinode:show-group 12",
+            b"#multinode:show-group 0 4026531836",
+            b"#multinode:show-group -12 4026531836",
+            b"#multinode:show-group 12 4026531836 1",
+            b"#multinode:show-group x 4026531836",
+        ] {
+            assert_eq!(parse(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
         for c in [
             Control::Ping,
             Control::Release,
             Control::WaitRelease,
             Control::Snapshot,
+            Control::ShowGroup {
+                pgid: 4242,
+                pid_ns: 4026531836,
+            },
         ] {
             assert_eq!(parse(command(c).as_bytes()), Some(c));
         }

@@ -6,8 +6,11 @@
 //! exchange, no login, no TCP handshake per command.
 //!
 //! Each Unix connection carries one channel as frames: a kind byte, a 4-byte
-//! big-endian length, the payload. The client sends [`OPEN`] (the target,
-//! JSON); the head's agent answers [`OPENED`] (the node's address, which the
+//! big-endian length, the payload. The client sends [`OPEN`] (the target and
+//! a random challenge, JSON); the head's agent answers [`PROOF`] (the
+//! challenge signed with the job's host key: only an agent that knows the
+//! secret can make it, so another user's socket at the same path gets no
+//! variables and no command), then [`OPENED`] (the node's address, which the
 //! variables may name) or [`FAILED`] (why, JSON). The client then sends
 //! [`ENV`] (the variables, JSON) and [`COMMAND`] (the command line, raw); the
 //! head's agent answers [`STARTED`] or [`FAILED`]. Then the client sends
@@ -37,6 +40,8 @@ pub const DATA: u8 = 3;
 pub const EOF: u8 = 4;
 /// Client → head: a signal by its SSH name (`TERM`).
 pub const SIGNAL: u8 = 5;
+/// Head → client: [`OPEN`]'s challenge signed with the host key ([`prove`]).
+pub const PROOF: u8 = 25;
 /// Head → client: connected; the payload is the node's address (`IP:PORT`).
 pub const OPENED: u8 = 16;
 /// Head → client: the command runs.
@@ -69,6 +74,43 @@ pub struct Open {
     pub user: String,
     /// [`job_id`] of the client's job.
     pub job: String,
+    /// [`CHALLENGE_LEN`] random bytes, hex: what the head's agent signs.
+    #[serde(default)]
+    pub challenge: String,
+}
+
+/// The bytes of a challenge.
+pub const CHALLENGE_LEN: usize = 32;
+/// The SSHSIG namespace of a [`PROOF`]: a signature made for anything else
+/// (another protocol, another purpose) is not one.
+const PROOF_NAMESPACE: &str = "multinode-mux-proof@v1";
+
+/// A fresh challenge: [`CHALLENGE_LEN`] bytes from the system's random source, hex.
+pub fn challenge() -> std::io::Result<String> {
+    let mut bytes = [0u8; CHALLENGE_LEN];
+    getrandom::fill(&mut bytes).map_err(std::io::Error::from)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The [`PROOF`] for `challenge`: an SSHSIG (PEM) made with the job's host key.
+pub fn prove(host: &russh::keys::PrivateKey, challenge: &str) -> Result<Vec<u8>, String> {
+    let signed = host
+        .sign(
+            PROOF_NAMESPACE,
+            russh::keys::HashAlg::Sha512,
+            challenge.as_bytes(),
+        )
+        .and_then(|sig| sig.to_pem(russh::keys::ssh_key::LineEnding::LF))
+        .map_err(|e| format!("cannot sign the challenge: {e}"))?;
+    Ok(signed.into_bytes())
+}
+
+/// Whether `proof` is [`prove`]'s answer to `challenge` from the holder of
+/// the job's host key (`host`).
+pub fn verify(host: &russh::keys::PublicKey, challenge: &str, proof: &[u8]) -> bool {
+    russh::keys::ssh_key::SshSig::from_pem(proof)
+        .and_then(|sig| host.verify(PROOF_NAMESPACE, challenge.as_bytes(), &sig))
+        .is_ok()
 }
 
 /// Which job a client belongs to: its client key in OpenSSH form. A client
@@ -193,6 +235,32 @@ mod tests {
         let (kind, ext) = read_frame(&mut r).await.unwrap().unwrap();
         assert_eq!((kind, &ext[..]), (EXT, &b"\0\0\0\x01err"[..]));
         assert_eq!(read_frame(&mut r).await.unwrap(), None);
+    }
+
+    #[test]
+    fn only_the_host_key_proves_a_challenge_and_only_that_one() {
+        let key = |seed: u8| {
+            russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(
+                &[seed; 32],
+            ))
+        };
+        let (host, other) = (key(1), key(2));
+        let asked = challenge().unwrap();
+        assert_eq!(asked.len(), 2 * CHALLENGE_LEN);
+        assert_ne!(asked, challenge().unwrap(), "challenges are random");
+        let proof = prove(&host, &asked).unwrap();
+        assert!(verify(host.public_key(), &asked, &proof));
+        assert!(!verify(host.public_key(), &challenge().unwrap(), &proof));
+        let forged = prove(&other, &asked).unwrap();
+        assert!(!verify(host.public_key(), &asked, &forged));
+        // The same key's signature for another purpose is no proof.
+        let elsewhere = host
+            .sign("file", russh::keys::HashAlg::Sha512, asked.as_bytes())
+            .unwrap()
+            .to_pem(russh::keys::ssh_key::LineEnding::LF)
+            .unwrap();
+        assert!(!verify(host.public_key(), &asked, elsewhere.as_bytes()));
+        assert!(!verify(host.public_key(), &asked, b"garbage"));
     }
 
     #[tokio::test]

@@ -1,10 +1,15 @@
 //! The head's side: every node's agent asked for its snapshot at once, over
 //! a fresh authenticated connection each (`#multinode:snapshot`), and
-//! `multinode ps`, which prints them folded.
+//! `multinode ps`, which prints them folded. And the one node an agent does
+//! not run: exec_all's own, which it shows to this machine's agent for as
+//! long as it runs (`#multinode:show-group`, [`show_in_agent`]), so that
+//! `multinode ps` sees it there.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use russh::ChannelMsg;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tracing::debug;
 
@@ -137,6 +142,54 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
     } else {
         crate::exit_code::CONNECTION_FAILED
     })
+}
+
+/// Shows `pgid`, a process group exec_all runs on this machine, in the
+/// snapshots of the job's agent at `target` (this machine's own) until the
+/// returned guard is dropped. In the background: the run does not wait for
+/// it, and no agent there (or one in another PID namespace) only means
+/// that node's snapshot stays empty, as before.
+pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> ShownGroup {
+    let (done, mut until) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let Some(pid_ns) = super::pid_namespace() else {
+            return;
+        };
+        let conn = tokio::select! {
+            conn = connector.connect(&target) => conn,
+            _ = &mut until => return,
+        };
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => {
+                debug!(host = %target.host, error = %e, "no agent here to show this node to");
+                return;
+            }
+        };
+        let command = crate::protocol::control::command(Control::ShowGroup { pgid, pid_ns });
+        match conn.exec(command.as_bytes(), &[]).await {
+            Ok(mut channel) => loop {
+                tokio::select! {
+                    _ = &mut until => break,
+                    msg = channel.wait() => match msg {
+                        Some(ChannelMsg::ExtendedData { data, .. }) => {
+                            debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "not shown");
+                        }
+                        Some(_) => {}
+                        None => break,
+                    },
+                }
+            },
+            Err(e) => debug!(error = %e, "cannot show this node to its agent"),
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+    });
+    ShownGroup { _done: done }
+}
+
+/// Shown to the agent while it lives ([`show_in_agent`]).
+pub(crate) struct ShownGroup {
+    _done: oneshot::Sender<()>,
 }
 
 /// What a run of exec_all needs to snapshot its nodes: the agents to ask

@@ -10,7 +10,8 @@
 //! - `fold`: nodes whose processes do the same thing folded into one entry,
 //!   the odd ones first (as `clush -b` folds output). Pure.
 //! - `render`: the table for people and the JSON for programs. Pure.
-//! - `gather`: the head's side: every node's agent asked at once.
+//! - `gather`: the head's side: every node's agent asked at once; exec_all's
+//!   own node shown by this machine's agent (`show_in_agent`).
 //!
 //! The agent answers `#multinode:snapshot` with [`take`] over the commands it
 //! runs (`agent/snapshot.rs`); `multinode ps`, `SIGUSR1` to `mn-exec-all` and
@@ -27,6 +28,7 @@ mod take;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use fold::fold;
+pub(crate) use procfs::pid_namespace;
 pub(crate) use render::{render_json, render_table};
 pub(crate) use take::{Options, take};
 

@@ -235,6 +235,13 @@ pub(crate) fn uptime(proc: &Path) -> Option<f64> {
         .ok()
 }
 
+/// The inode of this process's PID namespace: two processes see the same
+/// PIDs when theirs are equal.
+pub(crate) fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// Clock ticks per second and the page size.
 pub(crate) fn clock_and_page() -> (u64, u64) {
     // SAFETY: sysconf only reads a configuration value.

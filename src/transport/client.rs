@@ -2,7 +2,7 @@
 //! connecting to an agent with the job keys, or to an OpenSSH server with
 //! the user's keys, and opening exec channels on the connection.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,6 +118,12 @@ pub enum ConnectError {
         target: String,
         source: std::io::Error,
     },
+    #[error("cannot bind to {bind} (-b) to connect to {target}: {source}")]
+    Bind {
+        target: String,
+        bind: IpAddr,
+        source: std::io::Error,
+    },
     #[error("cannot connect to {target}: no answer within {secs:.1} s")]
     Timeout { target: String, secs: f64 },
     #[error(
@@ -216,11 +222,10 @@ impl client::Handler for ClientHandler {
         reason: client::DisconnectReason<Self::Error>,
     ) -> Result<(), Self::Error> {
         let (text, result) = match reason {
+            // The agent says why it closes a connection that has not logged
+            // in (its deadline, too many not logged in, a penalty).
             client::DisconnectReason::ReceivedDisconnect(info) => (
-                format!(
-                    "the server disconnected ({:?}: {})",
-                    info.reason_code, info.message
-                ),
+                format!("the server closed the connection: {}", info.message),
                 Ok(()),
             ),
             client::DisconnectReason::Error(e) => (e.to_string(), Err(e)),
@@ -284,6 +289,8 @@ pub struct Connector {
     auth: Auth,
     connect_timeout: Duration,
     lost_after: Option<Duration>,
+    /// The source address of every connection (`mn-ssh -b`); `None`: the system's choice.
+    bind_address: Option<std::net::IpAddr>,
 }
 
 impl Connector {
@@ -293,7 +300,14 @@ impl Connector {
             auth,
             connect_timeout,
             lost_after: Some(DEFAULT_LOST_AFTER),
+            bind_address: None,
         }
+    }
+
+    /// The same, with connections made from `bind_address` (`None`: the system's choice).
+    pub fn with_bind_address(mut self, bind_address: Option<std::net::IpAddr>) -> Self {
+        self.bind_address = bind_address;
+        self
     }
 
     /// The same, with servers lost after `lost_after` of silence (`None`: never).
@@ -369,7 +383,7 @@ impl Connector {
     }
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
-        let (stream, peer) = tcp_connect(target).await?;
+        let (stream, peer) = tcp_connect(target, self.bind_address).await?;
         if matches!(self.auth, Auth::Agent(_)) {
             abort_on_close(&stream);
         }
@@ -390,9 +404,11 @@ impl Connector {
             Ok(handle) => handle,
             Err(e) => {
                 let rejected = rejection.lock().expect("not poisoned").take();
+                // russh's error is a bare "Disconnected": the server's reason says more.
+                let ended = ended.lock().expect("not poisoned").take();
                 return Err(rejected.unwrap_or_else(|| ConnectError::Ssh {
                     target: target.to_string(),
-                    detail: e.to_string(),
+                    detail: ended.unwrap_or_else(|| e.to_string()),
                 }));
             }
         };
@@ -663,17 +679,37 @@ async fn liveness(
     }
 }
 
-async fn tcp_connect(target: &Target) -> Result<(TcpStream, SocketAddr), ConnectError> {
+/// Connects to the first of `target`'s addresses that answers; from
+/// `bind_address` when given (as OpenSSH's `-b`: bound before the connect,
+/// and only to addresses of its family).
+async fn tcp_connect(
+    target: &Target,
+    bind_address: Option<IpAddr>,
+) -> Result<(TcpStream, SocketAddr), ConnectError> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
         .await
         .map_err(|source| ConnectError::Resolve {
             target: target.to_string(),
             source,
         })?
+        .filter(|addr| bind_address.is_none_or(|b| b.is_ipv4() == addr.is_ipv4()))
         .collect();
     let mut last = None;
     for addr in addrs {
-        match TcpStream::connect(addr).await {
+        let connected = match bind_address {
+            None => TcpStream::connect(addr).await,
+            Some(bind) => match bound_socket(bind) {
+                Ok(socket) => socket.connect(addr).await,
+                Err(source) => {
+                    return Err(ConnectError::Bind {
+                        target: target.to_string(),
+                        bind,
+                        source,
+                    });
+                }
+            },
+        };
+        match connected {
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
                 return Ok((stream, addr));
@@ -681,10 +717,24 @@ async fn tcp_connect(target: &Target) -> Result<(TcpStream, SocketAddr), Connect
             Err(e) => last = Some(e),
         }
     }
+    let source = last.unwrap_or_else(|| match bind_address {
+        Some(bind) => std::io::Error::other(format!("the name has no address of {bind}'s family")),
+        None => std::io::Error::other("the name has no address"),
+    });
     Err(ConnectError::Tcp {
         target: target.to_string(),
-        source: last.unwrap_or_else(|| std::io::Error::other("the name has no address")),
+        source,
     })
+}
+
+/// A TCP socket bound to `bind` (any port), ready to connect.
+fn bound_socket(bind: IpAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = match bind {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(bind, 0))?;
+    Ok(socket)
 }
 
 /// What a session channel runs.
@@ -939,6 +989,9 @@ mod tests {
         /// The client's bytes reach the server 100 ms late, as from a client
         /// too busy to answer at once.
         late: bool,
+        /// The server disconnects at once with this reason, as an agent
+        /// closes a connection not logged in to make room for a newer one.
+        closes_with: Option<&'static str>,
     }
 
     /// The client's login to a test server whose `n`th connection (from 0)
@@ -963,6 +1016,7 @@ mod tests {
                     at_key,
                     keepalive,
                     late,
+                    closes_with,
                 } = session(n);
                 let config = Arc::new(russh::server::Config {
                     methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
@@ -979,6 +1033,16 @@ mod tests {
                         if let Ok(s) =
                             russh::server::run_stream(config, stream, Server(at_key)).await
                         {
+                            if let Some(reason) = closes_with {
+                                let _ = s
+                                    .handle()
+                                    .disconnect(
+                                        russh::Disconnect::ByApplication,
+                                        reason.into(),
+                                        "en".into(),
+                                    )
+                                    .await;
+                            }
                             let _ = s.await;
                         }
                     });
@@ -1021,6 +1085,7 @@ mod tests {
             at_key,
             keepalive: None,
             late: false,
+            closes_with: None,
         };
         match login(plain).await {
             Ok(_) => panic!("the login succeeded"),
@@ -1046,6 +1111,24 @@ mod tests {
         );
     }
 
+    /// An agent says why it closes a connection that has not logged in
+    /// (its deadline, too many not logged in): the error gives that
+    /// reason, not russh's bare "Disconnected".
+    #[tokio::test]
+    async fn the_reason_of_a_server_that_closes_before_the_login_is_given() {
+        let reason = "too many connections not logged in from this address (64, its limit)";
+        let err = login(move |_| Session {
+            at_key: AtKey::Accept,
+            keepalive: None,
+            late: false,
+            closes_with: Some(reason),
+        })
+        .await
+        .err()
+        .expect("the server closed the connection");
+        assert!(err.to_string().contains(reason), "{err}");
+    }
+
     /// A login to a server whose first `early` sessions get the client's
     /// bytes late and send keepalives every 10 ms.
     async fn login_with_early_keepalives(early: usize) -> Result<Connection, ConnectError> {
@@ -1053,6 +1136,7 @@ mod tests {
             at_key: AtKey::Accept,
             keepalive: (n < early).then_some(Duration::from_millis(10)),
             late: n < early,
+            closes_with: None,
         })
         .await
     }

@@ -2,14 +2,17 @@
 //! command through the head agent's connection to its node.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use russh::ChannelMsg;
 use tokio::io::BufReader;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::channel::{ChannelRx, ChannelTx};
 use super::client::Target;
@@ -24,6 +27,11 @@ pub struct MuxClient {
     /// This job's client key (OpenSSH form): the head's agent serves only
     /// clients of its own job.
     job: String,
+    /// This job's host key: the head's agent proves it holds it.
+    host: russh::keys::PublicKey,
+    /// Set once the socket was refused (another user's, or no proof): the
+    /// warning is given once, and no later command of this process tries it.
+    refused: Arc<AtomicBool>,
 }
 
 /// Why a command did not start through the head's agent.
@@ -49,6 +57,10 @@ enum OpenError {
     /// The socket did not answer (no head agent there any more), or it
     /// serves another job: the caller connects itself.
     NoMaster(std::io::Error),
+    /// Not the job's head agent: another user could have made the socket,
+    /// or it could not prove it knows the secret. Nothing was sent but the
+    /// target and a challenge; the caller connects itself.
+    Refused(String),
     Mux(MuxError),
 }
 
@@ -57,6 +69,8 @@ impl MuxClient {
         MuxClient {
             path,
             job: wire::job_id(keys.client_public()),
+            host: keys.host_public().clone(),
+            refused: Arc::default(),
         }
     }
 
@@ -73,10 +87,23 @@ impl MuxClient {
         target: &Target,
         request: impl FnOnce(SocketAddr) -> (Vec<u8>, Vec<(String, String)>),
     ) -> Result<Option<Started>, MuxError> {
+        if self.refused.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let (peer, mut r, mut w) = match self.open(target).await {
             Ok(opened) => opened,
             Err(OpenError::NoMaster(e)) => {
                 debug!(socket = %self.path.display(), error = %e, "no shared connection: connecting");
+                return Ok(None);
+            }
+            Err(OpenError::Refused(why)) => {
+                if !self.refused.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        socket = %self.path.display(),
+                        "not using {}: {why}; connecting to the nodes directly",
+                        wire::SOCKET_VAR
+                    );
+                }
                 return Ok(None);
             }
             Err(OpenError::Mux(e)) => return Err(e),
@@ -99,6 +126,7 @@ impl MuxClient {
             Ok(Some((wire::FAILED, payload))) => Err(match failed(&payload) {
                 OpenError::Mux(e) => e,
                 OpenError::NoMaster(e) => MuxError::Failed(e.to_string()),
+                OpenError::Refused(why) => MuxError::Failed(why),
             }),
             Ok(_) => Err(MuxError::Failed(
                 "the head's agent closed the socket".into(),
@@ -107,27 +135,54 @@ impl MuxClient {
         }
     }
 
-    /// Connects to the head's agent and asks for `target`: the node's
-    /// address and the socket's halves.
+    /// Connects to the head's agent, makes sure it is the job's (this
+    /// user's or root's socket, in a place only they control, and a proof
+    /// that it knows the secret), and asks for `target`: the node's address
+    /// and the socket's halves.
     async fn open(
         &self,
         target: &Target,
     ) -> Result<(SocketAddr, BufReader<OwnedReadHalf>, OwnedWriteHalf), OpenError> {
+        check_place(&self.path)?;
         let stream = UnixStream::connect(&self.path)
             .await
             .map_err(OpenError::NoMaster)?;
+        let cred = stream.peer_cred().map_err(OpenError::NoMaster)?;
+        if !trusted(cred.uid()) {
+            return Err(OpenError::Refused(format!(
+                "the process listening on it runs as uid {}, not as this user",
+                cred.uid()
+            )));
+        }
         let (r, mut w) = stream.into_split();
         let mut r = BufReader::new(r);
+        let challenge = wire::challenge()
+            .map_err(|e| OpenError::Refused(format!("no random challenge for it: {e}")))?;
         let open = wire::Open {
             host: target.host.clone(),
             port: target.port,
             user: target.user.clone(),
             job: self.job.clone(),
+            challenge: challenge.clone(),
         };
         let json = serde_json::to_vec(&open).expect("plain strings serialize");
         write_frame(&mut w, wire::OPEN, &json)
             .await
             .map_err(OpenError::NoMaster)?;
+        match read_frame(&mut r).await {
+            Ok(Some((wire::PROOF, proof))) if wire::verify(&self.host, &challenge, &proof) => {}
+            Ok(Some((wire::FAILED, payload))) => match failed(&payload) {
+                e @ OpenError::NoMaster(_) => return Err(e),
+                _ => return Err(no_proof()),
+            },
+            Ok(Some(_)) => return Err(no_proof()),
+            Ok(None) => {
+                return Err(OpenError::NoMaster(std::io::Error::other(
+                    "the head's agent closed the socket",
+                )));
+            }
+            Err(e) => return Err(OpenError::NoMaster(e)),
+        }
         let peer = match read_frame(&mut r).await {
             Ok(Some((wire::OPENED, payload))) => std::str::from_utf8(&payload)
                 .ok()
@@ -147,6 +202,54 @@ impl MuxClient {
         };
         Ok((peer, r, w))
     }
+}
+
+fn no_proof() -> OpenError {
+    OpenError::Refused("it did not prove that it knows the job's secret".into())
+}
+
+/// This user, or root: whose socket may be the head agent's.
+fn trusted(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
+/// Refuses a socket that another user made or could have made: it must be a
+/// socket of this user (or root), in a directory of this user (or root) that
+/// others cannot write to, unless it is sticky (as `/tmp`: others cannot
+/// replace what is there). A socket that is not there is no head agent.
+fn check_place(path: &Path) -> Result<(), OpenError> {
+    let socket = std::fs::symlink_metadata(path).map_err(OpenError::NoMaster)?;
+    if !socket.file_type().is_socket() {
+        return Err(OpenError::Refused("it is not a socket".into()));
+    }
+    if !trusted(socket.uid()) {
+        return Err(OpenError::Refused(format!(
+            "it belongs to uid {}, not to this user",
+            socket.uid()
+        )));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).map_err(OpenError::NoMaster)?;
+    if !trusted(meta.uid()) {
+        return Err(OpenError::Refused(format!(
+            "its directory {} belongs to uid {}, not to this user",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    let others_write = meta.mode() & 0o022 != 0;
+    let sticky = meta.mode() & 0o1000 != 0;
+    if others_write && !sticky {
+        return Err(OpenError::Refused(format!(
+            "its directory {} can be written by other users (mode {:o})",
+            dir.display(),
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 fn failed(payload: &[u8]) -> OpenError {

@@ -67,6 +67,8 @@ pub struct ClientSpec {
     pub identities: Vec<PathBuf>,
     /// Default: [`DEFAULT_CONNECT_TIMEOUT`].
     pub connect_timeout: Option<Duration>,
+    /// `-b ADDR`: the source address; default: the system's choice.
+    pub bind_address: Option<std::net::IpAddr>,
     /// `StrictHostKeyChecking` (OpenSSH): `yes`, `no`/`off`, else refuse changed keys.
     pub host_key_checking: Option<String>,
     /// `UserKnownHostsFile` (OpenSSH): files separated by spaces.
@@ -112,14 +114,17 @@ impl Route {
                     None => crate::env::agent_port(env)?,
                 };
                 let keys = Arc::new(JobKeys::derive(&secret));
+                // A source address asks for a connection of this process's
+                // own: the head agent's shared ones come from its address.
                 let mux = env
                     .get(mux::SOCKET_VAR)
-                    .filter(|path| !path.is_empty())
+                    .filter(|path| !path.is_empty() && spec.bind_address.is_none())
                     .map(|path| MuxClient::new(path.into(), &keys));
                 Ok(Route {
                     kind,
                     connector: Connector::new(Auth::Agent(keys), timeout)
-                        .with_lost_after(lost_after(env)?),
+                        .with_lost_after(lost_after(env)?)
+                        .with_bind_address(spec.bind_address),
                     user: spec.user.clone().unwrap_or_else(|| "multinode".into()),
                     port,
                     mux,
@@ -135,7 +140,9 @@ impl Route {
                 let auth = Auth::OpenSsh(Arc::new(auth));
                 Ok(Route {
                     kind,
-                    connector: Connector::new(auth, timeout).with_lost_after(lost_after(env)?),
+                    connector: Connector::new(auth, timeout)
+                        .with_lost_after(lost_after(env)?)
+                        .with_bind_address(spec.bind_address),
                     user,
                     port: spec.port.unwrap_or(22),
                     mux: None,

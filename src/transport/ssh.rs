@@ -112,6 +112,7 @@ fn client_spec(inv: &SshInvocation) -> Result<ClientSpec, Error> {
     Ok(ClientSpec {
         user: inv.user.clone(),
         port: inv.port,
+        bind_address: inv.bind_address,
         identities: inv.identities.clone(),
         connect_timeout,
         host_key_checking: inv.option("StrictHostKeyChecking").map(str::to_string),

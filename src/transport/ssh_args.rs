@@ -12,6 +12,7 @@
 //! with a line that says so, rather than silently ignored.
 
 use std::ffi::OsString;
+use std::net::IpAddr;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
@@ -40,6 +41,8 @@ pub struct SshInvocation {
     pub host: String,
     pub user: Option<String>,
     pub port: Option<u16>,
+    /// `-b ADDR`, `-o BindAddress=ADDR`: the source address of the connection.
+    pub bind_address: Option<IpAddr>,
     pub identities: Vec<PathBuf>,
     /// `-o Key=Value` options, keys lowercased, in order.
     pub options: Vec<(String, String)>,
@@ -262,6 +265,11 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
             let user = text()?;
             inv.user.get_or_insert(user);
         }
+        b'b' => {
+            let t = text()?;
+            let addr = parse_bind_address(&format!("-b {t}"), &t)?;
+            inv.bind_address.get_or_insert(addr);
+        }
         b'i' => inv
             .identities
             .push(PathBuf::from(OsString::from_vec(value))),
@@ -276,6 +284,10 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
                 }
                 "user" => {
                     inv.user.get_or_insert_with(|| v.clone());
+                }
+                "bindaddress" => {
+                    let addr = parse_bind_address(&format!("-o BindAddress={v}"), &v)?;
+                    inv.bind_address.get_or_insert(addr);
                 }
                 "identityfile" => inv.identities.push(PathBuf::from(&v)),
                 "sendenv" => {
@@ -324,7 +336,7 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
             }
             inv.options.push((k, v));
         }
-        // Accepted for compatibility, not used: -F (a config file), -E, -b, -c, -m, ...
+        // Accepted for compatibility, not used: -F (a config file), -E, -B, -c, -m, ...
         _ => {}
     }
     Ok(())
@@ -368,6 +380,16 @@ fn split_option(option: &str) -> Option<(String, String)> {
         .trim_start_matches(|c: char| c == '=' || c.is_whitespace())
         .to_string();
     (!key.is_empty()).then_some((key, value))
+}
+
+/// A source address: an IP address of this machine, as `-b` takes it
+/// (`option` names where it came from, for the error).
+fn parse_bind_address(option: &str, value: &str) -> Result<IpAddr, SshArgsError> {
+    value.parse::<IpAddr>().map_err(|_| {
+        err(format!(
+            "{option}: {value:?} is not an IP address; give one of this machine's addresses (for example -b 10.0.0.5)"
+        ))
+    })
 }
 
 fn parse_port(value: &str) -> Result<u16, SshArgsError> {
@@ -522,6 +544,17 @@ mod tests {
         let inv = p(&["-F", "/etc/cfg", "h"]).unwrap();
         assert_eq!(inv.host, "h");
         assert!(inv.command.is_empty());
+    }
+
+    #[test]
+    fn a_source_address_from_b_or_bind_address_and_the_first_wins() {
+        let inv = p(&["-b", "127.0.0.9", "-o", "BindAddress=::1", "h"]).unwrap();
+        assert_eq!(inv.bind_address, Some("127.0.0.9".parse().unwrap()));
+        let inv = p(&["-oBindAddress=::1", "-b10.0.0.5", "h"]).unwrap();
+        assert_eq!(inv.bind_address, Some("::1".parse().unwrap()));
+        assert_eq!(p(&["h"]).unwrap().bind_address, None);
+        let e = p(&["-b", "eth0", "h"]).unwrap_err().to_string();
+        assert!(e.contains("-b eth0: \"eth0\" is not an IP address"), "{e}");
     }
 
     #[test]

@@ -326,6 +326,83 @@ fn room_for_sockets(n: u64) {
     }
 }
 
+/// Connections that send the SSH banner and then nothing, as an attacker
+/// holds them, and what the agent did with each: served (its banner came)
+/// or closed.
+struct Stalled {
+    socks: Vec<TcpStream>,
+    served: Vec<bool>,
+    closed: Vec<bool>,
+}
+
+impl Stalled {
+    fn open(from: &str, to: SocketAddr, n: usize) -> Stalled {
+        let socks: Vec<_> = (0..n)
+            .map(|_| {
+                let mut s = connect_from(from, to)
+                    .unwrap_or_else(|e| panic!("connecting from {from} to {to}: {e}"));
+                let _ = s.write_all(b"SSH-2.0-x\r\n");
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect();
+        Stalled {
+            served: vec![false; socks.len()],
+            closed: vec![false; socks.len()],
+            socks,
+        }
+    }
+
+    /// Reads what the agent sent each socket.
+    fn poll(&mut self) {
+        let mut buf = [0u8; 4096];
+        for (i, s) in self.socks.iter_mut().enumerate() {
+            while !self.closed[i] {
+                match s.read(&mut buf) {
+                    Ok(0) => self.closed[i] = true,
+                    Ok(_) => self.served[i] = true,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => self.closed[i] = true,
+                }
+            }
+        }
+    }
+
+    /// Waits until the agent has served or closed every socket.
+    fn settle(&mut self, limit: Duration) {
+        let settled = eventually(limit, || {
+            self.poll();
+            (0..self.socks.len()).all(|i| self.served[i] || self.closed[i])
+        });
+        assert!(settled, "the agent took none of some connections");
+    }
+
+    /// Connections the agent served and still holds open.
+    fn held(&mut self) -> usize {
+        self.poll();
+        (0..self.socks.len())
+            .filter(|&i| self.served[i] && !self.closed[i])
+            .count()
+    }
+
+    fn closed(&mut self) -> usize {
+        self.poll();
+        self.closed.iter().filter(|&&c| c).count()
+    }
+}
+
+/// `mn-ssh HOST echo served` from 127.0.0.1 (the source the kernel picks
+/// for a loopback destination), and how long it took.
+fn job_client(agent: &Agent) -> (std::process::Output, Duration) {
+    let start = Instant::now();
+    let out = cmd(&mn_ssh())
+        .args(["-o", "ConnectTimeout=10", &agent.host, "echo served"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out, start.elapsed())
+}
+
 #[test]
 fn a_flood_of_stalled_connections_from_one_address_leaves_others_served() {
     const FLOOD: usize = 2000;
@@ -336,113 +413,204 @@ fn a_flood_of_stalled_connections_from_one_address_leaves_others_served() {
     // per source, the flood takes them all.
     let agent = start_agent(&fresh_loopback(), &[], &[], Some(1024), &log);
     let attacker = fresh_loopback();
-    let mut flood = Vec::with_capacity(FLOOD);
-    for _ in 0..FLOOD {
-        match connect_from(&attacker, agent.addr()) {
-            Ok(mut s) => {
-                let _ = s.write_all(b"SSH-2.0-x\r\n");
-                s.set_nonblocking(true).unwrap();
-                flood.push(s);
-            }
-            Err(e) => panic!("connecting the flood from {attacker}: {e}"),
-        }
-    }
-    // Wait until the agent has taken each flood connection: served (its
-    // banner arrived) or closed at once.
-    let mut served = vec![false; FLOOD];
-    let mut closed = vec![false; FLOOD];
-    eventually(Duration::from_secs(30), || {
-        let mut buf = [0u8; 4096];
-        for (i, s) in flood.iter_mut().enumerate() {
-            if closed[i] {
-                continue;
-            }
-            match s.read(&mut buf) {
-                Ok(0) => closed[i] = true,
-                Ok(_) => served[i] = true,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(_) => closed[i] = true,
-            }
-        }
-        (0..FLOOD).all(|i| served[i] || closed[i])
-    });
-    let held = (0..FLOOD).filter(|&i| served[i] && !closed[i]).count();
+    let mut flood = Stalled::open(&attacker, agent.addr(), FLOOD);
+    flood.settle(Duration::from_secs(30));
     // A legitimate client from another address (127.0.0.1) logs in, runs, and is out within 1 s.
-    let start = Instant::now();
-    let out = cmd(&mn_ssh())
-        .args(["-o", "ConnectTimeout=10", &agent.host, "echo served"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let took = start.elapsed();
+    let (out, took) = job_client(&agent);
+    let held = flood.held();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "served\n");
     assert!(
         took < Duration::from_secs(1),
         "mn-ssh took {took:?} against a flood of {FLOOD} from {attacker} ({held} held)"
     );
+    // The oldest of the flood are closed as newer ones come: 64 are left.
     assert!(
-        held <= 64,
-        "{held} flood connections held (per-source limit 64)"
+        eventually(Duration::from_secs(5), || flood.held() <= 64),
+        "{} flood connections held (per-source limit 64)",
+        flood.held()
     );
     assert!(
-        log_text(&log).contains(&format!("refusing connections from {attacker}")),
+        log_text(&log).contains(&format!(
+            "64 connections from {attacker} have not logged in: closing the oldest"
+        )),
         "{}",
         log_text(&log)
     );
-    drop(flood);
 }
 
+/// Issue 32, point 1: 50 connections from the job client's own address
+/// that never logged in, cut at the deadline, made the agent refuse that
+/// address for 8 minutes, the job's `mn-ssh` with it; 64 held open refused
+/// it at once. Now the address is penalized with a short deadline, and the
+/// oldest connection not logged in makes room for the client.
 #[test]
-fn a_source_that_keeps_failing_is_refused_for_a_while_and_others_are_not() {
+fn connections_that_never_log_in_from_the_clients_own_address_do_not_keep_it_out() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("agent.log");
     let agent = start_agent(
         &fresh_loopback(),
-        &["--login-timeout", "1"],
+        &["--login-timeout", "2", "-v"],
         &[],
         None,
         &log,
     );
-    let bad = fresh_loopback();
-    // Two connections that run out of time: 2 x 10 s of penalty, past the 15 s threshold.
-    let stalled: Vec<_> = (0..2)
-        .map(|_| connect_from(&bad, agent.addr()).unwrap())
-        .collect();
-    let start = Instant::now();
-    for s in stalled {
-        assert!(
-            held_until_closed(
-                s,
-                start,
-                &[],
-                Duration::from_secs(3600),
-                Duration::from_secs(15)
-            )
-            .is_some()
-        );
-    }
-    // The penalized source is closed before the agent sends its banner...
-    let banner = |from: &str| {
-        let mut s = connect_from(from, agent.addr()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut buf = [0u8; 8];
-        let n = s.read(&mut buf).unwrap_or(0);
-        buf[..n].starts_with(b"SSH-2.0")
-    };
+    let own = "127.0.0.1";
+    let mut cut = Stalled::open(own, agent.addr(), 50);
     assert!(
-        eventually(Duration::from_secs(5), || !banner(&bad)),
-        "a penalized source still gets the SSH banner"
+        eventually(Duration::from_secs(15), || cut.closed() == 50),
+        "cut at the 2 s deadline: {} of 50",
+        cut.closed()
     );
-    // ...while another source is served.
-    assert!(banner(&fresh_loopback()));
+    let (out, took) = job_client(&agent);
+    assert_eq!(
+        (out.status.code(), stdout(&out).as_str()),
+        (Some(0), "served\n"),
+        "after 50 cut at the deadline: {}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(3), "mn-ssh took {took:?}");
     assert!(
-        log_text(&log).contains(&format!("refusing connections from {bad}")),
+        eventually(Duration::from_secs(5), || log_text(&log)
+            .contains(&format!("{own} penalized for"))),
+        "{}",
+        log_text(&log)
+    );
+    // 64 more held open from the same address, its limit.
+    let mut held = Stalled::open(own, agent.addr(), 64);
+    held.settle(Duration::from_secs(10));
+    let (out, took) = job_client(&agent);
+    assert_eq!(
+        (out.status.code(), stdout(&out).as_str()),
+        (Some(0), "served\n"),
+        "with 64 held from its address: {}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(3), "mn-ssh took {took:?}");
+    // It came from the same address: the oldest held one made room.
+    assert!(
+        log_text(&log).contains("from this address (64, its limit)"),
         "{}",
         log_text(&log)
     );
 }
 
+/// Issue 32, point 2: 4 addresses x 64 connections that never log in took
+/// every one of the 256 slots, and the job's client was refused at once;
+/// closing them just before the deadline cost nothing.
+#[test]
+fn four_addresses_holding_every_slot_do_not_keep_the_job_client_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = start_agent(
+        &fresh_loopback(),
+        &["--login-timeout", "4", "-v"],
+        &[],
+        None,
+        &log,
+    );
+    let start = Instant::now();
+    let attackers = fresh_loopbacks(4);
+    let mut held: Vec<_> = attackers
+        .iter()
+        .map(|from| Stalled::open(from, agent.addr(), 64))
+        .collect();
+    for h in &mut held {
+        h.settle(Duration::from_secs(10));
+    }
+    let (out, took) = job_client(&agent);
+    assert_eq!(
+        (out.status.code(), stdout(&out).as_str()),
+        (Some(0), "served\n"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(3), "mn-ssh took {took:?}");
+    assert!(
+        log_text(&log).contains("too many connections not logged in (256, the limit"),
+        "{}",
+        log_text(&log)
+    );
+    // Closed just before the 4 s deadline: each costs its source nearly
+    // the deadline's penalty.
+    let before = Duration::from_millis(3400);
+    assert!(
+        start.elapsed() < before,
+        "the set-up took {:?}",
+        start.elapsed()
+    );
+    std::thread::sleep(before - start.elapsed());
+    drop(held);
+    for from in &attackers {
+        assert!(
+            eventually(Duration::from_secs(5), || log_text(&log)
+                .contains(&format!("{from} penalized for"))),
+            "{from} closed its connections before the deadline at no cost: {}",
+            log_text(&log)
+        );
+    }
+}
+
+/// A client closed to make room is told why: OpenSSH's `ssh`, waiting 3 s
+/// for its key's passphrase, when 64 connections from its address come (it
+/// reads the reason once the passphrase is in).
+#[test]
+fn a_client_closed_to_make_room_is_told_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = start_agent(&fresh_loopback(), &["-v"], &[], None, &log);
+    let (key, known_hosts, askpass) = slow_key(dir.path(), "3");
+    let asked = dir.path().join("asked");
+    let script = std::fs::read_to_string(&askpass).unwrap();
+    std::fs::write(
+        &askpass,
+        script.replacen("sleep", &format!("touch {}; sleep", asked.display()), 1),
+    )
+    .unwrap();
+    let ssh = Command::new("ssh")
+        .arg("-i")
+        .arg(&key)
+        .args([
+            "-p",
+            "29922",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+        ])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+        .args([&agent.host, "true"])
+        .env("SSH_ASKPASS", &askpass)
+        .env("SSH_ASKPASS_REQUIRE", "force")
+        .env("DISPLAY", ":0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("ssh (Debian package openssh-client)");
+    let pgid = nix::unistd::Pid::from_raw(ssh.id() as i32);
+    assert!(
+        eventually(Duration::from_secs(10), || asked.exists()),
+        "ssh never asked for the passphrase"
+    );
+    let mut flood = Stalled::open("127.0.0.1", agent.addr(), 64);
+    flood.settle(Duration::from_secs(10));
+    let mut ssh = ssh;
+    let ended = eventually(Duration::from_secs(10), || {
+        matches!(ssh.try_wait(), Ok(Some(_)))
+    });
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let out = ssh.wait_with_output().unwrap();
+    assert!(ended, "ssh was not closed to make room: {}", log_text(&log));
+    assert!(
+        stderr(&out)
+            .contains("too many connections not logged in from this address (64, its limit)"),
+        "{}",
+        stderr(&out)
+    );
+}
 /// `n` throwaway Ed25519 keys, none of them the job's.
 fn wrong_keys(dir: &Path, n: usize) -> Vec<PathBuf> {
     (0..n)

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::runner::{BIN, Output, run_program, run_usage_error};
-use crate::util::{fresh_loopback, fresh_loopbacks};
+use crate::util::{fresh_loopback, fresh_loopbacks, one_slot_each};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nvidia-smi");
 
@@ -529,11 +529,7 @@ fn check_fans_out_to_every_node_and_names_the_missing_one() {
         .iter()
         .map(|h| Agent::start_with(h, port, &[], &[]))
         .collect();
-    let hostlist = hosts
-        .iter()
-        .map(|h| format!("{h}:1"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let hostlist = one_slot_each(&hosts);
     let check = |extra: &[&str]| {
         cmd(&multinode())
             .env("MULTINODE_HOSTLIST", &hostlist)
@@ -592,11 +588,7 @@ fn launcher_pitfalls_and_settings_that_differ_across_nodes() {
     let port = 29981;
     let _plain = Agent::start_with(&hosts[1], port, &[], &[]);
     let _odd = Agent::start_with(&hosts[2], port, &[], &[("NCCL_IB_DISABLE", "1")]);
-    let hostlist = hosts
-        .iter()
-        .map(|h| format!("{h}:1"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let hostlist = one_slot_each(&hosts);
     let out = cmd(&multinode())
         .env("MULTINODE_HOSTLIST", &hostlist)
         .env("MULTINODE_NODE_RANK", "0")

@@ -32,6 +32,21 @@ impl Nodes {
             .stdin(Stdio::null());
         c
     }
+
+    /// `mn-exec-all --report FILE -c SCRIPT`: its output and the report.
+    fn run_reported(&self, script: &str) -> (Output, serde_json::Value) {
+        let dir = tempfile::tempdir().unwrap();
+        let report_path = dir.path().join("report.json");
+        let out = self
+            .exec_all()
+            .arg("--report")
+            .arg(&report_path)
+            .args(["-c", script])
+            .output()
+            .unwrap();
+        let report = report(&report_path);
+        (out, report)
+    }
 }
 
 fn report(path: &Path) -> serde_json::Value {
@@ -71,19 +86,10 @@ fn oom_counter_readable() -> bool {
 #[test]
 fn the_verdict_names_the_first_failure_its_last_lines_and_the_time_to_down() {
     let nodes = Nodes::start(3);
-    let dir = tempfile::tempdir().unwrap();
-    let report_path = dir.path().join("report.json");
-    let out = nodes
-        .exec_all()
-        .arg("--report")
-        .arg(&report_path)
-        .args([
-            "-c",
-            "if [ $RANK = 2 ]; then echo step 1; echo 'h2:7:7 [2] NCCL WARN socket closed' >&2; \
-             sleep 0.3; echo 'fatal: out of cheese' >&2; exit 3; fi; exec sleep 100",
-        ])
-        .output()
-        .unwrap();
+    let (out, report) = nodes.run_reported(
+        "if [ $RANK = 2 ]; then echo step 1; echo 'h2:7:7 [2] NCCL WARN socket closed' >&2; \
+         sleep 0.3; echo 'fatal: out of cheese' >&2; exit 3; fi; exec sleep 100",
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     let host = &nodes.hosts[2];
@@ -104,7 +110,6 @@ fn the_verdict_names_the_first_failure_its_last_lines_and_the_time_to_down() {
         .unwrap_or_else(|| panic!("no row for rank 2: {err}"));
     assert!(row.contains("  exit 3  "), "{row}");
 
-    let report = report(&report_path);
     let v = &report["verdict"];
     assert_eq!(v["rank"], 2);
     assert_eq!(v["exit"], 3);
@@ -122,6 +127,65 @@ fn the_verdict_names_the_first_failure_its_last_lines_and_the_time_to_down() {
         assert_eq!(v["oom_killed"], serde_json::Value::Null, "{v}");
         assert!(err.contains("  OOM-killed: unknown"), "{err}");
     }
+}
+
+/// Real torchrun failures, as rank 1's torchrun prints them
+/// (tests/fixtures/torchrun: stdout and stderr).
+const TORCHRUN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/torchrun");
+
+/// Rank 1's stand-in prints the fixture `case` exactly (its stdout, then its
+/// stderr) and exits 1 as torchrun does; rank 0 waits. The verdict's
+/// stderr and `--report`'s verdict.
+fn torchrun_failure(case: &str) -> (String, serde_json::Value) {
+    let (out, report) = Nodes::start(2).run_reported(&format!(
+        "if [ $RANK = 1 ]; then cat {TORCHRUN}/{case}.stdout; cat {TORCHRUN}/{case}.stderr >&2; exit 1; fi; exec sleep 100"
+    ));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("first failure: rank 1 ("), "{err}");
+    // What the verdict showed before: the last lines are torchrun's summary.
+    assert!(
+        err.contains("\n      traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n    ====="),
+        "{err}"
+    );
+    (err, report["verdict"].clone())
+}
+
+#[test]
+fn the_verdict_names_the_programs_error_past_torchruns_summary() {
+    let (err, v) = torchrun_failure("oom");
+    let oom = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.80 GiB";
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("  program error: "))
+        .unwrap_or_else(|| panic!("no program error in the verdict: {err}"));
+    assert!(
+        line.starts_with(&format!("  program error: {oom}")),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"),
+        "{line}"
+    );
+    assert!(v["program_error"].as_str().unwrap().starts_with(oom), "{v}");
+    assert_eq!(v["nccl_cause"], serde_json::Value::Null, "{v}");
+    assert!(!err.contains("NCCL cause:"), "{err}");
+}
+
+#[test]
+fn the_verdict_keeps_nccls_cause_and_its_last_line() {
+    let (err, v) = torchrun_failure("duplicate-gpu");
+    let error = "[rank1]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details)";
+    let cause = "vm:844:900 [0] init.cc:1189 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
+    assert!(
+        err.contains(&format!(
+            "  program error: {error}\n  NCCL cause: {cause}\n  last NCCL warning/error: {error}\n"
+        )),
+        "{err}"
+    );
+    assert_eq!(v["program_error"], error, "{v}");
+    assert_eq!(v["nccl_cause"], cause, "{v}");
+    assert_eq!(v["nccl_line"], error, "{v}");
 }
 
 #[test]
@@ -312,7 +376,8 @@ fn through_a_relay_the_verdict_and_the_files_are_the_nodes_own() {
         .args([
             "-c",
             // Rank 3 fails once every rank has printed (fail-fast would cut them short).
-            "echo \"out $RANK\"; if [ $RANK = 3 ]; then sleep 0.5; echo 'h3:1:1 [3] NCCL WARN peer gone' >&2; exit 4; fi; exec sleep 100",
+            "echo \"out $RANK\"; if [ $RANK = 3 ]; then sleep 0.5; echo 'h3:1:1 [3] NCCL WARN peer gone' >&2; \
+             echo 'RuntimeError: CUDA error: an illegal memory access was encountered' >&2; exit 4; fi; exec sleep 100",
         ])
         .output()
         .unwrap();
@@ -322,6 +387,11 @@ fn through_a_relay_the_verdict_and_the_files_are_the_nodes_own() {
     let v = &report["verdict"];
     assert_eq!(v["rank"], 3, "{report}");
     assert_eq!(v["nccl_line"], "h3:1:1 [3] NCCL WARN peer gone");
+    assert_eq!(v["nccl_cause"], "h3:1:1 [3] NCCL WARN peer gone");
+    assert_eq!(
+        v["program_error"],
+        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    );
     assert!(
         err.contains("  last NCCL warning/error: h3:1:1 [3] NCCL WARN peer gone\n"),
         "{err}"
@@ -339,7 +409,7 @@ fn through_a_relay_the_verdict_and_the_files_are_the_nodes_own() {
     }
     assert_eq!(
         std::fs::read_to_string(logs.join("3.err")).unwrap(),
-        "h3:1:1 [3] NCCL WARN peer gone\n"
+        "h3:1:1 [3] NCCL WARN peer gone\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
     );
 }
 

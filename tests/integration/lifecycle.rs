@@ -14,11 +14,7 @@ pub(crate) fn node(
     extra: &[&str],
     job: &[&str],
 ) -> Command {
-    let hostlist = hosts
-        .iter()
-        .map(|h| format!("{h}:1"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let hostlist = one_slot_each(hosts);
     let mut c = cmd(&multinode());
     c.env("MULTINODE_HOSTLIST", hostlist)
         .env("MULTINODE_NODE_RANK", rank.to_string())

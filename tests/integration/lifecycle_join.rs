@@ -10,11 +10,7 @@ use crate::util::*;
 
 /// One node's `multinode agent [ARGS] -- JOB`, as a scheduler starts it.
 fn node(hosts: &[String], rank: usize, args: &[&str], secret: &str, job: &str) -> Child {
-    let hostlist = hosts
-        .iter()
-        .map(|h| format!("{h}:1"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let hostlist = one_slot_each(hosts);
     cmd(&multinode())
         .arg("agent")
         .arg("--listen")

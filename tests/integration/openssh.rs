@@ -354,3 +354,65 @@ fn exec_all_over_a_stock_sshd_keeps_rank_environment_and_directory() {
         assert!(text.contains(&line), "{line:?} not in {text:?}");
     }
 }
+
+/// `mn-ssh -b ADDR` connects from ADDR, as `ssh -b` does: sshd's
+/// `SSH_CLIENT` and the agent's log name it. An address that is not this
+/// machine's cannot be bound (exit 255, said so); a value that is no
+/// address is one line and exit 2.
+#[test]
+fn mn_ssh_b_connects_from_the_address_given_as_ssh_b_does() {
+    let sshd = Sshd::start();
+    let from = fresh_loopback();
+    let mut ssh_client = Vec::new();
+    for mut c in [sshd.ssh(), sshd.mn_ssh()] {
+        let out = c
+            .args(["-b", &from, "echo $SSH_CLIENT"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        ssh_client.push(stdout(&out).split(' ').next().unwrap().to_string());
+    }
+    assert_eq!(ssh_client, [from.clone(), from.clone()], "ssh, mn-ssh");
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let rust_log = std::ffi::OsStr::new("multinode=debug");
+    let agent = crate::agent_login::start_agent(
+        &fresh_loopback(),
+        &[],
+        &[("RUST_LOG", rust_log)],
+        None,
+        &log,
+    );
+    let run = |args: &[&str]| {
+        cmd(&mn_ssh())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let from = fresh_loopback();
+    let out = run(&["-o", &format!("BindAddress={from}"), &agent.host, "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("authenticated") && l.contains(&format!("peer={from}:"))),
+        "{text}"
+    );
+
+    let out = run(&["-b", "192.0.2.1", &agent.host, "true"]);
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot bind to 192.0.2.1 (-b) to connect to"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["-b", "eth0", &agent.host, "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mn-ssh: error: -b eth0: \"eth0\" is not an IP address; give one of this machine's addresses (for example -b 10.0.0.5)\n"
+    );
+}

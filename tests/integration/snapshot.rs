@@ -84,12 +84,7 @@ impl Job {
     }
 
     fn command(&self, program: &Path, rank: usize) -> Command {
-        let hostlist = self
-            .hosts
-            .iter()
-            .map(|h| format!("{h}:1"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let hostlist = one_slot_each(&self.hosts);
         let mut c = cmd(program);
         c.env("MULTINODE_HOSTLIST", hostlist)
             .env("MULTINODE_NODE_RANK", rank.to_string())
@@ -459,12 +454,7 @@ impl Plain {
     }
 
     fn exec_all(&self, args: &[&str]) -> Command {
-        let hostlist = self
-            .hosts
-            .iter()
-            .map(|h| format!("{h}:1"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let hostlist = one_slot_each(&self.hosts);
         let mut c = cmd(&mn_exec_all());
         c.env("MULTINODE_HOSTLIST", hostlist)
             .env("MULTINODE_NODE_RANK", "0")
@@ -510,6 +500,17 @@ impl Plain {
     }
 }
 
+/// A node's snapshot (JSON) whose first process is `multinode supervise`:
+/// the node exec_all runs itself.
+fn assert_led_by_supervise(node: &serde_json::Value) {
+    assert!(
+        node["processes"][0]["cmdline"]
+            .as_str()
+            .is_some_and(|c| c.contains("supervise")),
+        "{node:#}"
+    );
+}
+
 #[test]
 fn snapshot_on_timeout_is_printed_and_kept_in_the_report() {
     py_spy_dir();
@@ -546,13 +547,7 @@ fn snapshot_on_timeout_is_printed_and_kept_in_the_report() {
     // Node 0's snapshot is exec_all's own: its tree under `multinode supervise`.
     let node0 = &doc["snapshot"]["snapshots"][0];
     assert_eq!(node0["rank"], 0);
-    assert!(
-        node0["processes"][0]["cmdline"]
-            .as_str()
-            .unwrap()
-            .contains("supervise"),
-        "{node0:#}"
-    );
+    assert_led_by_supervise(node0);
     // Nothing of the job is left.
     assert!(eventually(Duration::from_secs(10), || plain.programs() == 0));
 }
@@ -606,4 +601,103 @@ fn sigusr1_prints_the_snapshot_and_the_run_goes_on() {
     assert_eq!(status.code(), Some(143));
     reader.join().unwrap();
     assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// `multinode ps` of a job whose exec_all runs outside any agent, its own
+/// node (rank 0) run by itself, with an agent on every node (rank 0's
+/// machine included), as a job script started by a batch system has it.
+#[test]
+fn ps_sees_the_node_exec_all_runs_itself() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29946;
+    let agents: Vec<Agent> = hosts
+        .iter()
+        .map(|h| Agent::start_with(h, port, &[], &[]))
+        .collect();
+    let hostlist = one_slot_each(&hosts);
+    let job = |program: &Path| {
+        let mut c = cmd(program);
+        c.env("MULTINODE_HOSTLIST", &hostlist)
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", port.to_string());
+        c
+    };
+    let sleep = format!("sleep 100000.{}", std::process::id());
+    let exec_all = job(&mn_exec_all())
+        .args(["-c", &format!("exec {sleep}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ps = || {
+        let out = job(&multinode())
+            .args(["ps", "--format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let sleeps = |doc: &serde_json::Value, rank: usize| -> usize {
+        doc["snapshots"][rank]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["cmdline"] == sleep.as_str())
+            .count()
+    };
+    let mut doc = ps();
+    let start = Instant::now();
+    while !(0..3).all(|r| sleeps(&doc, r) == 1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "rank 0's sleep never showed: {doc:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        doc = ps();
+    }
+    // Rank 0's agent shows the group exec_all started here: `multinode
+    // supervise`, and the sleep under it. Every node does the same.
+    let node0 = &doc["snapshots"][0];
+    assert_eq!(node0["host"], hosts[0]);
+    assert_led_by_supervise(node0);
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{doc:#}");
+    assert_eq!(groups[0]["ranks"], "0-2");
+    assert!(
+        groups[0]["summary"].as_str().unwrap().starts_with("sleep "),
+        "{doc:#}"
+    );
+
+    // Once exec_all is gone, so is what rank 0's agent showed.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exec_all.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = exec_all.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let doc = ps();
+            (0..3).all(|r| doc["snapshots"][r]["processes"] == serde_json::json!([]))
+        }),
+        "{:#}",
+        ps()
+    );
+    assert!(pids_matching(&sleep).is_empty());
+
+    // An agent in another PID namespace refuses to show a group: its PIDs
+    // are not the client's.
+    let out = job(&mn_ssh())
+        .args([&hosts[0], "#multinode:show-group 1 1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "multinode agent: process group 1 is not in this agent's PID namespace: not shown\n"
+    );
+    drop(agents);
 }

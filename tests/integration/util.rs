@@ -33,6 +33,15 @@ pub fn fresh_loopback() -> String {
     format!("127.{a}.{b}.{}", 2 + n % 250)
 }
 
+/// `MULTINODE_HOSTLIST` of `hosts`, one slot each: `h1:1,h2:1`.
+pub fn one_slot_each(hosts: &[String]) -> String {
+    hosts
+        .iter()
+        .map(|h| format!("{h}:1"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `n` consecutive fresh loopback addresses.
 pub fn fresh_loopbacks(n: usize) -> Vec<String> {
     (0..n).map(|_| fresh_loopback()).collect()
