@@ -42,7 +42,12 @@ pub fn install(dir: &Path) -> Result<(PathBuf, Installed), Error> {
     let path = dir.join("generic-helper");
     let cannot = |what: &str, e: std::io::Error| {
         let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
-            "; run it as root (sudo \"$(command -v multinode)\" install-helper), or give a directory you may write: multinode install-helper DIR".to_string()
+            // The command to run again names the DIR given, so that it
+            // writes where the user asked.
+            format!(
+                "; run it as root (sudo \"$(command -v multinode)\" install-helper {}), or give a directory you may write: multinode install-helper DIR",
+                crate::sh::quote_str(&dir.to_string_lossy())
+            )
         } else {
             String::new()
         };

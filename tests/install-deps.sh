@@ -5,8 +5,10 @@
 # shells the helper is checked with, debootstrap for the cluster tests'
 # base image, PyYAML for the k8s-* cluster tests (they read the manifests of
 # docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
-# a Debian package, so it comes from PyPI). Does nothing when all are present.
-# Needs root (or sudo) only when something is missing.
+# a Debian package, so it comes from PyPI), and cargo-nextest, which runs the
+# Rust tests (from crates.io, built by `cargo install`: minutes, so only when
+# `cargo nextest` is missing). Does nothing when all are present. Needs root
+# (or sudo) only when a Debian package or py-spy is missing.
 set -euo pipefail
 
 PACKAGES=(
@@ -27,12 +29,20 @@ py_spy() {
         "${sudo[@]}" python3 -m pip install --quiet py-spy
 }
 
+# cargo-nextest from crates.io, into cargo's own bin directory (no root).
+nextest() {
+    cargo nextest --version >/dev/null 2>&1 && return 0
+    echo "test dependencies: installing cargo-nextest from crates.io (cargo install, a few minutes)"
+    cargo install --locked cargo-nextest
+}
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]} == 0)); then
     py_spy
+    nextest
     echo "test dependencies: all present"
     exit 0
 fi
@@ -52,4 +62,5 @@ rc=0
 { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; } || rc=$?
 if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; fi
 ((rc == 0)) && { py_spy || rc=$?; }
+((rc == 0)) && { nextest || rc=$?; }
 exit "$rc"

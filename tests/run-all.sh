@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Every test of multinode, on a fresh machine of this kind (Debian, Rust with
-# cargo-nextest, a Docker engine): installs the Debian packages the tests
-# use, runs the unit and loopback integration tests, then the Docker cluster
-# tests. Exit code 0 only when everything passed.
+# Every test of multinode, on a fresh machine of this kind (Debian, Rust by
+# rustup, a running Docker engine; root, or sudo; the network for Debian's
+# mirror, crates.io and PyPI): installs what the tests use (Debian packages,
+# py-spy, cargo-nextest: tests/install-deps.sh), runs the unit and loopback
+# integration tests, then the Docker cluster tests. Exit code 0 only when
+# everything passed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -13,7 +13,8 @@
 //! one process; a supervisor per command would cost an exec per command.
 //!
 //! It also removes what the agent would have removed on its way out: the
-//! shared-connection socket and its directory (`rPATH`, `uPATH` lines).
+//! shared-connection socket and its directory, the directory of hostfiles
+//! (`rPATH`, `uPATH` lines).
 //!
 //! A keeper that dies while the agent lives (`kill -9`, the OOM killer) is
 //! seen at once ([`Keeper::watch`] waits on it, which also reaps it), logged,
@@ -209,8 +210,8 @@ impl Keeper {
         Ok(child)
     }
 
-    /// If the agent dies, the keeper removes `path` (a file, or an empty
-    /// directory), after the groups. Paths are removed in the reverse order
+    /// If the agent dies, the keeper removes `path` (a file, or a directory
+    /// and the files in it: [`remove_path`]), after the groups. Paths are removed in the reverse order
     /// of registration. A path with a newline is not kept.
     pub(crate) fn remove_on_death(&self, path: &Path) {
         if path.as_os_str().as_bytes().contains(&b'\n') {
@@ -358,9 +359,23 @@ pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
         grace,
     );
     for path in paths.iter().rev() {
-        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+        remove_path(path);
     }
     Ok(0)
+}
+
+/// Removes a file, or a directory and the files in it (nothing deeper: the
+/// agent's own directories hold files only).
+pub(crate) fn remove_path(path: &Path) {
+    if std::fs::remove_file(path).is_ok() {
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let _ = std::fs::remove_dir(path);
 }
 
 #[cfg(test)]

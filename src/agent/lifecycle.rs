@@ -110,6 +110,13 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
         nodes = plan.job.topology.nodes.len(),
         "every worker answered: starting the job"
     );
+    // JOB's `multinode env` (the helper's) sees the list folded already and
+    // says nothing: the note is the agent's, once.
+    if let Some(note) =
+        crate::env::Contract::new(&plan.job).folded_note(&crate::environ::EnvMap::default())
+    {
+        warn!("{note}");
+    }
 
     // Under `multinode supervise`: JOB ends even if this agent is killed.
     let mut cmd = Spawn::from_std(&crate::supervise::wrap(

@@ -6,6 +6,7 @@
 //! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
+//! - `env_limit`: how much environment a channel and a connection may send.
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
 //! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
@@ -15,6 +16,7 @@
 
 mod command;
 mod control;
+mod env_limit;
 mod init;
 mod keeper;
 mod lifecycle;
@@ -38,6 +40,7 @@ use tracing::info;
 pub use keeper::keep_groups;
 
 use crate::cli::AgentArgs;
+use crate::env::hostlists;
 use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
@@ -61,13 +64,15 @@ pub(crate) struct Shared {
     /// Variables every command gets on top of the agent's own environment.
     pub base_env: Vec<(String, String)>,
     /// The hostlists of the last command, written out (exec_all sends them folded).
-    pub wire: crate::env::hostlists::WireCache,
+    pub wire: hostlists::WireCache,
     /// Cancelled when the agent ends: every command's group is ended.
     pub shutdown: CancellationToken,
     /// Cancelled when the head released this agent (or, on the head, the job ended).
     pub released: CancellationToken,
     /// Every connection and channel task, so shutdown can wait for them.
     pub tracker: TaskTracker,
+    /// The bounds the `sftp` sessions share (handles, file operations at once).
+    pub sftp: sftp::Bounds,
     pub host: String,
     pub rank: Option<usize>,
     /// When a client of this job last authenticated (the head pinging a
@@ -88,6 +93,17 @@ impl Shared {
             .last_contact
             .lock()
             .expect("not poisoned: no panics while held")
+    }
+}
+
+/// Gives the memory freed by a large request back to the system: glibc
+/// keeps freed small blocks in its heaps, so a burst of a few MiB (an SFTP
+/// session's listings, an environment) would stay in the agent's RSS.
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and releases the allocator's free memory.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -164,6 +180,15 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         })?;
         info!(%listen, "agent listening");
         let (keeper, keeper_child) = keeper::Keeper::start(&bin, grace)?;
+        // Where the hostfiles of folded hostlists go: a directory of this
+        // agent's own, which its keeper removes if it is killed.
+        let hostfiles = hostlists::private_dir(&env);
+        match &hostfiles {
+            Ok(dir) => keeper.remove_on_death(dir),
+            Err(e) => tracing::warn!(
+                "cannot make a directory for the hostfiles of large jobs: {e}; commands that need one are told"
+            ),
+        }
         let shared = Arc::new(Shared {
             keys: JobKeys::derive(&secret),
             bin: bin.clone(),
@@ -179,10 +204,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                 }
                 vars
             },
-            wire: Default::default(),
+            wire: hostlists::WireCache::new(hostfiles),
             shutdown: CancellationToken::new(),
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            sftp: sftp::Bounds::new(),
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
@@ -270,6 +296,10 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         let _ = server.await;
         shared.tracker.close();
         shared.tracker.wait().await;
+        if let Some(dir) = shared.wire.dir() {
+            keeper::remove_path(dir);
+            shared.keeper.forget_path(dir);
+        }
         result
     });
     // Reader threads (none expected) must not keep the process alive.

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::command::{self, Request};
+use super::env_limit::{ChannelEnv, ConnectionEnv};
 use super::login::{Login, MAX_AUTH_TRIES};
 use super::{Shared, control, pty, sftp};
 use crate::protocol;
@@ -115,6 +116,7 @@ async fn connection(
         channels: channels.clone(),
         login: login.clone(),
         peer,
+        env: ConnectionEnv::default(),
     };
     // Before the session runs, its future owns the stream: dropping it closes
     // the socket (after the penalty is recorded, so a reconnection pays it).
@@ -267,6 +269,8 @@ struct ConnHandler {
     channels: TaskTracker,
     login: Arc<Login>,
     peer: SocketAddr,
+    /// The environment this connection's channels hold.
+    env: ConnectionEnv,
 }
 
 impl ConnHandler {
@@ -330,8 +334,9 @@ impl russh::server::Handler for ConnHandler {
         let shared = self.shared.clone();
         let conn = self.conn.clone();
         let handle = session.handle();
+        let env = self.env.channel();
         self.channels
-            .spawn(async move { serve_channel(channel, handle, shared, conn).await });
+            .spawn(async move { serve_channel(channel, handle, env, shared, conn).await });
         Ok(())
     }
 
@@ -388,14 +393,18 @@ impl russh::server::Handler for ConnHandler {
 }
 
 /// Collects `env` and `pty-req` requests until `exec`, `shell` or the
-/// `sftp` subsystem, then serves the request.
+/// `sftp` subsystem, then serves the request. Past the environment's bounds
+/// the variables are dropped (a failure reply to a client that wants one)
+/// and the request is refused with a message and exit status 2.
 async fn serve_channel(
     channel: Channel<Msg>,
     handle: russh::server::Handle,
+    mut budget: ChannelEnv,
     shared: Arc<Shared>,
     conn: CancellationToken,
 ) {
     let (mut rx, tx) = channel.split();
+    let id = tx.id();
     let mut env = Vec::new();
     let mut terminal: Option<pty::Terminal> = None;
     let command = loop {
@@ -413,22 +422,25 @@ async fn serve_channel(
                 variable_name,
                 variable_value,
                 ..
-            }) if variable_name == env_pack::NAME => {
-                for (name, value) in env_pack::unpack(&variable_value) {
-                    if is_env_name(name) {
+            }) => {
+                let mut take = |name: &str, value: &str| {
+                    if !is_env_name(name) || value.contains('\0') {
+                        debug!(name, "env request ignored: not a variable");
+                    } else if budget.admit(name, value) {
                         env.push((name.to_string(), value.to_string()));
                     }
-                }
-            }
-            Some(ChannelMsg::SetEnv {
-                variable_name,
-                variable_value,
-                ..
-            }) => {
-                if is_env_name(&variable_name) && !variable_value.contains('\0') {
-                    env.push((variable_name, variable_value));
+                };
+                if variable_name == env_pack::NAME {
+                    for (name, value) in env_pack::unpack(&variable_value) {
+                        take(name, value);
+                    }
                 } else {
-                    debug!(name = ?variable_name, "env request ignored: not a variable");
+                    take(&variable_name, &variable_value);
+                }
+                if budget.refused().is_some() {
+                    env = Vec::new();
+                    // Sent only if the request wanted a reply (OpenSSH's do not).
+                    let _ = handle.channel_failure(id).await;
                 }
             }
             Some(ChannelMsg::RequestPty {
@@ -456,6 +468,9 @@ async fn serve_channel(
             Some(ChannelMsg::RequestShell { .. }) if terminal.is_some() => break None,
             Some(ChannelMsg::RequestShell { .. }) => break Some(b"exec sh".to_vec()),
             Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::NAME => {
+                if refuse(&budget, &tx).await {
+                    return;
+                }
                 sftp::serve(rx, tx, shared, conn).await;
                 return;
             }
@@ -463,6 +478,9 @@ async fn serve_channel(
             Some(_) => {}
         }
     };
+    if refuse(&budget, &tx).await {
+        return;
+    }
     if let Some(request) = command.as_deref().and_then(protocol::control::parse) {
         control::run(request, rx, tx, shared, conn).await;
         return;
@@ -473,6 +491,20 @@ async fn serve_channel(
         terminal,
     };
     command::run(request, rx, tx, handle, shared, conn).await;
+}
+
+/// If the channel's environment went past its bounds: says so on stderr,
+/// exit status 2, and closes the channel.
+async fn refuse(budget: &ChannelEnv, tx: &russh::ChannelWriteHalf<Msg>) -> bool {
+    let Some(message) = budget.refused() else {
+        return false;
+    };
+    warn!(channel = %tx.id(), "{}", message.trim_end());
+    let _ = tx.extended_data_bytes(1, message.into_bytes()).await;
+    let _ = tx.exit_status(crate::exit_code::USAGE as u32).await;
+    let _ = tx.eof().await;
+    let _ = tx.close().await;
+    true
 }
 
 /// A name `env` requests may set: not empty, no `=`, no NUL.

@@ -10,15 +10,27 @@
 //! close, when the client closes the channel, the connection is lost or the
 //! agent stops.
 //!
+//! Bounds, so that a buggy client cannot take the node's other jobs down:
+//! files are opened without blocking (a FIFO is refused: SFTP reads and
+//! writes at offsets, which a pipe has not), one request of a session runs
+//! at a time (the crate's protocol loop), file operations of all sessions
+//! together take at most [`IO_AT_ONCE`] threads, a session holds at most
+//! [`MAX_HANDLES`] handles and the agent [`Bounds::handles`] in all, and a
+//! directory is read as READDIR asks (memory per handle, not per entry).
+//! When the channel ends, a request still waiting on the file system is
+//! answered at once, so the session's files close then.
+//!
 //! Limits: names must be UTF-8 (the crate's protocol types are strings); no
 //! `statvfs` (sftp's `df`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{
+    DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt,
+};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use russh::server::Msg;
@@ -30,6 +42,7 @@ use russh_sftp::protocol::{
 };
 use russh_sftp::server::StatusReply;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -47,6 +60,43 @@ const MAX_IO: u32 = 255 * 1024;
 const ENTRIES_PER_ANSWER: usize = 128;
 /// `posix-rename@openssh.com`: rename that replaces the target.
 const POSIX_RENAME: &str = "posix-rename@openssh.com";
+/// Open files and directories one session may hold at once (advertised in
+/// `limits@openssh.com`); OpenSSH's sftp-server, a process of its own per
+/// session, advertises its open-file limit less 5.
+pub(crate) const MAX_HANDLES: usize = 256;
+/// File operations running at once, all sessions together: a file system
+/// that hangs (a dead NFS server) holds at most this many threads, never
+/// all of the runtime's blocking pool (512).
+const IO_AT_ONCE: usize = 64;
+
+/// What the sessions of one agent share: the bounds on handles and on file
+/// operations in flight.
+pub(crate) struct Bounds {
+    /// Handles open in all sessions: a quarter of the open-file limit (the
+    /// rest is for connections, commands and logins).
+    handles: Arc<Semaphore>,
+    handles_max: usize,
+    io: Arc<Semaphore>,
+}
+
+impl Bounds {
+    /// From the open-file limit the agent runs with (after raising it).
+    pub(crate) fn new() -> Self {
+        let files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map(|(soft, _)| soft)
+            .unwrap_or(1024);
+        Self::with_handles(usize::try_from(files / 4).unwrap_or(usize::MAX).max(16))
+    }
+
+    fn with_handles(handles: usize) -> Self {
+        let handles = handles.min(Semaphore::MAX_PERMITS);
+        Bounds {
+            handles: Arc::new(Semaphore::new(handles)),
+            handles_max: handles,
+            io: Arc::new(Semaphore::new(IO_AT_ONCE)),
+        }
+    }
+}
 
 /// Serves SFTP on the channel until the client closes it, the connection
 /// ends or the agent stops; then closes the channel.
@@ -59,9 +109,13 @@ pub(crate) async fn serve(
     let id = tx.id();
     debug!(channel = %id, "sftp session started");
     let (ours, theirs) = tokio::io::duplex(PIPE);
+    // Cancelled when this function returns: a request still waiting on the
+    // file system is answered then, and the protocol task can end.
+    let ended = CancellationToken::new();
+    let _ended = ended.clone().drop_guard();
     // The crate runs the protocol on its own task, on `theirs`; it ends when
     // `ours` is dropped (its reads see EOF), dropping the open files.
-    russh_sftp::server::run(theirs, Files::default()).await;
+    russh_sftp::server::run(theirs, Files::new(shared.clone(), ended)).await;
     let (mut from_sftp, mut to_sftp) = tokio::io::split(ours);
     let tx = Arc::new(tx);
     let inbound = async {
@@ -112,16 +166,29 @@ pub(crate) async fn serve(
 }
 
 /// Open files and directories of one session, by handle.
-#[derive(Default)]
 struct Files {
-    open: HashMap<String, Open>,
+    open: HashMap<String, Held>,
     next: u64,
+    shared: Arc<Shared>,
+    /// Cancelled when the channel ends.
+    ended: CancellationToken,
+}
+
+/// An open handle, and its place among the agent's handles.
+struct Held {
+    open: Open,
+    _slot: OwnedSemaphorePermit,
 }
 
 enum Open {
     File(Arc<File>),
-    /// A directory's entries, read at OPENDIR, handed out by READDIR.
-    Dir(PathBuf, VecDeque<String>),
+    Dir(PathBuf, Arc<Mutex<Listing>>),
+}
+
+/// A directory being read: `.` and `..`, then its entries as READDIR asks.
+struct Listing {
+    dots: u8,
+    entries: fs::ReadDir,
 }
 
 type Reply<T> = Result<T, StatusReply>;
@@ -130,6 +197,7 @@ fn io_error(e: io::Error) -> StatusReply {
     let code = match e.kind() {
         io::ErrorKind::NotFound => StatusCode::NoSuchFile,
         io::ErrorKind::PermissionDenied => StatusCode::PermissionDenied,
+        io::ErrorKind::Unsupported => StatusCode::OpUnsupported,
         _ => StatusCode::Failure,
     };
     code.with_message(e.to_string())
@@ -144,14 +212,51 @@ fn ok(id: u32) -> Status {
     }
 }
 
-/// Runs a blocking file operation off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> Reply<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result.map_err(io_error),
-        Err(_) => Err(StatusCode::Failure.with_message("the file operation failed")),
+/// Opens a file as OPEN asks, without ever blocking: a FIFO is refused (it
+/// would wait for a peer, and SFTP reads and writes at offsets, which a pipe
+/// has not); O_NONBLOCK stays on other special files (a device that has no
+/// data answers at once), and is cleared for a regular file.
+fn open_file(path: &str, pflags: OpenFlags, mode: u32) -> io::Result<File> {
+    let not_a_pipe = |path: &str| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "{path} is a FIFO or a socket: SFTP reads and writes regular files and devices"
+            ),
+        )
+    };
+    // Looked at first, so that opening a FIFO does not wake a writer
+    // waiting on it; checked again on the open file (it may have changed).
+    if fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket()) {
+        return Err(not_a_pipe(path));
     }
+    let mut o = OpenOptions::new();
+    o.read(pflags.contains(OpenFlags::READ))
+        .write(pflags.contains(OpenFlags::WRITE))
+        .append(pflags.contains(OpenFlags::APPEND))
+        .truncate(pflags.contains(OpenFlags::TRUNCATE))
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .mode(mode);
+    if pflags.contains(OpenFlags::EXCLUDE) {
+        o.create_new(true);
+    } else if pflags.contains(OpenFlags::CREATE) {
+        o.create(true);
+    }
+    let file = o.open(path).map_err(|e| match e.raw_os_error() {
+        // A FIFO opened for writing with no reader, or a socket.
+        Some(libc::ENXIO) => not_a_pipe(path),
+        _ => e,
+    })?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_fifo() || kind.is_socket() {
+        return Err(not_a_pipe(path));
+    }
+    if kind.is_file() {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let flags = OFlag::from_bits_retain(fcntl(&file, FcntlArg::F_GETFL)?);
+        fcntl(&file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+    }
+    Ok(file)
 }
 
 /// The attributes SFTP carries, from a file's metadata (type bits included).
@@ -172,7 +277,11 @@ fn set_attributes(path: &Path, file: Option<&File>, attrs: &FileAttributes) -> i
     if let Some(size) = attrs.size {
         match file {
             Some(f) => f.set_len(size)?,
-            None => OpenOptions::new().write(true).open(path)?.set_len(size)?,
+            None => OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(path)?
+                .set_len(size)?,
         }
     }
     if attrs.uid.is_some() || attrs.gid.is_some() {
@@ -251,19 +360,114 @@ fn entry(name: String, attrs: FileAttributes) -> Entry {
 }
 
 impl Files {
-    fn insert(&mut self, open: Open) -> String {
+    fn new(shared: Arc<Shared>, ended: CancellationToken) -> Self {
+        Files {
+            open: HashMap::new(),
+            next: 0,
+            shared,
+            ended,
+        }
+    }
+
+    /// Runs a blocking file operation off the async threads, one of at most
+    /// [`IO_AT_ONCE`]; given up (the thread finishes it alone) when the
+    /// channel ends.
+    async fn io<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> io::Result<T> + Send + 'static,
+    ) -> Reply<T> {
+        let gone = || StatusCode::Failure.with_message("the session ended");
+        let io = self.shared.sftp.io.clone();
+        let run = async move {
+            let Ok(slot) = io.acquire_owned().await else {
+                return Err(gone());
+            };
+            match tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                f()
+            })
+            .await
+            {
+                Ok(result) => result.map_err(io_error),
+                Err(_) => Err(StatusCode::Failure.with_message("the file operation failed")),
+            }
+        };
+        tokio::select! {
+            reply = run => reply,
+            () = self.ended.cancelled() => Err(gone()),
+        }
+    }
+
+    /// A slot for one more handle, before opening anything: past this
+    /// session's bound or the agent's, a failure that says which.
+    fn slot(&self) -> Reply<OwnedSemaphorePermit> {
+        if self.open.len() >= MAX_HANDLES {
+            return Err(StatusCode::Failure.with_message(format!(
+                "too many open handles: {MAX_HANDLES} in this session, the limit; close some first"
+            )));
+        }
+        let bounds = &self.shared.sftp;
+        bounds.handles.clone().try_acquire_owned().map_err(|_| {
+            StatusCode::Failure.with_message(format!(
+                "too many open handles: {} in all SFTP sessions of this agent, the limit; \
+                 close some first",
+                bounds.handles_max
+            ))
+        })
+    }
+
+    fn insert(&mut self, open: Open, slot: OwnedSemaphorePermit) -> String {
         self.next += 1;
         let handle = self.next.to_string();
-        self.open.insert(handle.clone(), open);
+        self.open.insert(handle.clone(), Held { open, _slot: slot });
         handle
     }
 
+    fn get(&self, handle: &str) -> Option<&Open> {
+        self.open.get(handle).map(|held| &held.open)
+    }
+
     fn file(&self, handle: &str) -> Reply<Arc<File>> {
-        match self.open.get(handle) {
+        match self.get(handle) {
             Some(Open::File(f)) => Ok(f.clone()),
             _ => Err(StatusCode::Failure.with_message("no such open file")),
         }
     }
+}
+
+impl Drop for Files {
+    /// The session's end: its files close, and what it allocated goes back.
+    fn drop(&mut self) {
+        self.open.clear();
+        super::trim_heap();
+    }
+}
+
+/// Up to [`ENTRIES_PER_ANSWER`] entries of a directory being read, with
+/// their attributes: fewer only at its end.
+fn next_entries(dir: &Path, listing: &mut Listing) -> io::Result<Vec<Entry>> {
+    let mut files = Vec::new();
+    while listing.dots < 2 && files.len() < ENTRIES_PER_ANSWER {
+        let name = if listing.dots == 0 { "." } else { ".." };
+        listing.dots += 1;
+        files.push(entry(
+            name.into(),
+            attributes(&fs::symlink_metadata(dir.join(name))?),
+        ));
+    }
+    while files.len() < ENTRIES_PER_ANSWER {
+        let Some(next) = listing.entries.next() else {
+            break;
+        };
+        let e = next?;
+        // A name that is not UTF-8 cannot be said in this protocol, and an
+        // entry removed meanwhile has nothing to show: both left out.
+        let (Ok(name), Ok(meta)) = (e.file_name().into_string(), e.metadata()) else {
+            continue;
+        };
+        files.push(entry(name, attributes(&meta)));
+    }
+    Ok(files)
 }
 
 impl russh_sftp::server::Handler for Files {
@@ -294,23 +498,10 @@ impl russh_sftp::server::Handler for Files {
         pflags: OpenFlags,
         attrs: FileAttributes,
     ) -> Reply<Handle> {
+        let slot = self.slot()?;
         let mode = attrs.permissions.unwrap_or(0o666) & 0o7777;
-        let file = blocking(move || {
-            let mut o = OpenOptions::new();
-            o.read(pflags.contains(OpenFlags::READ))
-                .write(pflags.contains(OpenFlags::WRITE))
-                .append(pflags.contains(OpenFlags::APPEND))
-                .truncate(pflags.contains(OpenFlags::TRUNCATE))
-                .mode(mode);
-            if pflags.contains(OpenFlags::EXCLUDE) {
-                o.create_new(true);
-            } else if pflags.contains(OpenFlags::CREATE) {
-                o.create(true);
-            }
-            o.open(filename)
-        })
-        .await?;
-        let handle = self.insert(Open::File(Arc::new(file)));
+        let file = self.io(move || open_file(&filename, pflags, mode)).await?;
+        let handle = self.insert(Open::File(Arc::new(file)), slot);
         Ok(Handle { id, handle })
     }
 
@@ -324,13 +515,14 @@ impl russh_sftp::server::Handler for Files {
     async fn read(&mut self, id: u32, handle: String, offset: u64, len: u32) -> Reply<Data> {
         let file = self.file(&handle)?;
         let len = len.min(MAX_IO) as usize;
-        let data = blocking(move || {
-            let mut buf = vec![0u8; len];
-            let n = file.read_at(&mut buf, offset)?;
-            buf.truncate(n);
-            Ok(buf)
-        })
-        .await?;
+        let data = self
+            .io(move || {
+                let mut buf = vec![0u8; len];
+                let n = file.read_at(&mut buf, offset)?;
+                buf.truncate(n);
+                Ok(buf)
+            })
+            .await?;
         if data.is_empty() && len > 0 {
             return Err(StatusCode::Eof.into());
         }
@@ -345,12 +537,12 @@ impl russh_sftp::server::Handler for Files {
         data: Vec<u8>,
     ) -> Reply<Status> {
         let file = self.file(&handle)?;
-        blocking(move || file.write_all_at(&data, offset)).await?;
+        self.io(move || file.write_all_at(&data, offset)).await?;
         Ok(ok(id))
     }
 
     async fn lstat(&mut self, id: u32, path: String) -> Reply<Attrs> {
-        let meta = blocking(move || fs::symlink_metadata(path)).await?;
+        let meta = self.io(move || fs::symlink_metadata(path)).await?;
         Ok(Attrs {
             id,
             attrs: attributes(&meta),
@@ -358,7 +550,7 @@ impl russh_sftp::server::Handler for Files {
     }
 
     async fn stat(&mut self, id: u32, path: String) -> Reply<Attrs> {
-        let meta = blocking(move || fs::metadata(path)).await?;
+        let meta = self.io(move || fs::metadata(path)).await?;
         Ok(Attrs {
             id,
             attrs: attributes(&meta),
@@ -366,14 +558,14 @@ impl russh_sftp::server::Handler for Files {
     }
 
     async fn fstat(&mut self, id: u32, handle: String) -> Reply<Attrs> {
-        let meta = match self.open.get(&handle) {
+        let meta = match self.get(&handle) {
             Some(Open::File(f)) => {
                 let f = f.clone();
-                blocking(move || f.metadata()).await?
+                self.io(move || f.metadata()).await?
             }
             Some(Open::Dir(path, _)) => {
                 let path = path.clone();
-                blocking(move || fs::metadata(path)).await?
+                self.io(move || fs::metadata(path)).await?
             }
             None => return Err(StatusCode::Failure.with_message("no such handle")),
         };
@@ -384,75 +576,63 @@ impl russh_sftp::server::Handler for Files {
     }
 
     async fn setstat(&mut self, id: u32, path: String, attrs: FileAttributes) -> Reply<Status> {
-        blocking(move || set_attributes(Path::new(&path), None, &attrs)).await?;
+        self.io(move || set_attributes(Path::new(&path), None, &attrs))
+            .await?;
         Ok(ok(id))
     }
 
     async fn fsetstat(&mut self, id: u32, handle: String, attrs: FileAttributes) -> Reply<Status> {
         let file = self.file(&handle)?;
-        blocking(move || set_attributes(Path::new(""), Some(&file), &attrs)).await?;
+        self.io(move || set_attributes(Path::new(""), Some(&file), &attrs))
+            .await?;
         Ok(ok(id))
     }
 
     async fn opendir(&mut self, id: u32, path: String) -> Reply<Handle> {
+        let slot = self.slot()?;
         let dir = PathBuf::from(&path);
-        let names = blocking(move || {
-            let mut names: VecDeque<String> = [".".to_string(), "..".to_string()].into();
-            for e in fs::read_dir(&path)? {
-                // A name that is not UTF-8 cannot be said in this protocol: left out.
-                if let Ok(name) = e?.file_name().into_string() {
-                    names.push_back(name);
-                }
-            }
-            Ok(names)
-        })
-        .await?;
-        let handle = self.insert(Open::Dir(dir, names));
+        let entries = self.io(move || fs::read_dir(path)).await?;
+        let listing = Listing { dots: 0, entries };
+        let handle = self.insert(Open::Dir(dir, Arc::new(Mutex::new(listing))), slot);
         Ok(Handle { id, handle })
     }
 
     async fn readdir(&mut self, id: u32, handle: String) -> Reply<Name> {
-        let Some(Open::Dir(dir, names)) = self.open.get_mut(&handle) else {
+        let Some(Open::Dir(dir, listing)) = self.get(&handle) else {
             return Err(StatusCode::Failure.with_message("no such open directory"));
         };
-        if names.is_empty() {
+        let (dir, listing) = (dir.clone(), listing.clone());
+        let files = self
+            .io(move || {
+                let mut listing = listing.lock().unwrap_or_else(|e| e.into_inner());
+                next_entries(&dir, &mut listing)
+            })
+            .await?;
+        if files.is_empty() {
             return Err(StatusCode::Eof.into());
         }
-        let take = names.len().min(ENTRIES_PER_ANSWER);
-        let batch: Vec<String> = names.drain(..take).collect();
-        let dir = dir.clone();
-        let files = blocking(move || {
-            Ok(batch
-                .into_iter()
-                .filter_map(|name| {
-                    // An entry removed since OPENDIR is left out.
-                    let meta = fs::symlink_metadata(dir.join(&name)).ok()?;
-                    Some(entry(name, attributes(&meta)))
-                })
-                .collect::<Vec<_>>())
-        })
-        .await?;
         Ok(Name { id, files })
     }
 
     async fn remove(&mut self, id: u32, filename: String) -> Reply<Status> {
-        blocking(move || fs::remove_file(filename)).await?;
+        self.io(move || fs::remove_file(filename)).await?;
         Ok(ok(id))
     }
 
     async fn mkdir(&mut self, id: u32, path: String, attrs: FileAttributes) -> Reply<Status> {
         let mode = attrs.permissions.unwrap_or(0o777) & 0o7777;
-        blocking(move || fs::DirBuilder::new().mode(mode).create(path)).await?;
+        self.io(move || fs::DirBuilder::new().mode(mode).create(path))
+            .await?;
         Ok(ok(id))
     }
 
     async fn rmdir(&mut self, id: u32, path: String) -> Reply<Status> {
-        blocking(move || fs::remove_dir(path)).await?;
+        self.io(move || fs::remove_dir(path)).await?;
         Ok(ok(id))
     }
 
     async fn realpath(&mut self, id: u32, path: String) -> Reply<Name> {
-        let real = blocking(move || real_path(&path)).await?;
+        let real = self.io(move || real_path(&path)).await?;
         Ok(Name {
             id,
             files: vec![Entry::dummy(real)],
@@ -462,7 +642,7 @@ impl russh_sftp::server::Handler for Files {
     async fn rename(&mut self, id: u32, oldpath: String, newpath: String) -> Reply<Status> {
         // SFTP v3's rename does not replace an existing target (OpenSSH's
         // sftp-server neither); `posix-rename@openssh.com` does.
-        blocking(move || {
+        self.io(move || {
             if fs::symlink_metadata(&newpath).is_ok() {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
@@ -476,15 +656,16 @@ impl russh_sftp::server::Handler for Files {
     }
 
     async fn readlink(&mut self, id: u32, path: String) -> Reply<Name> {
-        let target = blocking(move || {
-            fs::read_link(path)?
-                .into_os_string()
-                .into_string()
-                .map_err(|_| {
-                    io::Error::new(io::ErrorKind::InvalidData, "the link's target is not UTF-8")
-                })
-        })
-        .await?;
+        let target = self
+            .io(move || {
+                fs::read_link(path)?
+                    .into_os_string()
+                    .into_string()
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::InvalidData, "the link's target is not UTF-8")
+                    })
+            })
+            .await?;
         Ok(Name {
             id,
             files: vec![Entry::dummy(target)],
@@ -496,7 +677,8 @@ impl russh_sftp::server::Handler for Files {
         // (target first, then the link's path), and every client follows it:
         // the crate's `linkpath` is the target.
         let (target, link) = (linkpath, targetpath);
-        blocking(move || std::os::unix::fs::symlink(target, link)).await?;
+        self.io(move || std::os::unix::fs::symlink(target, link))
+            .await?;
         Ok(ok(id))
     }
 
@@ -508,18 +690,20 @@ impl russh_sftp::server::Handler for Files {
                 // The same two paths as a hard link's.
                 let paths: HardlinkExtension =
                     russh_sftp::de::from_bytes(&mut data).map_err(bad)?;
-                blocking(move || fs::rename(paths.oldpath, paths.newpath)).await?;
+                self.io(move || fs::rename(paths.oldpath, paths.newpath))
+                    .await?;
                 Ok(ok(id).into())
             }
             extensions::HARDLINK => {
                 let link: HardlinkExtension = russh_sftp::de::from_bytes(&mut data).map_err(bad)?;
-                blocking(move || fs::hard_link(link.oldpath, link.newpath)).await?;
+                self.io(move || fs::hard_link(link.oldpath, link.newpath))
+                    .await?;
                 Ok(ok(id).into())
             }
             extensions::FSYNC => {
                 let sync: FsyncExtension = russh_sftp::de::from_bytes(&mut data).map_err(bad)?;
                 let file = self.file(&sync.handle)?;
-                blocking(move || file.sync_all()).await?;
+                self.io(move || file.sync_all()).await?;
                 Ok(ok(id).into())
             }
             extensions::LIMITS => {
@@ -527,7 +711,7 @@ impl russh_sftp::server::Handler for Files {
                     max_packet_len: MAX_PACKET,
                     max_read_len: MAX_IO.into(),
                     max_write_len: MAX_IO.into(),
-                    max_open_handles: 0,
+                    max_open_handles: MAX_HANDLES as u64,
                 };
                 let data = russh_sftp::ser::to_bytes(&limits)
                     .map_err(|_| StatusReply::from(StatusCode::Failure))?

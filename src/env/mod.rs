@@ -185,12 +185,30 @@ impl<'a> Contract<'a> {
         self.with_lists(rank, folded)
     }
 
-    /// For a node reached through an external wrapper (sshd, a platform's):
-    /// [`Contract::for_rank`] without `MULTINODE_HOSTFILE`, a file of this node.
+    /// For a node reached through an external wrapper (sshd, a platform's),
+    /// which gets its variables in one command line: [`Contract::for_rank`]
+    /// with the lists folded so that both fit that line together, and
+    /// without `MULTINODE_HOSTFILE`, a file of this node.
     pub fn remote_for_rank(&self, rank: usize) -> Vec<(String, String)> {
-        let mut vars = self.for_rank(rank);
-        vars.retain(|(k, _)| k != hostlists::HOSTFILE_VAR);
-        vars
+        let topo = &self.job.topology;
+        self.with_lists(rank, self.lists.one_line_vars(topo).to_vec())
+    }
+
+    /// What to tell the user once when `MULTINODE_HOSTLIST_NOSLOTS` is
+    /// folded ([`hostlists::Lists::folded_note`]), unless `env` already
+    /// holds it folded: the note was then given where that environment
+    /// came from (an earlier `multinode env` of the same script, or the
+    /// head's agent as it started JOB).
+    pub fn folded_note(&self, env: &EnvMap) -> Option<String> {
+        let topo = &self.job.topology;
+        let note = self.lists.folded_note(topo)?;
+        let folded = self
+            .lists
+            .vars(topo)
+            .iter()
+            .find(|(k, _)| k == hostlists::NOSLOTS_VAR)
+            .map(|(_, v)| v.as_str());
+        (env.get(hostlists::NOSLOTS_VAR) != folded).then_some(note)
     }
 
     /// Every name [`Contract::for_rank`] or [`Contract::wire_for_rank`] may set.
@@ -259,7 +277,11 @@ pub fn fill_reached_address(vars: &mut [(String, String)], reached: IpAddr) {
 pub fn cmd_env(inputs: &Inputs, json: bool) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let job = resolve_job(inputs, &env)?;
-    let vars = contract(&job);
+    let contract = Contract::new(&job);
+    let vars = contract.for_rank(job.rank);
+    if let Some(note) = contract.folded_note(&env) {
+        tracing::warn!("{note}");
+    }
     let text = if json {
         render_json(&vars)
     } else {

@@ -2,22 +2,36 @@
 //! both ends a packet, a wake-up and a few microseconds, and a node's
 //! environment is often a hundred variables or more. Our clients send agents
 //! of their job one request named [`NAME`] whose value is every `NAME=VALUE`
-//! pair, each ended by a NUL (which no variable can hold). An agent that does
-//! not know it drops it (a value with a NUL is no variable).
+//! pair, each ended by a NUL (which no variable can hold); an environment
+//! over [`MAX_PACK`] goes in several, as an SSH packet is bounded. An agent
+//! that does not know it drops it (a value with a NUL is no variable).
 
 /// The name of the packed request.
 pub const NAME: &str = "MULTINODE_ENV_PACK";
 
-/// The pairs as one value.
-pub fn pack(env: &[(String, String)]) -> String {
-    let mut out = String::with_capacity(env.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+/// The most bytes one packed value holds (a larger variable goes alone): an
+/// SSH packet holds at most 256 KiB (russh drops the connection past it).
+pub const MAX_PACK: usize = 128 * 1024;
+
+/// The pairs as values of at most [`MAX_PACK`] bytes each (one for a
+/// node's usual environment), in order.
+pub fn pack(env: &[(String, String)]) -> Vec<String> {
+    let mut packs = Vec::new();
+    let mut out = String::new();
     for (name, value) in env {
+        let len = name.len() + value.len() + 2;
+        if !out.is_empty() && out.len() + len > MAX_PACK {
+            packs.push(std::mem::take(&mut out));
+        }
         out.push_str(name);
         out.push('=');
         out.push_str(value);
         out.push('\0');
     }
-    out
+    if !out.is_empty() {
+        packs.push(out);
+    }
+    packs
 }
 
 /// The pairs of a packed value, in order; a piece without `=` is skipped.
@@ -37,10 +51,34 @@ mod tests {
             ("UTF8".to_string(), "gpu-é".to_string()),
         ];
         let packed = pack(&env);
-        let back: Vec<(String, String)> = unpack(&packed)
+        assert_eq!(packed.len(), 1);
+        let back: Vec<(String, String)> = unpack(&packed[0])
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         assert_eq!(back, env);
         assert_eq!(unpack("junk\0B=1\0").collect::<Vec<_>>(), vec![("B", "1")]);
+    }
+
+    #[test]
+    fn a_large_environment_is_split_into_packets_that_fit() {
+        let env: Vec<(String, String)> = (0..20)
+            .map(|i| {
+                (
+                    format!("V{i}"),
+                    "x".repeat(if i == 7 { 200_000 } else { 60_000 }),
+                )
+            })
+            .collect();
+        let packed = pack(&env);
+        assert!(packed.len() > 1);
+        for p in &packed {
+            assert!(p.len() <= MAX_PACK || unpack(p).count() == 1, "{}", p.len());
+        }
+        let back: Vec<(String, String)> = packed
+            .iter()
+            .flat_map(|p| unpack(p))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(back, env);
     }
 }

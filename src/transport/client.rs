@@ -848,11 +848,13 @@ impl Connection {
         let channel = self.handle.channel_open_session().await?;
         if self.packs_env && env.len() > 1 {
             // One SSH message instead of one a variable (a node's
-            // environment is often a hundred variables or more).
-            let packed = protocol::env_pack::pack(env);
-            channel
-                .set_env(false, protocol::env_pack::NAME, packed.as_str())
-                .await?;
+            // environment is often a hundred variables or more); a few
+            // past 128 KiB.
+            for packed in protocol::env_pack::pack(env) {
+                channel
+                    .set_env(false, protocol::env_pack::NAME, packed.as_str())
+                    .await?;
+            }
         } else {
             for (name, value) in env {
                 channel

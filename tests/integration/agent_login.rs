@@ -56,6 +56,15 @@ pub(crate) fn start_agent(
     agent
 }
 
+/// An agent on a fresh loopback address with `args`, its log in a
+/// temporary directory (kept as long as the first value is).
+fn agent_with_log(args: &[&str]) -> (tempfile::TempDir, PathBuf, Agent) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = start_agent(&fresh_loopback(), args, &[], None, &log);
+    (dir, log, agent)
+}
+
 fn log_text(log: &Path) -> String {
     String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned()
 }
@@ -148,15 +157,7 @@ fn kexinit() -> Vec<u8> {
 
 #[test]
 fn an_ignore_packet_holder_is_closed_at_the_login_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
     let start = Instant::now();
     let mut stream = TcpStream::connect(agent.addr()).unwrap();
     stream.write_all(b"SSH-2.0-x\r\n").unwrap();
@@ -184,15 +185,7 @@ fn an_ignore_packet_holder_is_closed_at_the_login_deadline() {
 
 #[test]
 fn a_stalled_key_exchange_is_closed_at_the_login_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, _log, agent) = agent_with_log(&["--login-timeout", "2"]);
     let start = Instant::now();
     let mut stream = TcpStream::connect(agent.addr()).unwrap();
     stream.write_all(b"SSH-2.0-x\r\n").unwrap();
@@ -212,9 +205,12 @@ fn a_stalled_key_exchange_is_closed_at_the_login_deadline() {
     );
 }
 
-/// A job key encrypted with a passphrase that an askpass program gives
-/// after `delay`: OpenSSH offers the key at once, and signs with it only then.
-fn slow_key(dir: &Path, delay: &str) -> (PathBuf, PathBuf, PathBuf) {
+/// OpenSSH's `ssh` into `agent` running `remote`, with the job's key
+/// encrypted with a passphrase that an askpass program gives after `delay`
+/// seconds: ssh offers the key at once, and signs with it only then.
+/// `DIR/asked` appears when the passphrase is asked for. ssh runs in its
+/// own process group, its stderr piped.
+fn slow_ssh(dir: &Path, agent: &Agent, delay: &str, remote: &[&OsStr]) -> std::process::Child {
     let key = dir.join("id_job");
     let keygen = cmd(&multinode())
         .args(["keygen", "--known-hosts", "-o"])
@@ -233,29 +229,16 @@ fn slow_key(dir: &Path, delay: &str) -> (PathBuf, PathBuf, PathBuf) {
     let askpass = dir.join("askpass");
     std::fs::write(
         &askpass,
-        format!("#!/bin/sh\nsleep {delay}\necho slow-passphrase\n"),
+        format!(
+            "#!/bin/sh\ntouch '{}'\nsleep {delay}\necho slow-passphrase\n",
+            dir.join("asked").display()
+        ),
     )
     .unwrap();
     let mut perms = std::fs::metadata(&askpass).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&askpass, perms).unwrap();
-    (key, known_hosts, askpass)
-}
-
-#[test]
-fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
-    let (key, known_hosts, askpass) = slow_key(dir.path(), "4");
-    let marker = dir.path().join("ran");
-    let mut ssh = Command::new("ssh")
+    Command::new("ssh")
         .arg("-i")
         .arg(&key)
         .args([
@@ -268,8 +251,8 @@ fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
         ])
         .arg("-o")
         .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-        .args([&agent.host, "touch"])
-        .arg(&marker)
+        .arg(&agent.host)
+        .args(remote)
         .env("SSH_ASKPASS", &askpass)
         .env("SSH_ASKPASS_REQUIRE", "force")
         .env("DISPLAY", ":0")
@@ -278,18 +261,34 @@ fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .expect("ssh (Debian package openssh-client)");
-    let start = Instant::now();
-    let ended = eventually(Duration::from_secs(20), || {
-        matches!(ssh.try_wait(), Ok(Some(_)))
-    });
+        .expect("ssh (Debian package openssh-client)")
+}
+
+/// Waits up to `limit` for `ssh` to end, else ends its group: whether it
+/// ended by itself, and its output.
+fn ssh_ended(mut ssh: std::process::Child, limit: Duration) -> (bool, std::process::Output) {
+    let ended = eventually(limit, || matches!(ssh.try_wait(), Ok(Some(_))));
     if !ended {
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(ssh.id() as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    let out = ssh.wait_with_output().unwrap();
+    (ended, ssh.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_client_that_logs_in_after_the_deadline_gets_a_clean_close() {
+    let (dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
+    let marker = dir.path().join("ran");
+    let ssh = slow_ssh(
+        dir.path(),
+        &agent,
+        "4",
+        &["touch".as_ref(), marker.as_os_str()],
+    );
+    let start = Instant::now();
+    let (ended, out) = ssh_ended(ssh, Duration::from_secs(20));
     assert!(ended, "ssh hangs after logging in past the deadline");
     assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
     assert!(
@@ -391,16 +390,24 @@ impl Stalled {
     }
 }
 
-/// `mn-ssh HOST echo served` from 127.0.0.1 (the source the kernel picks
-/// for a loopback destination), and how long it took.
-fn job_client(agent: &Agent) -> (std::process::Output, Duration) {
+/// The job's client, `mn-ssh HOST echo served` from 127.0.0.1 (the source
+/// the kernel picks for a loopback destination), logs in and runs within
+/// `limit` while `during` goes on.
+fn job_client_is_served(agent: &Agent, during: &str, limit: Duration) {
     let start = Instant::now();
     let out = cmd(&mn_ssh())
         .args(["-o", "ConnectTimeout=10", &agent.host, "echo served"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    (out, start.elapsed())
+    let took = start.elapsed();
+    assert_eq!(
+        (out.status.code(), stdout(&out).as_str()),
+        (Some(0), "served\n"),
+        "{during}: {}",
+        stderr(&out)
+    );
+    assert!(took < limit, "{during}: mn-ssh took {took:?}");
 }
 
 #[test]
@@ -416,13 +423,10 @@ fn a_flood_of_stalled_connections_from_one_address_leaves_others_served() {
     let mut flood = Stalled::open(&attacker, agent.addr(), FLOOD);
     flood.settle(Duration::from_secs(30));
     // A legitimate client from another address (127.0.0.1) logs in, runs, and is out within 1 s.
-    let (out, took) = job_client(&agent);
-    let held = flood.held();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "served\n");
-    assert!(
-        took < Duration::from_secs(1),
-        "mn-ssh took {took:?} against a flood of {FLOOD} from {attacker} ({held} held)"
+    job_client_is_served(
+        &agent,
+        &format!("a flood of {FLOOD} from {attacker}"),
+        Duration::from_secs(1),
     );
     // The oldest of the flood are closed as newer ones come: 64 are left.
     assert!(
@@ -446,15 +450,7 @@ fn a_flood_of_stalled_connections_from_one_address_leaves_others_served() {
 /// oldest connection not logged in makes room for the client.
 #[test]
 fn connections_that_never_log_in_from_the_clients_own_address_do_not_keep_it_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
     let own = "127.0.0.1";
     let mut cut = Stalled::open(own, agent.addr(), 50);
     assert!(
@@ -462,14 +458,11 @@ fn connections_that_never_log_in_from_the_clients_own_address_do_not_keep_it_out
         "cut at the 2 s deadline: {} of 50",
         cut.closed()
     );
-    let (out, took) = job_client(&agent);
-    assert_eq!(
-        (out.status.code(), stdout(&out).as_str()),
-        (Some(0), "served\n"),
-        "after 50 cut at the deadline: {}",
-        stderr(&out)
+    job_client_is_served(
+        &agent,
+        "after 50 cut at the deadline",
+        Duration::from_secs(3),
     );
-    assert!(took < Duration::from_secs(3), "mn-ssh took {took:?}");
     assert!(
         eventually(Duration::from_secs(5), || log_text(&log)
             .contains(&format!("{own} penalized for"))),
@@ -479,14 +472,7 @@ fn connections_that_never_log_in_from_the_clients_own_address_do_not_keep_it_out
     // 64 more held open from the same address, its limit.
     let mut held = Stalled::open(own, agent.addr(), 64);
     held.settle(Duration::from_secs(10));
-    let (out, took) = job_client(&agent);
-    assert_eq!(
-        (out.status.code(), stdout(&out).as_str()),
-        (Some(0), "served\n"),
-        "with 64 held from its address: {}",
-        stderr(&out)
-    );
-    assert!(took < Duration::from_secs(3), "mn-ssh took {took:?}");
+    job_client_is_served(&agent, "64 held from its address", Duration::from_secs(3));
     // It came from the same address: the oldest held one made room.
     assert!(
         log_text(&log).contains("from this address (64, its limit)"),
@@ -500,15 +486,7 @@ fn connections_that_never_log_in_from_the_clients_own_address_do_not_keep_it_out
 /// closing them just before the deadline cost nothing.
 #[test]
 fn four_addresses_holding_every_slot_do_not_keep_the_job_client_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "4", "-v"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "4", "-v"]);
     let start = Instant::now();
     let attackers = fresh_loopbacks(4);
     let mut held: Vec<_> = attackers
@@ -518,14 +496,7 @@ fn four_addresses_holding_every_slot_do_not_keep_the_job_client_out() {
     for h in &mut held {
         h.settle(Duration::from_secs(10));
     }
-    let (out, took) = job_client(&agent);
-    assert_eq!(
-        (out.status.code(), stdout(&out).as_str()),
-        (Some(0), "served\n"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(took < Duration::from_secs(3), "mn-ssh took {took:?}");
+    job_client_is_served(&agent, "256 held by 4 addresses", Duration::from_secs(3));
     assert!(
         log_text(&log).contains("too many connections not logged in (256, the limit"),
         "{}",
@@ -556,53 +527,16 @@ fn four_addresses_holding_every_slot_do_not_keep_the_job_client_out() {
 /// reads the reason once the passphrase is in).
 #[test]
 fn a_client_closed_to_make_room_is_told_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(&fresh_loopback(), &["-v"], &[], None, &log);
-    let (key, known_hosts, askpass) = slow_key(dir.path(), "3");
+    let (dir, log, agent) = agent_with_log(&["-v"]);
+    let ssh = slow_ssh(dir.path(), &agent, "3", &["true".as_ref()]);
     let asked = dir.path().join("asked");
-    let script = std::fs::read_to_string(&askpass).unwrap();
-    std::fs::write(
-        &askpass,
-        script.replacen("sleep", &format!("touch {}; sleep", asked.display()), 1),
-    )
-    .unwrap();
-    let ssh = Command::new("ssh")
-        .arg("-i")
-        .arg(&key)
-        .args([
-            "-p",
-            "29922",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "StrictHostKeyChecking=yes",
-        ])
-        .arg("-o")
-        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
-        .args([&agent.host, "true"])
-        .env("SSH_ASKPASS", &askpass)
-        .env("SSH_ASKPASS_REQUIRE", "force")
-        .env("DISPLAY", ":0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("ssh (Debian package openssh-client)");
-    let pgid = nix::unistd::Pid::from_raw(ssh.id() as i32);
     assert!(
         eventually(Duration::from_secs(10), || asked.exists()),
         "ssh never asked for the passphrase"
     );
     let mut flood = Stalled::open("127.0.0.1", agent.addr(), 64);
     flood.settle(Duration::from_secs(10));
-    let mut ssh = ssh;
-    let ended = eventually(Duration::from_secs(10), || {
-        matches!(ssh.try_wait(), Ok(Some(_)))
-    });
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let out = ssh.wait_with_output().unwrap();
+    let (ended, out) = ssh_ended(ssh, Duration::from_secs(10));
     assert!(ended, "ssh was not closed to make room: {}", log_text(&log));
     assert!(
         stderr(&out)
@@ -611,6 +545,7 @@ fn a_client_closed_to_make_room_is_told_why() {
         stderr(&out)
     );
 }
+
 /// `n` throwaway Ed25519 keys, none of them the job's.
 fn wrong_keys(dir: &Path, n: usize) -> Vec<PathBuf> {
     (0..n)
@@ -629,9 +564,7 @@ fn wrong_keys(dir: &Path, n: usize) -> Vec<PathBuf> {
 
 #[test]
 fn wrong_keys_are_logged_at_v_and_limited_per_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(&fresh_loopback(), &["-v"], &[], None, &log);
+    let (dir, log, agent) = agent_with_log(&["-v"]);
     let keys = wrong_keys(dir.path(), 8);
     let mut ssh = Command::new("ssh");
     ssh.args([
@@ -700,15 +633,7 @@ impl russh::client::Handler for AnyHost {
 fn none_requests_then_silence_are_refused_and_closed_at_the_deadline_without_a_panic() {
     use multinode::keys::{JobKeys, Secret};
     use russh::client::AuthResult;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let agent = start_agent(
-        &fresh_loopback(),
-        &["--login-timeout", "2", "-v"],
-        &[],
-        None,
-        &log,
-    );
+    let (_dir, log, agent) = agent_with_log(&["--login-timeout", "2", "-v"]);
     let keys = JobKeys::derive(&Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let start = Instant::now();

@@ -247,3 +247,165 @@ fn the_quickstarts_failing_demo_prints_the_pages_output() {
         assert_eq!(got, want, "run {run}: {text}");
     }
 }
+
+/// A console block split into its commands (each `$ ` line with the lines
+/// its trailing `\` continues) and its output lines.
+fn console(block: &[String]) -> (String, Vec<String>) {
+    let (mut commands, mut output) = (String::new(), Vec::new());
+    let mut continued = false;
+    for line in block {
+        if continued || line.starts_with("$ ") {
+            commands.push_str(line.strip_prefix("$ ").unwrap_or(line));
+            commands.push('\n');
+            continued = line.ends_with('\\');
+        } else {
+            output.push(line.clone());
+        }
+    }
+    (commands, output)
+}
+
+/// docs/mpi.md's one-machine run, every `$ ` line as written, in one bash
+/// (the Open MPI block, then the MPICH one, which ends the agents), in a
+/// network namespace of its own so that the page's addresses and port meet
+/// no other test. Its output must be the page's lines, in any order (the
+/// ranks print concurrently), with `host=` this machine's name; on stderr
+/// only the two lines of Open MPI's own that the page names.
+#[test]
+fn the_mpi_page_runs_on_one_machine_as_written() {
+    use std::os::unix::process::CommandExt;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut script, mut want) = (String::new(), Vec::new());
+    for name in ["mpi-one-machine", "mpi-one-machine-mpich"] {
+        let (commands, output) = console(&doc_block("docs/mpi.md", name));
+        script.push_str(&commands);
+        want.extend(output);
+    }
+    let host = nix::unistd::gethostname().expect("hostname");
+    let host = host.to_string_lossy();
+    let mut want: Vec<String> = want
+        .iter()
+        .map(|l| l.replace("host=vm ", &format!("host={host} ")))
+        .collect();
+    want.sort();
+    assert_eq!(want.len(), 7, "{want:?}");
+
+    // The page's relative path to the program, in a folder of the test's own.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("tests/fixtures")).expect("mkdir");
+    std::fs::copy(
+        root.join("tests/fixtures/mpi_allreduce.c"),
+        dir.path().join("tests/fixtures/mpi_allreduce.c"),
+    )
+    .expect("copy");
+    std::fs::write(dir.path().join("page.sh"), &script).expect("write");
+    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
+    let out = std::fs::File::create(&out_path).expect("create");
+    let err = std::fs::File::create(&err_path).expect("create");
+    let path = format!(
+        "{}:{}",
+        crate::util::multinode()
+            .parent()
+            .expect("bin dir")
+            .display(),
+        std::env::var("PATH").expect("PATH")
+    );
+    // Its own process group, ended whatever happens: the agents the page
+    // starts in the background never outlive the test.
+    let mut child = std::process::Command::new("unshare")
+        .args([
+            "-rn",
+            "sh",
+            "-c",
+            "ip link set lo up && exec timeout 150 bash page.sh",
+        ])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", path)
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/".into()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .expect("unshare (util-linux), ip (iproute2)");
+    let status = child.wait().expect("wait");
+    let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let text = std::fs::read_to_string(&out_path).expect("output");
+    let errors = std::fs::read_to_string(&err_path).expect("output");
+    assert!(status.success(), "{status}: {text}{errors}");
+    let mut got: Vec<String> = text.lines().map(String::from).collect();
+    got.sort();
+    assert_eq!(got, want, "{text}{errors}");
+    // mpirun's race with the launcher's start, and PMIx's shared store.
+    let open_mpi_own = |l: &str| {
+        l.contains("] plm:rsh: Warning: setpgid(")
+            || (l.contains("] PMIX ERROR: ERROR in file ")
+                && l.ends_with("dstore_base.c at line 1709"))
+    };
+    assert!(errors.lines().all(open_mpi_own), "{errors}");
+}
+
+/// The README's test command sets up what it needs: tests/install-deps.sh
+/// (which tests/run-all.sh runs before `cargo nextest`) installs
+/// cargo-nextest with `cargo install --locked cargo-nextest` when `cargo
+/// nextest` is missing, and leaves it alone when it is there. Stand-ins for
+/// `cargo`, `dpkg-query` (every package installed) and `py-spy` record
+/// what the script asks.
+#[test]
+fn install_deps_builds_cargo_nextest_only_when_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run_all = std::fs::read_to_string(root.join("tests/run-all.sh")).expect("run-all.sh");
+    let (deps, nextest) = (
+        run_all
+            .find("tests/install-deps.sh\n")
+            .expect("runs install-deps.sh"),
+        run_all
+            .find("cargo nextest run")
+            .expect("runs cargo nextest"),
+    );
+    assert!(deps < nextest, "{run_all}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let calls = dir.path().join("calls");
+    let stand_in = |name: &str, body: &str| {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    stand_in("dpkg-query", "echo 'install ok installed'");
+    stand_in("py-spy", "exit 0");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").expect("PATH"));
+    for (has_nextest, want) in [
+        (false, "nextest --version\ninstall --locked cargo-nextest\n"),
+        (true, "nextest --version\n"),
+    ] {
+        std::fs::write(&calls, "").expect("reset");
+        stand_in(
+            "cargo",
+            &format!(
+                "echo \"$*\" >> '{}'\n[ \"$1\" = nextest ] && exit {}\nexit 0",
+                calls.display(),
+                if has_nextest { 0 } else { 1 }
+            ),
+        );
+        let out = std::process::Command::new(root.join("tests/install-deps.sh"))
+            .env("PATH", &path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert_eq!(
+            std::fs::read_to_string(&calls).expect("calls"),
+            want,
+            "{text}"
+        );
+    }
+}

@@ -875,18 +875,22 @@ fn kill_9_of_exec_all_over_a_tree_leaves_nothing() {
     assert!(gone, "left after kill -9 of exec_all: {left:?}");
 }
 
-#[test]
-fn ten_thousand_nodes_through_env_the_helper_and_exec_all() {
-    // Node 0-3 are real (this machine and 3 agents); 4-9,999 are names as a
-    // cluster has them. Written out, MULTINODE_HOSTLIST would be ~170 KB:
-    // more than Linux passes in one environment string (128 KiB).
+/// Node 0-3 real (this machine and 3 agents), 4 to `nodes - 1` names as a
+/// cluster has them: the helper sourced on the head, a report of the lists
+/// there, `multinode env` again, and the report on the 4 real nodes through
+/// exec_all. Returns the lines (the head's, `multinode env`'s, then the four
+/// nodes' sorted) and stderr. The report: RANK, the lengths of both lists,
+/// the reference script's node count (the commas of the list without slots),
+/// MULTINODE_NNODES, _TOTAL_SLOTS, the hostfile's lines and its last line
+/// (`-` when there is none), `multinode hosts`'s count of the names.
+fn many_nodes_through_the_helper(nodes: usize) -> (Vec<String>, String) {
     let cluster = Cluster::start(4);
-    let hostlist = format!("{},gpu-node-[00005-10000]:8", cluster.hostlist(8));
+    let hostlist = format!("{},gpu-node-[00005-{nodes:05}]:8", cluster.hostlist(8));
     let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("helpers/generic-helper");
-    let report = r#"echo "$RANK ${#MULTINODE_HOSTLIST} ${#MULTINODE_HOSTLIST_NOSLOTS} $MULTINODE_NNODES $MULTINODE_TOTAL_SLOTS $(wc -l < "$MULTINODE_HOSTFILE") $(sed -n 10000p "$MULTINODE_HOSTFILE") $(multinode hosts --no-resolve | grep -c gpu-node-)""#;
+    let report = r#"echo "$RANK ${#MULTINODE_HOSTLIST} ${#MULTINODE_HOSTLIST_NOSLOTS} $(echo "$MULTINODE_HOSTLIST_NOSLOTS" | awk -F, '{print NF}') $MULTINODE_NNODES $MULTINODE_TOTAL_SLOTS $(wc -l < "${MULTINODE_HOSTFILE:-/dev/null}") $(tail -n 1 "${MULTINODE_HOSTFILE:-/dev/null}" | grep . || echo -) $(multinode hosts --no-resolve | grep -c gpu-node-)""#;
     let script = format!(
         ". {helper} || exit 9\n{report}\nmultinode env --format json | grep -c '\"MULTINODE_HOSTFILE\"'\n\
-         exec_all --nodes 0-3 --fanout 2 -c '{report}'\n",
+         exec_all --nodes 0-3 --fanout 2 - <<'EOF'\n{report}\nEOF\n",
         helper = helper.display()
     );
     let path = format!(
@@ -904,27 +908,70 @@ fn ten_thousand_nodes_through_env_the_helper_and_exec_all() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
-    assert_eq!(stderr(&out), "");
     let text = stdout(&out);
-    let mut lines: Vec<&str> = text.lines().collect();
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
     // The head's own line, then `multinode env`'s, then the four nodes' in any order.
     assert_eq!(lines.len(), 6, "{text}");
-    assert_eq!(lines.remove(1), "1", "multinode env names the hostfile");
-    lines.sort();
-    for (rank, line) in lines[1..].iter().enumerate() {
-        let fields: Vec<&str> = line.splitn(4, ' ').collect();
-        assert_eq!(fields[0], rank.to_string(), "{text}");
-        // Both lists folded: a few dozen bytes, not ~170,000.
+    lines[2..].sort();
+    (lines, stderr(&out))
+}
+
+#[test]
+fn ten_thousand_nodes_through_env_the_helper_and_exec_all() {
+    // Written out, MULTINODE_HOSTLIST would be ~170 KB and the list without
+    // slots ~150 KB: each more than Linux passes in one environment string
+    // (128 KiB). Both are folded, and the helper says once how to count.
+    let (lines, stderr) = many_nodes_through_the_helper(10_000);
+    assert_eq!(lines[1], "1", "multinode env names the hostfile");
+    for (rank, line) in lines[2..].iter().enumerate() {
+        let fields: Vec<&str> = line.splitn(5, ' ').collect();
+        assert_eq!(fields[0], rank.to_string(), "{lines:?}");
+        // Both lists folded: a few dozen bytes, not ~170,000; the commas
+        // of the list without slots no longer count the nodes.
         let (list, noslots): (usize, usize) =
             (fields[1].parse().unwrap(), fields[2].parse().unwrap());
-        assert!(list < 100 && noslots < list, "{text}");
+        assert!(list < 100 && noslots < list, "{lines:?}");
+        assert_ne!(fields[3], "10000", "{lines:?}");
         assert_eq!(
-            fields[3], "10000 80000 10000 gpu-node-10000 slots=8 9996",
-            "{text}"
+            fields[4], "10000 80000 10000 gpu-node-10000 slots=8 9996",
+            "{lines:?}"
         );
     }
-    assert_eq!(lines[0], lines[1], "the head sees what node 0 sees");
+    assert_eq!(lines[0], lines[2], "the head sees what node 0 sees");
+    // Once, from the helper's `multinode env`: not again from the second
+    // `multinode env`, nor from the nodes.
+    let notes: Vec<&str> = stderr.lines().collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(
+        notes[0].starts_with("multinode: warning: MULTINODE_HOSTLIST_NOSLOTS is folded (")
+            && notes[0].ends_with(
+                "count the nodes with MULTINODE_NNODES (10000), not with the commas of the list"
+            ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn eight_thousand_nodes_keep_the_names_written_out_for_the_reference_count() {
+    // MULTINODE_HOSTLIST written out would be ~136 KB: folded, with the
+    // hostfile. The names alone are ~120 KB, a string of their own that
+    // Linux passes: written out, the reference script counts 8,000 nodes on
+    // every node (it counted 2 when both lists were folded past 64 KiB).
+    let (lines, stderr) = many_nodes_through_the_helper(8_000);
+    assert_eq!(lines[1], "1", "multinode env names the hostfile");
+    for (rank, line) in lines[2..].iter().enumerate() {
+        let fields: Vec<&str> = line.splitn(4, ' ').collect();
+        assert_eq!(fields[0], rank.to_string(), "{lines:?}");
+        assert!(fields[1].parse::<usize>().unwrap() < 100, "{lines:?}");
+        assert!(fields[2].parse::<usize>().unwrap() > 119_000, "{lines:?}");
+        assert_eq!(
+            fields[3], "8000 8000 64000 8000 gpu-node-08000 slots=8 7996",
+            "{lines:?}"
+        );
+    }
+    assert_eq!(lines[0], lines[2], "the head sees what node 0 sees");
+    assert_eq!(stderr, "");
 }
 
 #[test]

@@ -247,3 +247,88 @@ fn a_socket_that_is_not_the_head_agents_gets_no_variables_and_no_command() {
         assert_eq!(connected, expected, "{what}: {seen:?}");
     }
 }
+
+/// A folded list of 9,000 nodes, as exec_all sends it: the agent writes
+/// `MULTINODE_HOSTFILE` for the command.
+const FOLDED_9000: &str = "MULTINODE_HOSTLIST_FOLDED=gpu-node-[00001-09000]:8";
+
+/// The hostfile an agent writes for a large job is in a directory of its
+/// own (mode 0700, an unpredictable name, in `$XDG_RUNTIME_DIR`), where no
+/// other user can plant anything, and the directory goes with the agent,
+/// also when it is killed outright. Where it has no such directory, the
+/// command is told on its stderr.
+#[test]
+fn an_agents_hostfiles_are_in_a_private_directory_that_goes_with_it() {
+    let base = tempfile::tempdir().unwrap();
+    let base_arg = base.path().to_str().unwrap();
+    let script = "printf '%s\\n' \"${MULTINODE_HOSTFILE-unset}\"; wc -l < \"$MULTINODE_HOSTFILE\"";
+    for kill9 in [false, true] {
+        let mut agent = Agent::start_with(
+            &fresh_loopback(),
+            29922,
+            &[],
+            &[("XDG_RUNTIME_DIR", base_arg)],
+        );
+        let out = cmd(&mn_ssh())
+            .args(["-o", &format!("SetEnv={FOLDED_9000}"), &agent.host, script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(stderr(&out), "");
+        let text = stdout(&out);
+        let (file, lines) = text.split_once('\n').unwrap();
+        assert_eq!(lines.trim(), "9000");
+        let file = std::path::Path::new(file);
+        let dir = file.parent().unwrap();
+        assert_eq!(dir.parent(), Some(base.path()), "{}", file.display());
+        let name = dir.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with("multinode-agent-"), "{name}");
+        assert_eq!(std::fs::metadata(dir).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(std::fs::metadata(file).unwrap().mode() & 0o777, 0o600);
+        let planted = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "touch"])
+            .arg(dir.join("planted"))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!planted.success(), "another user planted a file in {name}");
+        if kill9 {
+            agent.child.kill().unwrap();
+            let _ = agent.child.wait();
+        } else {
+            drop(agent);
+        }
+        assert!(
+            eventually(std::time::Duration::from_secs(10), || !dir.exists()),
+            "{} left behind (kill -9: {kill9})",
+            dir.display()
+        );
+    }
+    let agent = Agent::start_with(
+        &fresh_loopback(),
+        29922,
+        &[],
+        &[("TMPDIR", "/nonexistent/multinode-test")],
+    );
+    let out = cmd(&mn_ssh())
+        .args([
+            "-o",
+            &format!("SetEnv={FOLDED_9000}"),
+            &agent.host,
+            "printf '%s\\n' \"${MULTINODE_HOSTFILE-unset}\"",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "unset\n");
+    assert_eq!(
+        stderr(&out).lines().collect::<Vec<_>>(),
+        [
+            "multinode agent: warning: cannot write the hostfile of 9000 nodes (no directory \
+          for it: /nonexistent/multinode-test: No such file or directory (os error 2)); \
+          MULTINODE_HOSTFILE is not set"
+        ],
+    );
+}

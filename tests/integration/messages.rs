@@ -291,3 +291,43 @@ fn install_helper_writes_the_helper_and_can_run_again() {
         format!("{file_s} is not a directory; give a directory: multinode install-helper DIR")
     );
 }
+
+/// `multinode install-helper DIR` where DIR may not be written: one line that
+/// names DIR and a command that writes there (as root), exit 2. Run as user
+/// 65534 when the tests run as root (root may write anywhere), else with
+/// DIR's parent made read-only.
+#[test]
+fn install_helper_without_write_access_names_the_dir() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let root = tempfile::tempdir().expect("tempdir");
+    let parent = root.path().join("ro");
+    std::fs::create_dir(&parent).expect("mkdir");
+    let as_root = nix::unistd::geteuid().is_root();
+    let mode = if as_root { 0o755 } else { 0o555 };
+    for dir in [root.path(), parent.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let dir = parent.join("my helpers");
+    let dir_s = dir.to_str().expect("UTF-8");
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["install-helper", dir_s])
+        .env_clear()
+        .env("PATH", "/nonexistent");
+    if as_root {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().expect("runs");
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "multinode: error: cannot create {dir_s}: Permission denied (os error 13); \
+             run it as root (sudo \"$(command -v multinode)\" install-helper '{dir_s}'), \
+             or give a directory you may write: multinode install-helper DIR\n"
+        )
+    );
+    assert!(!dir.exists());
+}

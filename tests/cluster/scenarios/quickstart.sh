@@ -4,9 +4,9 @@
 # (mn_doc_block), so this breaks when the page and the program part ways:
 # - quickstart-install: every line runs as written, on a machine that has the
 #   binary but no /multinode (removed first), except `cargo install`, which
-#   the image's binary stands for; the container's user is root, so `sudo`
-#   is a function that runs its command. /multinode/generic-helper must then
-#   be the repository's helpers/generic-helper;
+#   the image's binary stands for; the container's user is root and it has
+#   no `sudo`, as root containers often do not. /multinode/generic-helper
+#   must then be the repository's helpers/generic-helper;
 # - quickstart-dockerfile: the page's lines for a user's own image, after a
 #   FROM of the base image and with the test image's binary as the build
 #   context: the image has the two names and /multinode/generic-helper;
@@ -58,8 +58,6 @@ mn_docker --rm --init --network none -v "$MN_TMP/page:/page:ro" "$MN_IMAGE" time
         >/tmp/denied.out 2>&1
     echo "denied-rc=$?"
     sed "s/^/denied: /" /tmp/denied.out
-    sudo() { "$@"; }
-    export -f sudo
     bash -e /page/install.sh 2>&1 | sed "s/^/install: /"
     if cmp -s /multinode/generic-helper /page/generic-helper.want; then
         echo "helper=same"

@@ -1,0 +1,384 @@
+//! Bounds for an authenticated but buggy client: one client's bug must not
+//! take a node's other jobs down. SFTP onto FIFOs (threads), SFTP handles,
+//! OPENDIR of a large directory (memory), environment requests (memory).
+//! Each test reads the agent's threads or memory in /proc before, during
+//! and after, and checks that a fresh `mn-ssh` is served meanwhile.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use multinode::keys::{JobKeys, Secret};
+use multinode::transport::client::{Auth, Connection, Connector, Start, Target};
+use russh_sftp::client::RawSftpSession;
+use russh_sftp::client::error::Error as SftpError;
+use russh_sftp::protocol::{FileAttributes, OpenFlags, StatusCode};
+
+use crate::util::*;
+
+/// The agent's threads.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// The agent's resident memory now, in KiB: its anonymous part (RssAnon),
+/// what allocations hold; the pages of the program file it runs are not.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    number_after(&status, "RssAnon:").expect("RssAnon in /proc/PID/status")
+}
+
+/// Whether `now` is back within 10% of `start`.
+fn within_10_percent(now: u64, start: u64) -> bool {
+    now * 10 <= start * 11
+}
+
+/// A fresh client of the job is served while the agent is under load.
+fn mn_ssh_still_works(agent: &Agent) {
+    let start = Instant::now();
+    let out = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("echo still served")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "still served\n", "{}", stderr(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+async fn connect(agent: &Agent) -> Connection {
+    let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
+    let connector = Connector::new(
+        Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
+        Duration::from_secs(10),
+    );
+    let target = Target {
+        host: agent.host.clone(),
+        port: agent.port,
+        user: "u".into(),
+    };
+    connector.connect(&target).await.unwrap()
+}
+
+/// An SFTP session of its own on `conn`, as a raw client (every request by hand).
+async fn sftp(conn: &Connection) -> RawSftpSession {
+    let channel = conn.start(Start::Subsystem("sftp"), &[], None).await.unwrap();
+    let session = RawSftpSession::new(channel.into_stream());
+    session.init().await.unwrap();
+    session
+}
+
+fn status_of(e: SftpError) -> (StatusCode, String) {
+    match e {
+        SftpError::Status(s) => (s.status_code, s.error_message),
+        other => panic!("not a status answer: {other}"),
+    }
+}
+
+/// The runtime's idle blocking threads end after 10 s: the count the agent
+/// had at the start is back by then, and their stacks' memory.
+const THREADS_BACK: Duration = Duration::from_secs(20);
+
+#[test]
+fn sftp_onto_a_fifo_is_refused_at_once_and_leaves_no_thread_behind() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(d.join("f"), "data\n").unwrap();
+    std::fs::write(
+        d.join("batch"),
+        format!("put {} {}\n", d.join("f").display(), fifo.display()),
+    )
+    .unwrap();
+    let start = threads(agent.pid());
+
+    // OpenSSH's sftp: 20 uploads onto a FIFO nobody reads, at once.
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            cmd(Path::new("sftp"))
+                .arg("-S")
+                .arg(mn_ssh())
+                .arg("-b")
+                .arg(d.join("batch"))
+                .arg(&agent.host)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| wait_exit(&mut client, Duration::from_secs(20)))
+        .collect();
+    eprintln!(
+        "agent threads: {start} at the start, {} after 20 sftp puts onto a FIFO",
+        threads(agent.pid())
+    );
+    for code in codes {
+        assert!(
+            matches!(code, Some(c) if c != 0),
+            "sftp put onto a FIFO: {code:?} (None: it hung)"
+        );
+    }
+
+    // A raw client: 200 sessions opening the FIFO to read, 200 to write.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = connect(&agent).await;
+        let path = fifo.display().to_string();
+        for flags in [OpenFlags::READ, OpenFlags::WRITE | OpenFlags::CREATE] {
+            let mut tasks = Vec::new();
+            for _ in 0..200 {
+                let session = sftp(&conn).await;
+                let path = path.clone();
+                tasks.push(tokio::spawn(async move {
+                    let answer = session.open(path, flags, FileAttributes::default()).await;
+                    status_of(answer.expect_err("a FIFO opened"))
+                }));
+            }
+            for task in tasks {
+                let (code, message) = task.await.unwrap();
+                assert_eq!(code, StatusCode::OpUnsupported, "{message}");
+                assert!(message.contains("is a FIFO"), "{message}");
+            }
+        }
+        eprintln!(
+            "agent threads: {} after 400 SFTP opens of a FIFO",
+            threads(agent.pid())
+        );
+        // The agent goes on serving files and commands.
+        let session = sftp(&conn).await;
+        let attrs = session
+            .stat(d.join("f").display().to_string())
+            .await
+            .unwrap();
+        assert_eq!(attrs.attrs.size, Some(5));
+        mn_ssh_still_works(&agent);
+        conn.close().await;
+    });
+    let back = eventually(THREADS_BACK, || threads(agent.pid()) <= start + start / 10);
+    eprintln!(
+        "agent threads: {} after the client left",
+        threads(agent.pid())
+    );
+    assert!(back, "the agent's threads are not back to {start}");
+}
+
+#[test]
+fn sftp_handles_are_bounded_per_session_and_in_all() {
+    // A quarter of 256 descriptors: 64 handles in all SFTP sessions.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = crate::agent_login::start_agent(&fresh_loopback(), &[], &[], Some(256), &log);
+    let file = dir.path().join("f");
+    std::fs::write(&file, "x").unwrap();
+    let file = file.display().to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = connect(&agent).await;
+        let first = sftp(&conn).await;
+        let limits = first.limits().await.unwrap();
+        assert_eq!(limits.max_open_handles, 256);
+        let mut held = Vec::new();
+        for _ in 0..40 {
+            held.push(
+                first
+                    .open(&file, OpenFlags::READ, FileAttributes::default())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let second = sftp(&conn).await;
+        for _ in 0..24 {
+            let dir = dir.path().display().to_string();
+            held.push(second.opendir(dir).await.unwrap());
+        }
+        let refused = second
+            .open(&file, OpenFlags::READ, FileAttributes::default())
+            .await;
+        let (code, message) = status_of(refused.expect_err("a 65th handle"));
+        assert_eq!(code, StatusCode::Failure);
+        assert!(message.contains("64 in all SFTP sessions"), "{message}");
+        mn_ssh_still_works(&agent);
+        // A closed handle makes room.
+        first.close(held.remove(0).handle).await.unwrap();
+        second
+            .open(&file, OpenFlags::READ, FileAttributes::default())
+            .await
+            .unwrap();
+        conn.close().await;
+    });
+
+    // One session alone stops at 256.
+    let agent = Agent::start(&fresh_loopback());
+    rt.block_on(async {
+        let conn = connect(&agent).await;
+        let session = sftp(&conn).await;
+        for _ in 0..256 {
+            session
+                .open(&file, OpenFlags::READ, FileAttributes::default())
+                .await
+                .unwrap();
+        }
+        let refused = session
+            .open(&file, OpenFlags::READ, FileAttributes::default())
+            .await;
+        let (code, message) = status_of(refused.expect_err("a 257th handle"));
+        assert_eq!(code, StatusCode::Failure);
+        assert!(message.contains("256 in this session"), "{message}");
+        mn_ssh_still_works(&agent);
+        conn.close().await;
+    });
+}
+
+#[test]
+fn opendir_of_a_large_directory_reads_it_as_readdir_asks() {
+    const ENTRIES: usize = 100_000;
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    std::fs::create_dir(&big).unwrap();
+    for i in 0..ENTRIES {
+        std::fs::File::create(big.join(format!("entry-with-a-longish-name-{i:06}"))).unwrap();
+    }
+    let big = big.display().to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // 30 OPENDIRs answered once each, one directory read to its end: the
+    // agent's memory with them open.
+    let agent = &agent;
+    let open_30 = |big: String| async move {
+        let conn = connect(agent).await;
+        let session = sftp(&conn).await;
+        let mut handles = Vec::new();
+        for _ in 0..30 {
+            let h = session.opendir(&big).await.unwrap().handle;
+            let first = session.readdir(&h).await.unwrap();
+            assert_eq!(first.files[0].filename, ".");
+            handles.push(h);
+        }
+        let during = rss_kib(agent.pid());
+        let mut seen = 0;
+        loop {
+            match session.readdir(&handles[0]).await {
+                Ok(name) => seen += name.files.len(),
+                Err(e) => {
+                    assert_eq!(status_of(e).0, StatusCode::Eof);
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            seen + 128,
+            ENTRIES + 2,
+            "every entry once; the first answer held 128"
+        );
+        for h in handles {
+            session.close(h).await.unwrap();
+        }
+        conn.close().await;
+        during
+    };
+    // The start is measured after a first round: the threads' stacks and
+    // the allocator's arenas have grown to what this work needs once.
+    rt.block_on(open_30(big.clone()));
+    let start = rss_kib(agent.pid());
+    let during = rt.block_on(open_30(big.clone()));
+    eprintln!(
+        "agent RssAnon: {start} KiB at the start, {during} KiB with 30 directories of {ENTRIES} open"
+    );
+    assert!(
+        during < start + 8 * 1024,
+        "30 open directories of {ENTRIES} entries: {start} KiB before, {during} KiB with them open"
+    );
+    let back = eventually(THREADS_BACK, || {
+        within_10_percent(rss_kib(agent.pid()), start)
+    });
+    eprintln!(
+        "agent RssAnon: {} KiB after they were closed",
+        rss_kib(agent.pid())
+    );
+    assert!(back, "the agent's memory is not back to {start} KiB");
+}
+
+#[test]
+fn environment_requests_are_bounded_and_a_refused_command_is_told_why() {
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = connect(&agent).await;
+        // Legitimate: 1 MiB in eight values of 120 KiB (Linux takes 128 KiB a string).
+        let value = "v".repeat(120 * 1024);
+        let env: Vec<(String, String)> = (0..8).map(|i| (format!("BIG{i}"), value.clone())).collect();
+        let (code, out, err) = run(&conn, b"echo ${#BIG0} ${#BIG7}", &env).await;
+        assert_eq!((code, out.as_str()), (Some(0), "122880 122880\n"), "{err}");
+        let start = rss_kib(agent.pid());
+
+        // 64 MiB in 256 KiB requests: refused past 8 MiB, the command not run.
+        let channel = conn.open_session().await.unwrap();
+        let value = "v".repeat(255 * 1024);
+        for i in 0..256 {
+            channel.set_env(false, format!("V{i}"), value.as_str()).await.unwrap();
+        }
+        channel.exec(true, b"echo ran".to_vec()).await.unwrap();
+        let (code, out, err) = drain(channel).await;
+        eprintln!(
+            "agent RssAnon: {start} KiB at the start, {} KiB after 64 MiB of env requests (peak VmHWM {} KiB)",
+            rss_kib(agent.pid()),
+            peak_rss_kib(agent.pid())
+        );
+        assert_eq!(code, Some(2), "{err}");
+        assert_eq!(out, "");
+        assert!(
+            err.starts_with("multinode agent: error: the environment sent with this command is more than 8 MiB"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        mn_ssh_still_works(&agent);
+        conn.close().await;
+        let back = eventually(THREADS_BACK, || within_10_percent(rss_kib(agent.pid()), start));
+        eprintln!("agent RssAnon: {} KiB after the connection closed", rss_kib(agent.pid()));
+        assert!(back, "the agent's memory is not back to {start} KiB");
+    });
+}
+
+/// Runs `command` on a channel of its own: exit status, stdout, stderr.
+async fn run(
+    conn: &Connection,
+    command: &[u8],
+    env: &[(String, String)],
+) -> (Option<u32>, String, String) {
+    drain(conn.exec(command, env).await.unwrap()).await
+}
+
+async fn drain(mut channel: russh::Channel<russh::client::Msg>) -> (Option<u32>, String, String) {
+    let (mut code, mut out, mut err) = (None, Vec::new(), Vec::new());
+    while let Some(msg) = channel.wait().await {
+        match msg {
+            russh::ChannelMsg::Data { data } => out.extend_from_slice(&data),
+            russh::ChannelMsg::ExtendedData { data, .. } => err.extend_from_slice(&data),
+            russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+            _ => {}
+        }
+    }
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}
