@@ -2,8 +2,14 @@
 //! stderr relayed over the channel, signals forwarded to its group, and the
 //! exit status or signal sent back. Runs in its own task, never inside a
 //! russh handler method.
+//!
+//! With a terminal (`pty-req`), the command (or the user's login shell, for a
+//! `shell` request) has a pty instead of pipes: its output comes back as one
+//! stream, the client's window changes resize it, and when the command ends
+//! or the client goes, every job of its session ends with it.
 
 use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::pty::{self, Terminal};
 use super::{Shared, plain};
 use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
@@ -33,8 +40,10 @@ const PUMP_MIN_ROOM: usize = 512;
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
-    pub command: Vec<u8>,
+    /// `None`: the user's login shell (a `shell` request with a terminal).
+    pub command: Option<Vec<u8>>,
     pub env: Vec<(String, String)>,
+    pub terminal: Option<Terminal>,
 }
 
 /// Runs the request to completion and closes the channel. `conn` is cancelled
@@ -80,25 +89,72 @@ pub(crate) async fn run(
         .chain(shared.base_env.iter())
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_str());
-    let direct = plain::argv(&req.command).and_then(|argv| plain::resolve(argv, path));
+    let direct = req
+        .command
+        .as_deref()
+        .and_then(plain::argv)
+        .and_then(|argv| plain::resolve(argv, path));
+    let terminal = match req.terminal.as_ref().map(Terminal::open).transpose() {
+        Ok(terminal) => terminal,
+        Err(e) => {
+            let msg = format!("multinode agent: cannot open a terminal: {e}\n");
+            let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+            let _ = tx
+                .exit_status(crate::exit_code::CANNOT_EXECUTE as u32)
+                .await;
+            let _ = tx.eof().await;
+            let _ = tx.close().await;
+            return;
+        }
+    };
+    if req.command.is_none() && !cwd_set {
+        // A login shell starts at home, as sshd starts it.
+        let home = vars
+            .iter()
+            .chain(shared.base_env.iter())
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| std::ffi::OsString::from(v))
+            .or_else(|| std::env::var_os("HOME"));
+        if let Some(home) = home.filter(|h| std::path::Path::new(h).is_dir()) {
+            cwd = home.into();
+            cwd_set = true;
+        }
+    }
     let build = |direct: Option<&plain::Direct<'_>>| {
-        let mut cmd = match direct {
-            Some(d) => {
+        let mut cmd = match (direct, &req.command) {
+            (Some(d), _) => {
                 let mut cmd = Spawn::new(&d.program);
                 cmd.arg0(d.argv[0]).args(&d.argv[1..]);
                 cmd
             }
-            None => {
+            (None, Some(command)) => {
                 let mut cmd = Spawn::new("/bin/sh");
-                cmd.arg("-c").arg(OsStr::from_bytes(&req.command));
+                cmd.arg("-c").arg(OsStr::from_bytes(command));
+                cmd
+            }
+            (None, None) => {
+                let (shell, arg0) = pty::login_shell();
+                let mut cmd = Spawn::new(&shell);
+                cmd.arg0(arg0);
+                cmd.env("SHELL", shell);
                 cmd
             }
         };
         // Registered with the keeper: the group ends even if this agent is killed.
         shared.keeper.register_on_spawn(&mut cmd);
-        cmd.stdio(Stdio::Piped);
         cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
         cmd.envs(vars.iter().map(|(k, v)| (k, v)));
+        match (&terminal, &req.terminal) {
+            (Some(opened), Some(asked)) => {
+                cmd.stdio(Stdio::Terminal(opened.slave.as_raw_fd()));
+                if !asked.term.is_empty() {
+                    cmd.env("TERM", &asked.term);
+                }
+            }
+            _ => {
+                cmd.stdio(Stdio::Piped);
+            }
+        }
         if cwd_set {
             cmd.current_dir(&cwd);
         }
@@ -137,7 +193,21 @@ pub(crate) async fn run(
     shared.keeper.register(pgid, keeper);
     shared.running.add(pgid);
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
-    let (stdin, stdout, stderr) = child.take_stdio();
+    // With a terminal: the master, both ways; its copy for window changes.
+    let (stdin, stdout, stderr, winsize) = match terminal {
+        Some(opened) => match terminal_ends(opened) {
+            Ok((stdin, stdout, winsize)) => (Some(stdin), Some(stdout), None, Some(winsize)),
+            Err(e) => {
+                debug!(channel = %id, error = %e, "no descriptor left for the terminal");
+                (None, None, None, None)
+            }
+        },
+        None => {
+            let (stdin, stdout, stderr) = child.take_stdio();
+            (stdin, stdout, stderr, None)
+        }
+    };
+    let session = winsize.is_some();
 
     let tx = Arc::new(tx);
     let out_pump = tokio::spawn(pump(stdout, tx.clone(), None));
@@ -165,6 +235,24 @@ pub(crate) async fn run(
                         }
                     }
                     ChannelMsg::Eof => stdin = None,
+                    ChannelMsg::WindowChange {
+                        col_width,
+                        row_height,
+                        pix_width,
+                        pix_height,
+                    } => {
+                        if let Some(master) = &winsize {
+                            let size = pty::Size {
+                                cols: col_width,
+                                rows: row_height,
+                                width: pix_width,
+                                height: pix_height,
+                            };
+                            if let Err(e) = pty::resize(master.as_fd(), size) {
+                                debug!(error = %e, "window change not applied");
+                            }
+                        }
+                    }
                     ChannelMsg::Signal { signal } => match signal_number(&signal) {
                         Some(signo) => {
                             if process::ends(signo) {
@@ -203,6 +291,9 @@ pub(crate) async fn run(
             }
             // Nothing the command started outlives it.
             process::end_group_after(pgid, shared.grace, signalled.get().copied()).await;
+            if session {
+                process::end_session(pgid, shared.grace).await;
+            }
             if !drained && tokio::time::timeout(DRAIN_LIMIT, &mut pumps).await.is_err() {
                 debug!(channel = %id, "output still open after the group ended: dropping it");
             }
@@ -219,6 +310,10 @@ pub(crate) async fn run(
         }
         None => {
             debug!(channel = %id, "channel closed, connection lost or agent stopping: ending the command's group");
+            if session {
+                // As a terminal's hangup: the shell, then its jobs (each its own group).
+                process::end_session(pgid, shared.grace).await;
+            }
             let outcome = child.terminate(shared.grace).await;
             child.disarm();
             shared.keeper.forget(pgid);
@@ -246,6 +341,25 @@ pub(crate) async fn run(
     }
     // The inbound loop ends when russh closes the channel; it owns nothing else.
     drop(inbound);
+}
+
+/// The master's two ends for the relay (the command's output, its input)
+/// and a third copy to resize the terminal. A pty's master reads as a pipe
+/// does (`EIO`, not EOF, once every slave is closed, which ends the pump).
+fn terminal_ends(
+    opened: pty::Pty,
+) -> std::io::Result<(
+    tokio::net::unix::pipe::Sender,
+    tokio::net::unix::pipe::Receiver,
+    std::os::fd::OwnedFd,
+)> {
+    // The command has its copies of the slave: the master sees its end once they close.
+    drop(opened.slave);
+    let writer = opened.master.try_clone()?;
+    let winsize = opened.master.try_clone()?;
+    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(opened.master)?;
+    let writer = tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(writer)?;
+    Ok((writer, reader, winsize))
 }
 
 /// Reads a pipe to EOF, sending each chunk as it comes (stdout as data, stderr

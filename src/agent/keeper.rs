@@ -343,18 +343,19 @@ pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
             _ => {}
         }
     }
-    // The agent is gone.
+    // The agent is gone. Each command leads its own session: the groups of
+    // its session go with it (a terminal's shell gives each job its own).
+    let live = || process::sessions_groups(|sid| groups.contains(&sid));
     process::end_blocking(
         |sig| {
             for &pgid in &groups {
                 process::signal_group(Pid::from_raw(pgid), sig);
             }
+            for pgid in live() {
+                process::signal_group(pgid, sig);
+            }
         },
-        || {
-            !groups
-                .iter()
-                .any(|&pgid| process::group_alive(Pid::from_raw(pgid)))
-        },
+        || live().is_empty(),
         grace,
     );
     for path in paths.iter().rev() {

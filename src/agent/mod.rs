@@ -23,6 +23,7 @@ mod lifecycle;
 mod login;
 mod mux;
 mod plain;
+mod pty;
 mod server;
 mod sftp;
 mod snapshot;

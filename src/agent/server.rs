@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 use super::command::{self, Request};
 use super::env_limit::{ChannelEnv, ConnectionEnv};
 use super::login::{Login, MAX_AUTH_TRIES};
-use super::{Shared, control, sftp};
+use super::{Shared, control, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
 
@@ -370,8 +370,8 @@ impl russh::server::Handler for ConnHandler {
         _modes: &[(russh::Pty, u32)],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        // Commands run without a terminal, as batch jobs do.
-        session.channel_failure(channel)?;
+        // The channel's task opens it (it gets the request too).
+        session.channel_success(channel)?;
         Ok(())
     }
 
@@ -392,10 +392,10 @@ impl russh::server::Handler for ConnHandler {
     }
 }
 
-/// Collects `env` requests until `exec`, `shell` or the `sftp` subsystem,
-/// then serves the request. Past the environment's bounds the variables are
-/// dropped (a failure reply to a client that wants one) and the request is
-/// refused with a message and exit status 2.
+/// Collects `env` and `pty-req` requests until `exec`, `shell` or the
+/// `sftp` subsystem, then serves the request. Past the environment's bounds
+/// the variables are dropped (a failure reply to a client that wants one)
+/// and the request is refused with a message and exit status 2.
 async fn serve_channel(
     channel: Channel<Msg>,
     handle: russh::server::Handle,
@@ -406,6 +406,7 @@ async fn serve_channel(
     let (mut rx, tx) = channel.split();
     let id = tx.id();
     let mut env = Vec::new();
+    let mut terminal: Option<pty::Terminal> = None;
     let command = loop {
         let msg = tokio::select! {
             msg = rx.wait() => msg,
@@ -442,8 +443,30 @@ async fn serve_channel(
                     let _ = handle.channel_failure(id).await;
                 }
             }
-            Some(ChannelMsg::Exec { command, .. }) => break command,
-            Some(ChannelMsg::RequestShell { .. }) => break b"exec sh".to_vec(),
+            Some(ChannelMsg::RequestPty {
+                term,
+                col_width,
+                row_height,
+                pix_width,
+                pix_height,
+                terminal_modes,
+                ..
+            }) => {
+                terminal = Some(pty::Terminal {
+                    term,
+                    size: pty::Size {
+                        cols: col_width,
+                        rows: row_height,
+                        width: pix_width,
+                        height: pix_height,
+                    },
+                    modes: terminal_modes,
+                });
+            }
+            Some(ChannelMsg::Exec { command, .. }) => break Some(command),
+            // With a terminal, the user's login shell, as sshd starts it.
+            Some(ChannelMsg::RequestShell { .. }) if terminal.is_some() => break None,
+            Some(ChannelMsg::RequestShell { .. }) => break Some(b"exec sh".to_vec()),
             Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::NAME => {
                 if refuse(&budget, &tx).await {
                     return;
@@ -458,11 +481,16 @@ async fn serve_channel(
     if refuse(&budget, &tx).await {
         return;
     }
-    if let Some(request) = protocol::control::parse(&command) {
+    if let Some(request) = command.as_deref().and_then(protocol::control::parse) {
         control::run(request, rx, tx, shared, conn).await;
         return;
     }
-    command::run(Request { command, env }, rx, tx, handle, shared, conn).await;
+    let request = Request {
+        command,
+        env,
+        terminal,
+    };
+    command::run(request, rx, tx, handle, shared, conn).await;
 }
 
 /// If the channel's environment went past its bounds: says so on stderr,

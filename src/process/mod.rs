@@ -369,14 +369,69 @@ pub fn group_alive(pgid: Pid) -> bool {
 
 /// Reads a `/proc/PID/stat` line: in group `pgid` and not a zombie.
 fn live_member_of(stat: &str, pgid: i32) -> bool {
+    stat_ids(stat).is_some_and(|(pgrp, _)| pgrp == pgid)
+}
+
+/// A live process's group and session from its `/proc/PID/stat` line; `None`
+/// for a zombie.
+fn stat_ids(stat: &str) -> Option<(i32, i32)> {
     // Fields after the command name, which may itself hold spaces and ')'.
-    let Some((_, rest)) = stat.rsplit_once(") ") else {
-        return false;
-    };
+    let (_, rest) = stat.rsplit_once(") ")?;
     let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next();
-    let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
-    pgrp == Some(pgid) && !matches!(state, Some("Z" | "X"))
+    let state = fields.next()?;
+    let pgrp = fields.nth(1)?.parse::<i32>().ok()?;
+    let session = fields.next()?.parse::<i32>().ok()?;
+    (!matches!(state, "Z" | "X")).then_some((pgrp, session))
+}
+
+/// The process groups with a live member in session `sid`. A terminal's
+/// session has several: a shell with job control gives each job its own.
+pub fn session_groups(sid: Pid) -> Vec<Pid> {
+    sessions_groups(|session| session == sid.as_raw())
+}
+
+/// The process groups with a live member in a session `wanted` says yes
+/// to, in one pass over `/proc`.
+pub fn sessions_groups(wanted: impl Fn(i32) -> bool) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut groups: Vec<Pid> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (pgrp, session) = stat_ids(&stat)?;
+            wanted(session).then_some(Pid::from_raw(pgrp))
+        })
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+/// Ends every process group of session `sid` as a terminal hangup would:
+/// SIGHUP (and SIGCONT, for a stopped job), up to `grace`, then SIGKILL to
+/// whatever is left of the session.
+pub async fn end_session(sid: Pid, grace: Duration) {
+    let groups = session_groups(sid);
+    if groups.is_empty() {
+        return;
+    }
+    for group in groups {
+        signal_group(group, Signal::SIGHUP);
+        signal_group(group, Signal::SIGCONT);
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline {
+        if session_groups(sid).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for group in session_groups(sid) {
+        signal_group(group, Signal::SIGKILL);
+    }
 }
 
 /// Ends whatever is left of a group whose leader already exited: SIGTERM,

@@ -34,6 +34,9 @@ pub enum Stdio {
     Inherit,
     /// A new pipe for each of the three.
     Piped,
+    /// A pty's slave (the caller keeps it open until the spawn returns) as
+    /// 0, 1 and 2 and as the controlling terminal of the new session.
+    Terminal(RawFd),
 }
 
 /// A command to start as a session leader: a program given by its path
@@ -153,6 +156,8 @@ struct ChildArgs {
     cwd: *const libc::c_char,
     /// The fds that become 0, 1 and 2 (-1: keep ours).
     stdio: [RawFd; 3],
+    /// fd 0 becomes the session's controlling terminal.
+    ctty: bool,
     hook: Option<(fn(RawFd), RawFd)>,
     nofile: Option<libc::rlimit>,
     /// Set by the child when a step fails: the errno.
@@ -240,7 +245,7 @@ pub(super) fn start(spec: &Spawn, nofile: Option<libc::rlimit>) -> io::Result<St
     envp_ptrs.push(std::ptr::null());
 
     let (ours, theirs) = match spec.stdio {
-        Stdio::Inherit => ([None, None, None], [None, None, None]),
+        Stdio::Inherit | Stdio::Terminal(_) => ([None, None, None], [None, None, None]),
         Stdio::Piped => {
             let (in_r, in_w) = pipe()?;
             let (out_r, out_w) = pipe()?;
@@ -257,7 +262,11 @@ pub(super) fn start(spec: &Spawn, nofile: Option<libc::rlimit>) -> io::Result<St
         argv: argv_ptrs.as_ptr(),
         envp: envp_ptrs.as_ptr(),
         cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
-        stdio: [fd_of(&theirs[0]), fd_of(&theirs[1]), fd_of(&theirs[2])],
+        stdio: match spec.stdio {
+            Stdio::Terminal(slave) => [slave; 3],
+            _ => [fd_of(&theirs[0]), fd_of(&theirs[1]), fd_of(&theirs[2])],
+        },
+        ctty: matches!(spec.stdio, Stdio::Terminal(_)),
         hook: spec.hook,
         nofile,
         error: 0,
@@ -340,6 +349,10 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             if libc::dup2(*fd, target as RawFd) < 0 {
                 return fail(args);
             }
+        }
+        // A session leader without a controlling terminal takes this one.
+        if args.ctty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return fail(args);
         }
         if !args.cwd.is_null() && libc::chdir(args.cwd) < 0 {
             return fail(args);

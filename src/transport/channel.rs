@@ -8,6 +8,7 @@ use russh::client::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 
 use super::mux::{self, MuxReader, MuxWriter};
+use super::tty::WindowSize;
 use crate::protocol::mux as wire;
 use crate::protocol::signals::sig_name;
 
@@ -61,6 +62,17 @@ impl ChannelTx {
             ChannelTx::Mux(w) => mux::write(w, wire::SIGNAL, sig_name(&sig).as_bytes())
                 .await
                 .map_err(|_| Refused),
+        }
+    }
+
+    /// The local window's new size (only a channel of its own has a terminal).
+    pub async fn window_change(&self, size: WindowSize) -> Result<(), Refused> {
+        match self {
+            ChannelTx::Ssh(tx) => tx
+                .window_change(size.cols, size.rows, size.width, size.height)
+                .await
+                .map_err(|_| Refused),
+            ChannelTx::Mux(_) => Err(Refused),
         }
     }
 

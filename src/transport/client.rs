@@ -13,6 +13,7 @@ use russh::{Channel, ChannelMsg};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use super::tty::PtyRequest;
 use crate::keys::JobKeys;
 use crate::protocol;
 use crate::protocol::control::{Control, PingReply};
@@ -831,7 +832,7 @@ impl Connection {
         command: &[u8],
         env: &[(String, String)],
     ) -> Result<Channel<Msg>, russh::Error> {
-        self.start(Start::Exec(command), env).await
+        self.start(Start::Exec(command), env, None).await
     }
 
     /// Opens a channel, sends the variables as `env` requests (to an agent of
@@ -842,6 +843,7 @@ impl Connection {
         &self,
         what: Start<'_>,
         env: &[(String, String)],
+        terminal: Option<&PtyRequest>,
     ) -> Result<Channel<Msg>, russh::Error> {
         let channel = self.handle.channel_open_session().await?;
         if self.packs_env && env.len() > 1 {
@@ -859,6 +861,20 @@ impl Connection {
                     .set_env(false, name.as_str(), value.as_str())
                     .await?;
             }
+        }
+        if let Some(t) = terminal {
+            // No reply wanted, as OpenSSH's `-tt`: a server without one runs the command anyway.
+            channel
+                .request_pty(
+                    false,
+                    &t.term,
+                    t.size.cols,
+                    t.size.rows,
+                    t.size.width,
+                    t.size.height,
+                    &t.modes,
+                )
+                .await?;
         }
         match what {
             Start::Exec(command) => channel.exec(true, command.to_vec()).await?,

@@ -7,3 +7,4 @@ pub mod mux;
 pub(crate) mod route;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;
+pub mod tty;

@@ -5,6 +5,10 @@
 //! Exit code: the remote command's; 128+N when it died of signal N; 255 when
 //! the connection failed or was lost. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 //! SIGUSR1 and SIGUSR2 sent to `mn-ssh` are sent on to the remote command.
+//!
+//! A terminal is asked for as OpenSSH does (`-t`, `-tt`, `-T`, a shell from a
+//! terminal): the local one is then in raw mode until `mn-ssh` returns, and
+//! its size changes (SIGWINCH) are sent on.
 
 use std::ffi::OsString;
 
@@ -18,7 +22,8 @@ use super::channel::{ChannelRx, ChannelTx};
 use super::client::{Connector, Start, Target};
 use super::mux::{MuxClient, MuxError};
 use super::route::{ClientSpec, Route};
-use super::ssh_args::{self, SshInvocation};
+use super::ssh_args::{self, RequestTty, SshInvocation};
+use super::tty::{self, PtyRequest, RawMode};
 use crate::environ::EnvMap;
 use crate::error::Error;
 use crate::exit_code;
@@ -73,12 +78,19 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
         .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
     // `-o SendEnv`/`SetEnv`: sent as `env` requests, as OpenSSH does.
     let send = inv.env_to_send(env.0.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let stdin_is_terminal = !inv.no_stdin && tty::stdin_is_terminal();
+    let terminal = (!inv.subsystem && inv.tty.wanted(!inv.command.is_empty(), stdin_is_terminal))
+        .then(|| tty::request(env.get("TERM")));
+    if inv.tty == RequestTty::Yes && !stdin_is_terminal && !inv.quiet {
+        stdio::eprint("Pseudo-terminal will not be allocated because stdin is not a terminal.\n");
+    }
     let result = runtime.block_on(run(
         &inv,
         &route.connector,
         route.mux.as_ref(),
         &target,
         &send,
+        terminal.as_ref(),
     ));
     // The stdin reader may be parked in a blocking read: do not wait for it.
     runtime.shutdown_background();
@@ -117,14 +129,16 @@ fn client_spec(inv: &SshInvocation) -> Result<ClientSpec, Error> {
 /// agent then ends the remote group) and ends `mn-ssh` with 141.
 ///
 /// With `mux` (inside `multinode agent -- JOB`), a command goes through the
-/// head agent's connection to the node; a shell or a subsystem, or a socket
-/// that does not answer, gets a connection of its own.
+/// head agent's connection to the node; a shell, a subsystem, a command
+/// with a terminal, or a socket that does not answer, gets a connection of
+/// its own.
 pub async fn run(
     inv: &SshInvocation,
     connector: &Connector,
     mux: Option<&MuxClient>,
     target: &Target,
     env: &[(String, String)],
+    terminal: Option<&PtyRequest>,
 ) -> Result<i32, Error> {
     let subsystem;
     let start = if inv.subsystem {
@@ -137,7 +151,7 @@ pub async fn run(
         Start::Exec(&inv.command)
     };
     let shared = match (mux, start) {
-        (Some(mux), Start::Exec(command)) => {
+        (Some(mux), Start::Exec(command)) if terminal.is_none() => {
             match mux.exec(target, |_| (command.to_vec(), env.to_vec())).await {
                 Ok(shared) => shared,
                 Err(MuxError::Unreachable(e)) => return Err(Error::Connection(e)),
@@ -154,7 +168,7 @@ pub async fn run(
                 .await
                 .map_err(|e| Error::Connection(e.to_string()))?;
             let channel = conn
-                .start(start, env)
+                .start(start, env, terminal)
                 .await
                 .map_err(|e| lost(target, &e.to_string()))?;
             let (rx, tx) = channel.split();
@@ -162,6 +176,15 @@ pub async fn run(
         }
     };
     let tx = Arc::new(tx);
+    // Every key is the remote terminal's from here; put back on any return.
+    let _raw = terminal.and_then(|_| RawMode::enter());
+    let mut resized = match terminal {
+        Some(_) => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+                .map_err(|e| Error::Failed(format!("cannot handle SIGWINCH: {e}")))?,
+        ),
+        None => None,
+    };
 
     let stdin_task = {
         let tx = tx.clone();
@@ -210,6 +233,11 @@ pub async fn run(
                 },
             },
             _ = out.failed() => write_failed = true,
+            Some(()) = async { resized.as_mut()?.recv().await } => {
+                if let Some(size) = tty::window_size() {
+                    let _ = tx.window_change(size).await;
+                }
+            }
             signo = stops.next() => {
                 signals_sent += 1;
                 if signals_sent >= SIGNALS_BEFORE_GIVING_UP {

@@ -58,8 +58,37 @@ pub struct SshInvocation {
     pub send_env: Vec<String>,
     /// `-o SetEnv=NAME=VALUE ...`: variables to send with these values.
     pub set_env: Vec<(String, String)>,
+    /// `-t`, `-tt`, `-T`, `-o RequestTTY=...`: whether to ask for a terminal.
+    pub tty: RequestTty,
     /// The remote command line: the words joined by spaces (may be empty).
     pub command: Vec<u8>,
+}
+
+/// When to ask the remote side for a terminal, as OpenSSH's `RequestTTY`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RequestTty {
+    /// When there is no command (a shell) and stdin is a terminal.
+    #[default]
+    Auto,
+    /// `-T`: never.
+    No,
+    /// `-t`: when stdin is a terminal.
+    Yes,
+    /// `-tt`: always.
+    Force,
+}
+
+impl RequestTty {
+    /// Whether to ask for one, given the command and whether stdin is a
+    /// terminal (`-n` counts as not one, as in OpenSSH).
+    pub fn wanted(self, has_command: bool, stdin_is_tty: bool) -> bool {
+        match self {
+            RequestTty::No => false,
+            RequestTty::Force => true,
+            RequestTty::Yes => stdin_is_tty,
+            RequestTty::Auto => !has_command && stdin_is_tty,
+        }
+    }
 }
 
 impl SshInvocation {
@@ -189,6 +218,13 @@ fn parse_option(
                 b'v' => inv.verbose = inv.verbose.saturating_add(1),
                 b's' => inv.subsystem = true,
                 b'G' => inv.print_config = true,
+                b't' => {
+                    inv.tty = match inv.tty {
+                        RequestTty::Yes | RequestTty::Force => RequestTty::Force,
+                        _ => RequestTty::Yes,
+                    }
+                }
+                b'T' => inv.tty = RequestTty::No,
                 _ => {}
             }
             j += 1;
@@ -274,6 +310,19 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
                     }
                 }
                 "stdinnull" if is_yes(&v) => inv.no_stdin = true,
+                "requesttty" => {
+                    inv.tty = match v.to_ascii_lowercase().as_str() {
+                        "no" => RequestTty::No,
+                        "yes" => RequestTty::Yes,
+                        "force" => RequestTty::Force,
+                        "auto" => RequestTty::Auto,
+                        _ => {
+                            return Err(err(format!(
+                                "-o RequestTTY={v:?}: give yes, no, force or auto"
+                            )));
+                        }
+                    }
+                }
                 "sessiontype" => match v.to_ascii_lowercase().as_str() {
                     "subsystem" => inv.subsystem = true,
                     "none" => return Err(refused("-o SessionType=none", "no remote command")),
@@ -669,5 +718,29 @@ mod client_argv_tests {
         assert!(glob_match("L?NG", "LANG"));
         assert!(glob_match("*_PROTO*", "GIT_PROTOCOL"));
         assert!(!glob_match("GIT", "GIT_PROTOCOL"));
+    }
+
+    #[test]
+    fn terminal_requests_follow_openssh() {
+        let tty = |args: &[&str]| p(args).unwrap().tty;
+        assert_eq!(tty(&["h"]), RequestTty::Auto);
+        assert_eq!(tty(&["-t", "h"]), RequestTty::Yes);
+        assert_eq!(tty(&["-tt", "h"]), RequestTty::Force);
+        assert_eq!(tty(&["-t", "h", "-t", "top"]), RequestTty::Force);
+        assert_eq!(tty(&["-tt", "-T", "h"]), RequestTty::No);
+        assert_eq!(tty(&["-o", "RequestTTY=force", "h"]), RequestTty::Force);
+        let e = p(&["-o", "RequestTTY=maybe", "h"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "-o RequestTTY=\"maybe\": give yes, no, force or auto"
+        );
+        // A shell from a terminal gets one; a command only with -t; -tt always; -T never.
+        assert!(RequestTty::Auto.wanted(false, true));
+        assert!(!RequestTty::Auto.wanted(true, true));
+        assert!(!RequestTty::Auto.wanted(false, false));
+        assert!(RequestTty::Yes.wanted(true, true));
+        assert!(!RequestTty::Yes.wanted(true, false));
+        assert!(RequestTty::Force.wanted(true, false));
+        assert!(!RequestTty::No.wanted(false, true));
     }
 }

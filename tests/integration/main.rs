@@ -23,4 +23,5 @@ mod mux;
 mod nodeset;
 mod openssh;
 mod snapshot;
+mod terminal;
 mod topology;

@@ -1,0 +1,229 @@
+//! Terminals through the agent (issue 31): a real terminal (`script`'s pty)
+//! drives `mn-ssh -tt` and OpenSSH's `ssh -tt` into an agent's login shell.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::util::*;
+
+/// A client running under `script`: a real terminal of 100x30, its output
+/// collected, keys written as bytes.
+struct Term {
+    child: Child,
+    stdin: ChildStdin,
+    out: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Term {
+    /// `client` is a shell command line; `resize_flag` appearing makes the
+    /// local terminal 61x23 (the client then gets SIGWINCH).
+    fn start(client: &str, resize_flag: &Path) -> Term {
+        let inner = format!(
+            "stty cols 100 rows 30; \
+             (while [ ! -e {flag} ]; do sleep 0.1; done; stty cols 61 rows 23 </dev/tty) & \
+             exec {client}",
+            flag = resize_flag.display()
+        );
+        let mut child = cmd(Path::new("timeout"))
+            .args(["60", "script", "-qfec", &inner, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("script (Debian package bsdutils)");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Term { child, stdin, out }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    fn send(&mut self, keys: &str) {
+        self.stdin.write_all(keys.as_bytes()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits until the output holds `what` `times` times.
+    fn expect(&self, what: &str, times: usize) {
+        assert!(
+            eventually(Duration::from_secs(20), || self
+                .text()
+                .matches(what)
+                .count()
+                >= times),
+            "no {what:?} (x{times}) in the terminal:\n{}",
+            self.text()
+        );
+    }
+}
+
+/// The session every client goes through: a pts, the size and a resize,
+/// Ctrl-C ending the foreground `sleep` but not the shell, `exit 7`.
+fn drive(client: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("resize");
+    let mut term = Term::start(client, &flag);
+    term.send("echo st''art; tty; stty size\r");
+    term.expect("start\r\n", 1);
+    term.expect("30 100\r\n", 1);
+    assert!(term.text().contains("\r\n/dev/pts/"), "{}", term.text());
+    std::fs::write(&flag, "").unwrap();
+    // The local resize reaches the remote terminal.
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            term.send("stty size\r");
+            std::thread::sleep(Duration::from_millis(300));
+            term.text().contains("23 61\r\n")
+        }),
+        "the remote size did not follow:\n{}",
+        term.text()
+    );
+    let tag = sleep_tag();
+    term.send(&format!("sleep {tag}\r"));
+    assert!(eventually(Duration::from_secs(10), || !sleepers(&tag).is_empty()));
+    term.send("\x03");
+    assert!(
+        eventually(Duration::from_secs(10), || sleepers(&tag).is_empty()),
+        "Ctrl-C did not end the remote sleep"
+    );
+    term.send("echo after=$?\r");
+    term.expect("after=130\r\n", 1);
+    term.send("exit 7\r");
+    let status = term.child.wait().unwrap();
+    assert_eq!(status.code(), Some(7), "{}", term.text());
+}
+
+/// `ssh -i KEY` into `agent` with the job's derived key, as openssh.rs does.
+fn openssh_client(agent: &Agent, dir: &Path) -> String {
+    let key = dir.join("id_job");
+    let kh = cmd(&multinode())
+        .args(["keygen", "--known-hosts", "-o"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(kh.status.success());
+    std::fs::write(dir.join("known_hosts"), &kh.stdout).unwrap();
+    format!(
+        "ssh -tt -i {key} -p {port} -o IdentitiesOnly=yes -o BatchMode=yes \
+         -o UserKnownHostsFile={kh} -o StrictHostKeyChecking=yes {host}",
+        key = key.display(),
+        port = agent.port,
+        kh = dir.join("known_hosts").display(),
+        host = agent.host
+    )
+}
+
+#[test]
+fn mn_ssh_tt_gives_a_login_shell_with_a_terminal() {
+    let agent = Agent::start(&fresh_loopback());
+    drive(&format!("{} -tt {}", mn_ssh().display(), agent.host));
+}
+
+#[test]
+fn openssh_ssh_tt_gives_a_login_shell_with_a_terminal() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    drive(&openssh_client(&agent, dir.path()));
+}
+
+#[test]
+fn a_killed_terminal_client_leaves_nothing_on_the_node() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    for client in [
+        format!("{} -tt {}", mn_ssh().display(), agent.host),
+        openssh_client(&agent, dir.path()),
+    ] {
+        let mut term = Term::start(&client, &dir.path().join("never"));
+        let tag = sleep_tag();
+        // A foreground job, and one in the background (a group of its own).
+        term.send(&format!("sleep {tag} & sleep {tag}\r"));
+        assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 2));
+        let pids: Vec<u32> = pids_matching(&client)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == client
+                })
+            })
+            .collect();
+        assert_eq!(pids.len(), 1, "{client}: {pids:?}");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pids[0] as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        assert!(
+            eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+            "{client}: left {:?}",
+            sleepers(&tag)
+        );
+        let _ = term.child.kill();
+        let _ = term.child.wait();
+    }
+}
+
+#[test]
+fn mn_ssh_t_without_a_terminal_runs_without_one() {
+    let agent = Agent::start(&fresh_loopback());
+    let out = cmd(&mn_ssh())
+        .args(["-t", &agent.host, "tty"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "not a tty\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "Pseudo-terminal will not be allocated because stdin is not a terminal.\n"
+    );
+    let forced = cmd(&mn_ssh())
+        .args(["-tt", &agent.host, "tty; exit 3"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(forced.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&forced.stdout).starts_with("/dev/pts/"),
+        "{forced:?}"
+    );
+}
+
+#[test]
+fn a_killed_agent_leaves_no_job_of_a_terminal_behind() {
+    let mut agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = Term::start(
+        &format!("{} -tt {}", mn_ssh().display(), agent.host),
+        &dir.path().join("never"),
+    );
+    let tag = sleep_tag();
+    // A background job that ignores the terminal's hangup, in a group of its own.
+    term.send(&format!(
+        "nohup sleep {tag} >/dev/null 2>&1 & sleep {tag}\r"
+    ));
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 2));
+    agent.child.kill().unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "left {:?}",
+        sleepers(&tag)
+    );
+    let _ = term.child.kill();
+    let _ = term.child.wait();
+}
