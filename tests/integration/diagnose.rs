@@ -172,11 +172,15 @@ fn the_verdict_names_the_programs_error_past_torchruns_summary() {
     assert!(!err.contains("NCCL cause:"), "{err}");
 }
 
-#[test]
-fn the_verdict_keeps_nccls_cause_and_its_last_line() {
-    let (err, v) = torchrun_failure("duplicate-gpu");
-    let error = "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
-    let cause = "[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
+/// PyTorch's NCCL exception on rank 1 in both duplicate-GPU runs.
+const DIST_BACKEND_ERROR: &str = "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
+
+/// The verdict of the fixture `case` names PyTorch's exception as the
+/// program's error and its last NCCL line, and `cause` as NCCL's cause,
+/// on stderr and in the report.
+fn assert_nccl_cause(case: &str, cause: &str) {
+    let (err, v) = torchrun_failure(case);
+    let error = DIST_BACKEND_ERROR;
     assert!(
         err.contains(&format!(
             "  program error: {error}\n  NCCL cause: {cause}\n  last NCCL warning/error: {error}\n"
@@ -189,17 +193,19 @@ fn the_verdict_keeps_nccls_cause_and_its_last_line() {
 }
 
 #[test]
-fn without_nccl_debug_the_cause_is_what_pytorch_quotes_after_last_error() {
-    let (err, v) = torchrun_failure("duplicate-gpu-quiet");
-    let error = "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9";
-    let cause = "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60";
-    assert!(
-        err.contains(&format!(
-            "  program error: {error}\n  NCCL cause: {cause}\n  last NCCL warning/error: {error}\n"
-        )),
-        "{err}"
+fn the_verdict_keeps_nccls_cause_and_its_last_line() {
+    assert_nccl_cause(
+        "duplicate-gpu",
+        "[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60",
     );
-    assert_eq!(v["nccl_cause"], cause, "{v}");
+}
+
+#[test]
+fn without_nccl_debug_the_cause_is_what_pytorch_quotes_after_last_error() {
+    assert_nccl_cause(
+        "duplicate-gpu-quiet",
+        "[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60",
+    );
 }
 
 #[test]
