@@ -278,7 +278,7 @@ fn a_client_killed_while_its_commands_stdin_is_full_is_noticed() {
     let mut client = cmd(&mn_ssh())
         .arg(&agent.host)
         .arg(format!("echo $$; exec sleep {tag}"))
-        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -289,7 +289,14 @@ fn a_client_killed_while_its_commands_stdin_is_full_is_noticed() {
     )
     .unwrap();
     let pid: u32 = line.trim().parse().expect("the remote shell's pid");
-    // Megabytes of zeros go out and fill every buffer on the way.
+    // Only now megabytes of zeros go out and fill every buffer on the way.
+    // Sent before the pid is read, they can stall mn-ssh's one loop on a
+    // write before it reads the pid line, and the test would wait forever.
+    let mut stdin = client.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        let zeros = vec![0u8; 1 << 16];
+        while std::io::Write::write_all(&mut stdin, &zeros).is_ok() {}
+    });
     std::thread::sleep(Duration::from_secs(1));
     assert!(alive(pid), "the sleeper ended early");
     client.kill().unwrap();
