@@ -68,7 +68,10 @@ async fn connect(agent: &Agent) -> Connection {
 
 /// An SFTP session of its own on `conn`, as a raw client (every request by hand).
 async fn sftp(conn: &Connection) -> RawSftpSession {
-    let channel = conn.start(Start::Subsystem("sftp"), &[], None).await.unwrap();
+    let channel = conn
+        .start(Start::Subsystem("sftp"), &[], None)
+        .await
+        .unwrap();
     let session = RawSftpSession::new(channel.into_stream());
     session.init().await.unwrap();
     session
