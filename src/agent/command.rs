@@ -98,13 +98,7 @@ pub(crate) async fn run(
         Ok(terminal) => terminal,
         Err(e) => {
             let msg = format!("multinode agent: cannot open a terminal: {e}\n");
-            let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
-            let _ = tx
-                .exit_status(crate::exit_code::CANNOT_EXECUTE as u32)
-                .await;
-            let _ = tx.eof().await;
-            let _ = tx.close().await;
-            return;
+            return end_unrun(&tx, msg, crate::exit_code::CANNOT_EXECUTE).await;
         }
     };
     if req.command.is_none() && !cwd_set {
@@ -180,13 +174,7 @@ pub(crate) async fn run(
         Ok(child) => child,
         Err(e) => {
             let msg = format!("multinode agent: cannot run /bin/sh: {e}\n");
-            let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
-            let _ = tx
-                .exit_status(crate::exit_code::CANNOT_EXECUTE as u32)
-                .await;
-            let _ = tx.eof().await;
-            let _ = tx.close().await;
-            return;
+            return end_unrun(&tx, msg, crate::exit_code::CANNOT_EXECUTE).await;
         }
     };
     let pgid = child.pgid();
@@ -408,6 +396,15 @@ async fn pump(
 
 /// What the node saw of the command's end (OOM kills, a core), for a client
 /// that asked: one message on its own extended data stream (see `exit_info`).
+/// Ends a channel whose command did not run: `message` on its stderr, exit
+/// status `status`, EOF, close.
+pub(crate) async fn end_unrun(tx: &ChannelWriteHalf<Msg>, message: String, status: i32) {
+    let _ = tx.extended_data_bytes(1, message.into_bytes()).await;
+    let _ = tx.exit_status(status as u32).await;
+    let _ = tx.eof().await;
+    let _ = tx.close().await;
+}
+
 async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, outcome: &Outcome) {
     let info = watch.finish(exit_info::may_have_dumped(outcome));
     debug!(channel = %tx.id(), ?info, "exit info");

@@ -500,10 +500,7 @@ async fn refuse(budget: &ChannelEnv, tx: &russh::ChannelWriteHalf<Msg>) -> bool 
         return false;
     };
     warn!(channel = %tx.id(), "{}", message.trim_end());
-    let _ = tx.extended_data_bytes(1, message.into_bytes()).await;
-    let _ = tx.exit_status(crate::exit_code::USAGE as u32).await;
-    let _ = tx.eof().await;
-    let _ = tx.close().await;
+    command::end_unrun(tx, message, crate::exit_code::USAGE).await;
     true
 }
 
