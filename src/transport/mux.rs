@@ -7,19 +7,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
-use russh::ChannelMsg;
 use tokio::io::BufReader;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tracing::{debug, warn};
 
 use super::channel::{ChannelRx, ChannelTx};
-use super::mux_frames::MuxReader;
 use super::client::Target;
+use super::mux_frames::MuxReader;
 use crate::keys::JobKeys;
 use crate::protocol::mux::{self as wire, read_frame, write_frame};
-use crate::protocol::signals::sig_from_name;
 
 /// The head agent's socket, from [`wire::SOCKET_VAR`].
 #[derive(Debug, Clone)]
