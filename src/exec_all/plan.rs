@@ -165,20 +165,11 @@ pub fn plan(
 mod tests {
     use super::*;
     use crate::exec_all::script::Script;
-    use crate::topology::{Node, Topology};
+    use crate::topology::machine::fake::{env, topology};
 
     fn job(hosts: &[&str], rank: usize) -> Job {
         Job {
-            topology: Topology {
-                nodes: hosts
-                    .iter()
-                    .map(|h| Node {
-                        host: h.to_string(),
-                        slots: 1,
-                    })
-                    .collect(),
-                source: "--hosts".into(),
-            },
+            topology: topology("--hosts", hosts),
             rank,
             head_ip: "10.0.0.1".parse().unwrap(),
             local_ip: "10.0.0.1".parse().unwrap(),
@@ -198,12 +189,6 @@ mod tests {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
-    }
-
-    fn env(vars: &[(&str, &str)]) -> EnvMap {
-        vars.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]
