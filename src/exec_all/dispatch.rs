@@ -12,7 +12,7 @@ use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
 use super::writer::{Stream, Writer};
 use crate::exit_code;
 use crate::signals::{STOP_SIGNALS, Stops};
-use crate::snapshot::gather::{RunNodes, render_both};
+use crate::snapshot::survey::{RunNodes, render_both};
 
 pub struct Dispatch {
     pub fail_fast: bool,

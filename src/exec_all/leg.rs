@@ -26,16 +26,16 @@ use super::process_leg::ProcessLeg;
 use super::record::NodeOutcome;
 use super::script::Script;
 use crate::env::Job;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
 use crate::protocol::CWD_VAR;
 use crate::protocol::exit_info::{self, ExitInfo};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
+use crate::transport::choice::{ClientSpec, Requested, Route, TransportKind};
 use crate::transport::client::{Connection, Connector, Target};
 use crate::transport::mux::{MuxClient, MuxError};
-use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 
 /// How the other nodes are reached, decided once a run.
 #[expect(clippy::large_enum_variant, reason = "one a run, never moved")]
@@ -151,7 +151,7 @@ pub(crate) struct RunCtx {
     /// Bounds the connections being set up at once.
     pub connect_slots: Semaphore,
     /// This machine's agent of the job, which the node run here is shown to
-    /// (`snapshot::gather::show_in_agent`): only when exec_all reaches
+    /// (`snapshot::survey::show_in_agent`): only when exec_all reaches
     /// agents itself and no agent runs it already.
     pub local_agent: Option<Target>,
 }

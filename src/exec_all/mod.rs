@@ -57,10 +57,10 @@ use script::Script;
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
-use crate::snapshot::gather::{Ask, RunNodes};
+use crate::snapshot::survey::{Ask, RunNodes};
 
 /// A snapshot's connection to an agent gets this long (the nodes are up:
 /// they run the script).

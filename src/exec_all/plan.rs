@@ -14,7 +14,7 @@ use super::options::RunOptions;
 use super::relay;
 use super::sink::SinkSettings;
 use crate::env::{Contract, Job};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 
 /// How a node's command is started and its messages come back (see `leg`).

@@ -20,7 +20,7 @@ use super::plan::{LegKind, NodeSpec};
 use super::record::NodeOutcome;
 use crate::exit_info::{self, ExitInfo};
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
-use crate::snapshot::gather::show_in_agent;
+use crate::snapshot::survey::show_in_agent;
 
 /// Chunks a pump may have read ahead of the node's sink.
 const PUMP_QUEUE: usize = 4;
@@ -161,7 +161,7 @@ async fn supervise(
     grace: std::time::Duration,
     abandon: CancellationToken,
     watch: Option<exit_info::Watch>,
-    shown: Option<crate::snapshot::gather::ShownGroup>,
+    shown: Option<crate::snapshot::survey::ShownGroup>,
 ) -> (Option<Outcome>, Option<ExitInfo>) {
     let group = child.group();
     let status = tokio::select! {
