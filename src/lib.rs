@@ -21,6 +21,7 @@
 //! - `exit_code`: the exit codes `multinode` chooses, named.
 //! - `sh`: quoting for `sh`; `table`: text tables.
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
+//! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
 //! integration tests use them); the rest is `pub(crate)`, so dead code shows.
@@ -42,6 +43,7 @@ mod helper;
 pub mod keys;
 pub(crate) mod process;
 pub(crate) mod protocol;
+mod restart;
 pub(crate) mod signals;
 pub(crate) mod snapshot;
 pub(crate) mod stdio;

@@ -3,6 +3,7 @@
 //! - `script`: what each node runs, and the environment it gets.
 //! - `node`: one task per node (local, in-process SSH, or an external wrapper).
 //! - `output`: whole lines from every node through one writer thread.
+//! - `attempts`: restarts: a run as attempts over the nodes the restart policy gives.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
 //! - `report`: the failure table and `--report FILE`.
 //! - `relay`: past `--fanout` nodes, groups of nodes run through one of theirs.
@@ -14,6 +15,7 @@
 //! - `files`: `--output DIR`, a file per rank and stream.
 //! - `group`: `--group`, identical outputs printed once with their ranks.
 
+mod attempts;
 mod dispatch;
 mod error_line;
 mod files;
@@ -62,48 +64,85 @@ use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let (script, rest) = read_script(&args)?;
-    let job = crate::env::resolve_job(&args.topology.inputs(), &env)?;
+    let mut inputs = args.topology.inputs();
+    // A relay runs one attempt's group: the head has split off the spares.
+    inputs.spares = if args.relay_report {
+        Some(0)
+    } else {
+        args.spares
+    };
+    let job = crate::env::resolve_job(&inputs, &env)?;
     let n = job.topology.nodes.len();
-    let options = RunOptions {
-        forward_stdin: matches!(script, Script::Inline(_)),
-        args: rest,
+    let restarts = if args.relay_report {
+        None
+    } else {
+        restart_options(&args, &env)?
+    };
+    if (restarts.is_some() || job.spares > 0) && (args.nodes.is_some() || args.exclude.is_some()) {
+        return Err(Error::usage(
+            "--nodes and --exclude choose ranks of one run; with restarts or spares the ranks change \
+             from one attempt to the next: drop them, or run without --max-restarts and spares",
+        ));
+    }
+    let ranks = args
+        .nodes
+        .as_deref()
+        .map(|s| parse_ranks(s, n, "--nodes"))
+        .transpose()?;
+    let exclude = args
+        .exclude
+        .as_deref()
+        .map(|s| parse_ranks(s, n, "--exclude"))
+        .transpose()?
+        .unwrap_or_default();
+    let export = Export::parse(&args.export)?;
+    let per_attempt_output = restarts.as_ref().is_some_and(|r| r.max_restarts > 0);
+    let options = |attempt: u32| RunOptions {
+        // Stdin is read once: later attempts get none.
+        forward_stdin: matches!(script, Script::Inline(_)) && attempt == 0,
+        args: rest.clone(),
         label: args.label,
         fail_fast: !args.no_fail_fast,
         grace: args.grace,
         timeout: args.timeout,
         connect_timeout: args.connect_timeout,
-        ranks: args
-            .nodes
-            .as_deref()
-            .map(|s| parse_ranks(s, n, "--nodes"))
-            .transpose()?,
-        exclude: args
-            .exclude
-            .as_deref()
-            .map(|s| parse_ranks(s, n, "--exclude"))
-            .transpose()?
-            .unwrap_or_default(),
-        export: Export::parse(&args.export)?,
+        ranks: ranks.clone(),
+        exclude: exclude.clone(),
+        export: export.clone(),
         max_connecting: args.max_connecting,
         fanout: args.fanout,
-        output_dir: args.output.clone(),
+        output_dir: args.output.as_ref().map(|dir| {
+            if per_attempt_output {
+                dir.join(format!("attempt-{attempt}"))
+            } else {
+                dir.clone()
+            }
+        }),
         timestamps: args.timestamps,
         group: args.group,
         snapshot_on_timeout: args.snapshot_on_timeout,
         // A relay runs as its agent's command: that agent shows its node.
         show_local_to_agent: !args.relay_report,
-        ..RunOptions::new(script)
+        ..RunOptions::new(script.clone())
+    };
+    let (mut result, attempts) = match restarts {
+        None if job.spares == 0 => (run_blocking(&job, &env, options(0))?, None),
+        restarts => {
+            let restarts = restarts.unwrap_or_default();
+            let (result, attempts) = attempts::run(&job, &env, &restarts, options)?;
+            (result, Some(attempts))
+        }
     };
     let report_path = args.report.clone();
-    let grouped = options.group;
-    let mut result = run_blocking(&job, &env, options)?;
+    let grouped = args.group;
     if args.relay_report {
         // This exec_all runs a group for a head: its report goes back on stderr.
         relay::emit_report(&result);
         return Ok(result.exit_code);
     }
     if let Some(path) = report_path {
-        let report = report::build(&result);
+        let mut report = report::build(&result);
+        report.attempts = attempts;
         let text = serde_json::to_string_pretty(&report).expect("the report serialises");
         std::fs::write(&path, text + "\n").map_err(|e| {
             Error::Failed(format!(
@@ -120,6 +159,61 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     }
     finish_output(&result);
     Ok(result.exit_code)
+}
+
+/// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
+/// each else its variable; `None` when none is set.
+fn restart_options(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<attempts::Restarts>, Error> {
+    fn number<T: std::str::FromStr>(
+        env: &EnvMap,
+        name: &str,
+        what: &str,
+    ) -> Result<Option<T>, Error> {
+        env.get(name)
+            .map(|v| {
+                v.parse::<T>().map_err(|_| {
+                    Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
+                })
+            })
+            .transpose()
+    }
+    let max_restarts = match args.max_restarts {
+        Some(n) => Some(n),
+        None => number(
+            env,
+            attempts::MAX_RESTARTS_VAR,
+            "a number of restarts (0, 1, 2, ...)",
+        )?,
+    };
+    let min_nodes = match args.min_nodes {
+        Some(n) => Some(n),
+        None => number(env, "MULTINODE_MIN_NODES", "a number of nodes (1, 2, ...)")?,
+    };
+    let health_check = args
+        .health_check
+        .clone()
+        .or_else(|| env.get("MULTINODE_HEALTH_CHECK").map(String::from))
+        .filter(|c| !c.trim().is_empty());
+    let health_timeout = match args.health_timeout {
+        Some(t) => t,
+        None => match number::<f64>(env, "MULTINODE_HEALTH_TIMEOUT", "a number of seconds")? {
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                Error::usage(format!(
+                    "MULTINODE_HEALTH_TIMEOUT='{s}' is not a number of seconds >= 0; fix it or unset it"
+                ))
+            })?,
+            None => attempts::DEFAULT_HEALTH_TIMEOUT,
+        },
+    };
+    if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(attempts::Restarts {
+        max_restarts: max_restarts.unwrap_or(0),
+        min_nodes,
+        health_check,
+        health_timeout,
+    }))
 }
 
 /// `--group`: every node's gathered stdout, then stderr, grouped by content.
@@ -396,12 +490,14 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     // The contract is set per node below; the head's own values of those
     // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
     // ~12 bytes a node, sent to every node: quadratic in the node count).
-    let exported: Vec<(String, String)> = options
+    let mut exported: Vec<(String, String)> = options
         .export
         .select(&head_vars)
         .into_iter()
         .filter(|(k, _)| !crate::env::Contract::names().any(|n| n == k))
+        .filter(|(k, _)| !options.attempt_env.iter().any(|(n, _)| n == k))
         .collect();
+    exported.extend(options.attempt_env.iter().cloned());
     // Rendered once; agents get the hostlists folded (constant bytes a node).
     let contract = crate::env::Contract::new(job);
     let to_agents =
@@ -424,7 +520,11 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         let rank = group[0];
         let host = job.topology.nodes[rank].host.clone();
         let local = rank == job.rank;
-        let mut node_env = if local { Vec::new() } else { exported.clone() };
+        let mut node_env = if local {
+            options.attempt_env.clone()
+        } else {
+            exported.clone()
+        };
         node_env.extend(if local {
             contract.for_rank(rank)
         } else if to_agents {

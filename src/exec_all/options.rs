@@ -49,6 +49,9 @@ pub(crate) struct RunOptions {
     /// Show the node run here to this machine's agent, so that `multinode
     /// ps` sees it (not for a relay, which its agent runs, nor for probes).
     pub show_local_to_agent: bool,
+    /// Variables every node gets, the head too, whatever `--export` says
+    /// (an attempt's `MULTINODE_RESTART_COUNT`, ...).
+    pub attempt_env: Vec<(String, String)>,
 }
 
 impl RunOptions {
@@ -75,6 +78,7 @@ impl RunOptions {
             group: false,
             snapshot_on_timeout: false,
             show_local_to_agent: true,
+            attempt_env: Vec::new(),
         }
     }
 }
