@@ -2,7 +2,7 @@
 //!
 //! - `cli`: the clap definitions of every command.
 //! - `topology`: hostlist syntaxes, scheduler sources, which node this is, the head's address.
-//! - `environ`: the process environment as a map, read once and passed in.
+//! - `env_map`: the process environment as a map, read once and passed in.
 //! - `env`: the environment contract, rendered for `sh` and JSON.
 //! - [`keys`]: the client and host keys derived from the job secret.
 //! - `agent`: the per-node SSH server, process-group supervision and the job lifecycle.
@@ -20,6 +20,7 @@
 //! - `supervise`: the small parent of every local command, ending it when `multinode` dies.
 //! - `exit_code`: the exit codes `multinode` chooses, named.
 //! - `sh`: quoting for `sh`; `table`: text tables.
+//! - `tcp_state`: what the kernel knows of one TCP connection (`TCP_INFO`).
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
 //! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
 //!
@@ -34,7 +35,7 @@ pub(crate) mod check;
 pub(crate) mod cli;
 mod demo;
 pub(crate) mod env;
-pub(crate) mod environ;
+pub(crate) mod env_map;
 pub(crate) mod error;
 pub(crate) mod exec_all;
 pub(crate) mod exit_code;
@@ -56,5 +57,6 @@ mod read_limit;
 mod run;
 mod sh;
 mod table;
+mod tcp_state;
 
 pub use run::{Personality, run_from_args, run_personality};

@@ -11,12 +11,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::options::RunOptions;
+use super::record::{CancelReason, NodeOutcome, RunResult};
 use super::report;
 use super::script::Script;
-use super::types::{CancelReason, NodeOutcome, RunResult};
 use super::verdict::{self, Verdict};
+use crate::cli::ExecAllArgs;
 use crate::env::Job;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
 
@@ -37,6 +38,59 @@ pub(crate) struct Restarts {
     pub health_check: Option<String>,
     /// How long a health check may take on a node.
     pub health_timeout: Duration,
+}
+
+/// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
+/// each else its variable; `None` when none is set.
+impl Restarts {
+    pub(crate) fn from_args(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error> {
+        fn number<T: std::str::FromStr>(
+            env: &EnvMap,
+            name: &str,
+            what: &str,
+        ) -> Result<Option<T>, Error> {
+            env.get(name)
+                .map(|v| {
+                    v.parse::<T>().map_err(|_| {
+                        Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
+                    })
+                })
+                .transpose()
+        }
+        let max_restarts = match args.max_restarts {
+            Some(n) => Some(n),
+            None => number(env, MAX_RESTARTS_VAR, "a number of restarts (0, 1, 2, ...)")?,
+        };
+        let min_nodes = match args.min_nodes {
+            Some(n) => Some(n),
+            None => number(env, "MULTINODE_MIN_NODES", "a number of nodes (1, 2, ...)")?,
+        };
+        let health_check = args
+            .health_check
+            .clone()
+            .or_else(|| env.get("MULTINODE_HEALTH_CHECK").map(String::from))
+            .filter(|c| !c.trim().is_empty());
+        let health_timeout = match args.health_timeout {
+        Some(t) => t,
+        None => match number::<f64>(env, "MULTINODE_HEALTH_TIMEOUT", "a number of seconds")? {
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                Error::usage(format!(
+                    "MULTINODE_HEALTH_TIMEOUT='{s}' is not a number of seconds >= 0; fix it or unset it"
+                ))
+            })?,
+            None => DEFAULT_HEALTH_TIMEOUT,
+        },
+    };
+        if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Restarts {
+            max_restarts: max_restarts.unwrap_or(0),
+            min_nodes,
+            health_check,
+            health_timeout,
+        }))
+    }
 }
 
 /// One attempt in `--report`.
@@ -69,14 +123,14 @@ pub struct Excluded {
     pub why: String,
 }
 
-/// Runs `make(attempt)`'s options over the pool's nodes until success, a
-/// stop, or the restarts are spent. Returns the last attempt's result and
-/// every attempt's record. `make` gets the attempt number (0..).
+/// Runs `base` over the pool's nodes until success, a stop, or the
+/// restarts are spent. Returns the last attempt's result and every
+/// attempt's record.
 pub(crate) fn run(
     job: &Job,
     env: &EnvMap,
     restarts: &Restarts,
-    make: impl Fn(u32) -> RunOptions,
+    base: RunOptions,
 ) -> Result<(RunResult, Vec<AttemptReport>), Error> {
     if job.rank != 0 {
         return Err(Error::usage(format!(
@@ -116,7 +170,16 @@ pub(crate) fn run(
                 // node must not split one off again.
                 (crate::topology::spares::SPARES_VAR.into(), "0".into()),
             ],
-            ..make(attempt)
+            // Stdin is read once: later attempts get none.
+            forward_stdin: base.forward_stdin && attempt == 0,
+            output_dir: base.output_dir.as_ref().map(|dir| {
+                if restarts.max_restarts > 0 {
+                    dir.join(format!("attempt-{attempt}"))
+                } else {
+                    dir.clone()
+                }
+            }),
+            ..base.clone()
         };
         let result = super::run_blocking(&job.attempt(&active), env, options)?;
         let end = attempt_end(&result, &active);

@@ -7,7 +7,7 @@
 use super::error::{ParseError, TopologyError};
 use super::host_slots::parse_host_slots;
 use super::{Node, Topology};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// How many of the hostlist's last nodes are spares.
 pub(crate) const SPARES_VAR: &str = "MULTINODE_SPARES";
