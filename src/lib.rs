@@ -20,6 +20,7 @@
 //! - `supervise`: the small parent of every local command, ending it when `multinode` dies.
 //! - `exit_code`: the exit codes `multinode` chooses, named.
 //! - `sh`: quoting for `sh`; `table`: text tables.
+//! - `shell`: `multinode shell`, a terminal on one node of the running job, with its environment.
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
@@ -42,6 +43,7 @@ mod helper;
 pub mod keys;
 pub(crate) mod process;
 pub(crate) mod protocol;
+mod shell;
 pub(crate) mod signals;
 pub(crate) mod snapshot;
 pub(crate) mod stdio;

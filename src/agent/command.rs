@@ -40,7 +40,7 @@ const PUMP_MIN_ROOM: usize = 512;
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
-    /// `None`: the user's login shell (a `shell` request with a terminal).
+    /// `None`: the user's login shell (a `shell` request).
     pub command: Option<Vec<u8>>,
     pub env: Vec<(String, String)>,
     pub terminal: Option<Terminal>,

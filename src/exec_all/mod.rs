@@ -92,6 +92,7 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         snapshot_on_timeout: args.snapshot_on_timeout,
         // A relay runs as its agent's command: that agent shows its node.
         show_local_to_agent: !args.relay_report,
+        shell_hint: !args.relay_report,
         ..RunOptions::new(script)
     };
     let report_path = args.report.clone();
@@ -407,6 +408,9 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     let to_agents =
         matches!(&ctx.transport, Transport::Native(c) if matches!(c.auth(), Auth::Agent(_)));
     let forward_all = env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
+    // Inside `multinode agent -- JOB` the agents end with JOB.
+    let agents_stay =
+        options.shell_hint && to_agents && env.get(crate::protocol::mux::SOCKET_VAR).is_none();
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
     let (writer, writer_thread) = output::start(closed_tx);
@@ -520,6 +524,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         .ok()
         .flatten();
     let mut result = result;
+    result.agents_stay = agents_stay;
     result.output_failure =
         failure.and_then(|(fd, e)| crate::stdio::failure_line(program_name(), fd, &e));
     Ok(result)

@@ -49,6 +49,9 @@ pub(crate) struct RunOptions {
     /// Show the node run here to this machine's agent, so that `multinode
     /// ps` sees it (not for a relay, which its agent runs, nor for probes).
     pub show_local_to_agent: bool,
+    /// The verdict may tell how to get onto the failed node (`multinode
+    /// shell RANK`): this is a user's run, whose agents outlive it.
+    pub shell_hint: bool,
 }
 
 impl RunOptions {
@@ -75,6 +78,7 @@ impl RunOptions {
             group: false,
             snapshot_on_timeout: false,
             show_local_to_agent: true,
+            shell_hint: false,
         }
     }
 }
