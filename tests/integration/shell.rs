@@ -197,3 +197,68 @@ fn a_killed_shell_client_leaves_nothing_on_the_node() {
     let _ = term.child.kill();
     let _ = term.child.wait();
 }
+
+/// docs/diagnose.md's hang walk-through, every `$ ` line as written, in one
+/// bash, in namespaces of its own (network: the page's addresses and port
+/// meet no other test; PID: `ps -C tail` sees this walk's only). Its output
+/// and stderr are the page's, but for the times and for the words of
+/// `multinode ps`'s headline after the rank, which are the kernel's wait
+/// channels.
+#[test]
+fn the_hang_walk_through_of_diagnose_md_runs_as_written() {
+    use std::os::unix::process::CommandExt;
+    let (script, want) = crate::docs::console(&crate::docs::doc_block(
+        "docs/diagnose.md",
+        "diagnose-hang-walk",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("page.sh"), &script).unwrap();
+    let path = format!(
+        "{}:{}",
+        multinode().parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let child = Command::new("unshare")
+        .args(["-rnpf", "--mount-proc", "sh", "-c"])
+        .arg("exec 2>&1; ip link set lo up && exec timeout 120 bash page.sh")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", path)
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("unshare (util-linux), ip (iproute2)");
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let out = child.wait_with_output().unwrap();
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}: {text}", out.status);
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got.len(), want.len(), "{text}");
+    let headline = |l: &str| {
+        let (rank, rest) = l.split_once(": ").unwrap_or((l, ""));
+        let others = rest.split_once("; the others, ").map(|(_, o)| o);
+        (
+            rank.to_string(),
+            rest.split(' ').next().map(String::from),
+            others
+                .and_then(|o| o.split(' ').take(3).last())
+                .map(String::from),
+        )
+    };
+    assert_eq!(headline(got[0]), headline(&want[0]), "{text}");
+    let words = |lines: &[String]| -> Vec<Vec<String>> {
+        lines
+            .iter()
+            .map(|l| crate::docs::words_but_times(l))
+            .collect()
+    };
+    let got: Vec<String> = got.iter().map(|l| l.to_string()).collect();
+    assert_eq!(words(&got[1..]), words(&want[1..]), "{text}");
+}
