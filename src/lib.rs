@@ -21,6 +21,7 @@
 //! - `exit_code`: the exit codes `multinode` chooses, named.
 //! - `sh`: quoting for `sh`; `table`: text tables.
 //! - `shell`: `multinode shell`, a terminal on one node of the running job, with its environment.
+//! - `tcp_state`: what the kernel knows of one TCP connection (`TCP_INFO`).
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
@@ -56,5 +57,6 @@ mod read_limit;
 mod run;
 mod sh;
 mod table;
+mod tcp_state;
 
 pub use run::{Personality, run_from_args, run_personality};

@@ -4,6 +4,7 @@
 pub mod channel;
 pub mod client;
 pub mod mux;
+pub mod mux_frames;
 pub(crate) mod route;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;
