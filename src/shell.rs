@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use crate::cli::ShellArgs;
 use crate::env::{Contract, Job, resolve_job};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Export;
 use crate::keys::{JobKeys, Secret};

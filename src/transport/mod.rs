@@ -2,10 +2,10 @@
 //! SSH client, and connection sharing through the head's agent (`mux`).
 
 pub mod channel;
+pub(crate) mod choice;
 pub mod client;
 pub mod mux;
 pub mod mux_frames;
-pub(crate) mod route;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;
 pub mod tty;
