@@ -24,6 +24,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The validated options of a run. Build it with [`RunOptions::new`] and
 /// change only what differs: `RunOptions { label: true, ..RunOptions::new(script) }`.
+#[derive(Clone)]
 pub(crate) struct RunOptions {
     pub script: Script,
     pub args: Vec<OsString>,
@@ -57,6 +58,9 @@ pub(crate) struct RunOptions {
     /// The verdict may tell how to get onto the failed node (`multinode
     /// shell RANK`): this is a user's run, whose agents outlive it.
     pub shell_hint: bool,
+    /// Variables every node gets, the head too, whatever `--export` says
+    /// (an attempt's `MULTINODE_RESTART_COUNT`, ...).
+    pub attempt_env: Vec<(String, String)>,
 }
 
 impl RunOptions {
@@ -84,6 +88,7 @@ impl RunOptions {
             snapshot_on_timeout: false,
             show_local_to_agent: true,
             shell_hint: false,
+            attempt_env: Vec::new(),
         }
     }
 

@@ -22,6 +22,7 @@ mod mpi;
 mod mux;
 mod nodeset;
 mod openssh;
+mod restarts;
 mod shell;
 mod snapshot;
 mod terminal;
