@@ -1,11 +1,13 @@
-//! The import graph between the top-level modules of `src/` follows the
-//! layers written in docs/ARCHITECTURE.md ("Layers"): a module imports only
-//! from layers below its own, so there is no cycle and no upward import.
+//! The import graph of `src/` follows the layers written in
+//! docs/ARCHITECTURE.md ("Layers"): a module imports only from layers below
+//! its own, so there is no cycle and no upward import between top-level
+//! modules; and there is no cycle between any two files, inside a folder
+//! included.
 //!
 //! Read from the sources: every `crate::NAME` path (in `use` lines, grouped
 //! `use crate::{a, b::c}` included, and inline paths) outside comments and
-//! outside the `#[cfg(test)]` part at the end of a file. `super::` stays
-//! inside a module's own folder and is not an edge.
+//! outside the `#[cfg(test)]` part at the end of a file; for the files,
+//! `super::` and `self::` paths and a declared child's name too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -182,4 +184,312 @@ fn the_import_scan_sees_grouped_and_inline_paths() {
     );
     let found: Vec<String> = imports(&code).into_iter().collect();
     assert_eq!(found, ["a", "b", "c", "f"]);
+}
+
+/// A file of `src/` as its module path: `topology/machine.rs` is
+/// `["topology", "machine"]`, `topology/mod.rs` is `["topology"]`, `lib.rs`
+/// is `[]`; `None` for the binaries of `src/bin/`.
+fn module_path(rel: &str) -> Option<Vec<String>> {
+    let stem = rel.strip_suffix(".rs")?;
+    let mut parts: Vec<String> = stem.split('/').map(String::from).collect();
+    if parts.first().is_some_and(|p| p == "bin") {
+        return None;
+    }
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// The paths that follow one `prefix::` in `rest`, groups expanded:
+/// `a::{b, c::{d, e}}` is `a::b`, `a::c::d`, `a::c::e`.
+fn expand_path(rest: &str) -> Vec<Vec<String>> {
+    let ident_len = |s: &str| {
+        s.char_indices()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_'))
+            .map_or(s.len(), |(i, _)| i)
+    };
+    let mut prefix = Vec::new();
+    let mut s = rest.trim_start();
+    loop {
+        if let Some(group) = s.strip_prefix('{') {
+            // The items at depth 0, each expanded after the prefix.
+            let mut out = Vec::new();
+            let (mut depth, mut start) = (0, 0);
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth > 0 => depth -= 1,
+                    ',' | '}' if depth == 0 => {
+                        let item = group[start..i].trim();
+                        if !item.is_empty() {
+                            for tail in expand_path(item) {
+                                out.push([prefix.clone(), tail].concat());
+                            }
+                        }
+                        if c == '}' {
+                            break;
+                        }
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return out;
+        }
+        let n = ident_len(s);
+        if n == 0 {
+            return if prefix.is_empty() {
+                Vec::new()
+            } else {
+                vec![prefix]
+            };
+        }
+        prefix.push(s[..n].to_string());
+        match s[n..].strip_prefix("::") {
+            Some(next) => s = next,
+            None => return vec![prefix],
+        }
+    }
+}
+
+/// The import graph between the files of `src/`: `files` as (path under
+/// `src/`, its code), edges as file -> the files it names. Every path is
+/// read: `crate::`, `super::` (any depth), `self::`, and a child module's
+/// name in the file that declares it, grouped or inline; a path goes to the
+/// deepest file it names. A folder's `mod.rs` declares its files and gives
+/// them their shared names: its edges into its own folder are declarations,
+/// not imports.
+fn file_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let by_module: BTreeMap<Vec<String>, &str> = files
+        .iter()
+        .filter_map(|(rel, _)| Some((module_path(rel)?, rel.as_str())))
+        .collect();
+    let file_of = |segments: &[String]| {
+        (1..=segments.len())
+            .rev()
+            .find_map(|n| by_module.get(&segments[..n]).copied())
+    };
+    let mut graph = BTreeMap::new();
+    for (rel, text) in files {
+        let Some(me) = module_path(rel) else {
+            continue;
+        };
+        let code = code(text);
+        let declares = |line: &str| {
+            let line = line.trim_start();
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            line.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(|name| name.trim().to_string())
+        };
+        let children: BTreeSet<String> = code.lines().filter_map(declares).collect();
+        // The folder a mod.rs (or lib.rs) declares: its edges into it do not count.
+        let declared = rel
+            .strip_suffix("mod.rs")
+            .or_else(|| (rel == "lib.rs").then_some(""));
+        let mut edges = BTreeSet::new();
+        let bytes = code.as_bytes();
+        let mut i = 0;
+        while i < code.len() {
+            let at_start = i == 0
+                || !(bytes[i - 1].is_ascii_alphanumeric()
+                    || bytes[i - 1] == b'_'
+                    || bytes[i - 1] == b'$'
+                    || bytes[i - 1] == b':');
+            let rest = &code[i..];
+            let mut base: Option<(Vec<String>, &str)> = None;
+            if at_start {
+                if let Some(r) = rest.strip_prefix("crate::") {
+                    base = Some((Vec::new(), r));
+                } else if let Some(r) = rest.strip_prefix("self::") {
+                    base = Some((me.clone(), r));
+                } else if rest.starts_with("super::") {
+                    let mut up = me.clone();
+                    let mut r = rest;
+                    while let Some(next) = r.strip_prefix("super::") {
+                        up.pop();
+                        r = next;
+                    }
+                    base = Some((up, r));
+                } else if children.iter().any(|c| {
+                    rest.strip_prefix(c.as_str())
+                        .is_some_and(|r| r.starts_with("::"))
+                }) {
+                    base = Some((me.clone(), rest));
+                }
+            }
+            let Some((base, r)) = base else {
+                i += rest.chars().next().map_or(1, char::len_utf8);
+                continue;
+            };
+            for tail in expand_path(r) {
+                let target = [base.clone(), tail].concat();
+                if let Some(to) = file_of(&target)
+                    && to != rel
+                    && !declared.is_some_and(|folder| to.starts_with(folder))
+                {
+                    edges.insert(to.to_string());
+                }
+            }
+            i += 1;
+        }
+        graph.insert(rel.clone(), edges);
+    }
+    graph
+}
+
+/// The cycles of `graph`: its strongly connected components of more than
+/// one file (Tarjan's algorithm), each sorted.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Search<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Search<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let n = self.index.len();
+            self.index.insert(v, n);
+            self.low.insert(v, n);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.graph.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    component.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut search = Search {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !search.index.contains_key(v.as_str()) {
+            search.visit(v);
+        }
+    }
+    search.found
+}
+
+/// Folders whose cycles are not counted yet: exec_all/ is being rebuilt as
+/// plan -> legs -> one node loop (issue 29, task archexec), and has two
+/// circles while it is (`leg.rs` <-> `process_leg.rs`, `attempts.rs` <->
+/// `report.rs`). Empty this list when they are opened.
+const REBUILT: &[&str] = &["exec_all/"];
+
+#[test]
+fn no_import_cycle_between_files() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&src).expect("under src");
+            (
+                rel.to_string_lossy().into_owned(),
+                std::fs::read_to_string(p).expect("readable source"),
+            )
+        })
+        .collect();
+    let graph = file_graph(&files);
+    let edges: usize = graph.values().map(BTreeSet::len).sum();
+    assert!(
+        edges > 300,
+        "too few imports found ({edges}): the scan is broken"
+    );
+    let found: Vec<Vec<String>> = cycles(&graph)
+        .into_iter()
+        .filter(|files| {
+            !files
+                .iter()
+                .all(|f| REBUILT.iter().any(|folder| f.starts_with(folder)))
+        })
+        .collect();
+    let shown: Vec<String> = found
+        .iter()
+        .map(|files| {
+            let inside: Vec<String> = files
+                .iter()
+                .map(|f| {
+                    let to: Vec<&str> = graph[f]
+                        .iter()
+                        .filter(|t| files.contains(t))
+                        .map(String::as_str)
+                        .collect();
+                    format!("  src/{f} imports {}", to.join(", "))
+                })
+                .collect();
+            format!("a cycle of {} files:\n{}", files.len(), inside.join("\n"))
+        })
+        .collect();
+    assert!(found.is_empty(), "{}", shown.join("\n"));
+}
+
+#[test]
+fn the_file_graph_finds_a_cycle_through_super_and_groups() {
+    let file = |rel: &str, code: &str| (rel.to_string(), code.to_string());
+    let tree = [
+        file("lib.rs", "pub mod a;\npub mod b;\n"),
+        file(
+            "a/mod.rs",
+            "mod x;\nmod y;\npub use x::X;\nfn f() { y::g() }\n",
+        ),
+        file("a/x.rs", "use super::{y::{self, Y}, z};\n"),
+        file("a/y.rs", "pub fn g() { crate::b::h() }\n"),
+        file(
+            "b.rs",
+            "use crate::a::x::X; // crate::a::y\n#[cfg(test)]\nuse super::a::y;\n",
+        ),
+    ];
+    let graph = file_graph(&tree);
+    let edges = |f: &str| graph[f].iter().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        edges("a/x.rs"),
+        ["a/mod.rs", "a/y.rs"],
+        "super::z is in a/mod.rs"
+    );
+    assert_eq!(edges("a/y.rs"), ["b.rs"]);
+    assert_eq!(edges("b.rs"), ["a/x.rs"], "comments and tests are not read");
+    assert!(edges("a/mod.rs").is_empty(), "a mod.rs declares its folder");
+    assert_eq!(cycles(&graph), [["a/x.rs", "a/y.rs", "b.rs"]]);
+    // Cut one edge: no cycle left.
+    let mut open = tree.clone();
+    open[3].1 = "pub fn g() {}\n".into();
+    assert!(cycles(&file_graph(&open)).is_empty());
 }
