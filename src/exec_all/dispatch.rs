@@ -302,6 +302,7 @@ pub async fn run(
         started,
         output_failure: None,
         snapshot,
+        agents_stay: false,
     }
 }
 
