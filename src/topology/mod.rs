@@ -48,7 +48,7 @@ pub(crate) use placement::{Placement, resolve_placement};
 pub(crate) fn check_topology(
     args: &Inputs,
     env: &crate::environ::EnvMap,
-) -> Result<(), TopologyError> {
+) -> Result<Option<Topology>, TopologyError> {
     resolve::check_topology(args, env, &machine::System)
 }
 

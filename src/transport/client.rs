@@ -174,7 +174,12 @@ pub struct ClientHandler {
     /// Why the session ended, once it has: russh answers an authentication
     /// whose session died with a plain failure, which is not a refused key.
     ended: Arc<std::sync::Mutex<Option<String>>>,
+    /// Channel open failures in OpenSSH's words, oldest first, for
+    /// [`Connection::open_direct_tcpip`] (russh's error has no description).
+    open_failures: OpenFailures,
 }
+
+type OpenFailures = Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
 
 impl client::Handler for ClientHandler {
     type Error = russh::Error;
@@ -215,6 +220,34 @@ impl client::Handler for ClientHandler {
                 }
             }
         }
+    }
+
+    async fn channel_open_failure(
+        &mut self,
+        channel: russh::ChannelId,
+        reason: russh::ChannelOpenFailure,
+        description: &str,
+        _language: &str,
+        _session: &mut client::Session,
+    ) -> Result<(), Self::Error> {
+        // OpenSSH's names of RFC 4254's reason codes.
+        let name = match reason.code() {
+            1 => "administratively prohibited",
+            2 => "connect failed",
+            3 => "unknown channel type",
+            4 => "resource shortage",
+            _ => "unknown reason",
+        };
+        let line = match description {
+            "" => name.to_string(),
+            d => format!("{name}: {}", d.trim_end()),
+        };
+        debug!(target = %self.target, ?channel, %line, "channel open failed");
+        self.open_failures
+            .lock()
+            .expect("not poisoned: no panics while held")
+            .push_back(line);
+        Ok(())
     }
 
     async fn disconnected(
@@ -394,11 +427,13 @@ impl Connector {
             .map(Arc::new);
         let rejection = Arc::new(std::sync::Mutex::new(None));
         let ended = Arc::new(std::sync::Mutex::new(None));
+        let open_failures = OpenFailures::default();
         let handler = ClientHandler {
             auth: self.auth.clone(),
             target: target.clone(),
             rejection: rejection.clone(),
             ended: ended.clone(),
+            open_failures: open_failures.clone(),
         };
         let mut handle = match client::connect_stream(self.config.clone(), stream, handler).await {
             Ok(handle) => handle,
@@ -503,6 +538,7 @@ impl Connector {
             peer,
             packs_env: matches!(self.auth, Auth::Agent(_)),
             socket,
+            open_failures,
             _watch: watch.drop_guard(),
         })
     }
@@ -767,6 +803,7 @@ pub struct Connection {
     packs_env: bool,
     /// A descriptor of the socket russh owns, to read its state and reset it.
     socket: Option<Arc<std::os::fd::OwnedFd>>,
+    open_failures: OpenFailures,
     /// Ends the liveness watch with the connection.
     _watch: tokio_util::sync::DropGuard,
 }
@@ -823,6 +860,35 @@ impl Connection {
     /// Opens a session channel.
     pub async fn open_session(&self) -> Result<Channel<Msg>, russh::Error> {
         self.handle.channel_open_session().await
+    }
+
+    /// Opens a `direct-tcpip` channel to `host:port` (local port
+    /// forwarding); a refusal is the server's reason in OpenSSH's words
+    /// (`administratively prohibited: ...`). Two refusals at once may
+    /// swap their reasons: they come without the request they answer.
+    pub async fn open_direct_tcpip(
+        &self,
+        host: &str,
+        port: u16,
+        from: SocketAddr,
+    ) -> Result<Channel<Msg>, String> {
+        let opened = self
+            .handle
+            .channel_open_direct_tcpip(host, port.into(), from.ip().to_string(), from.port().into())
+            .await;
+        let failure = || {
+            self.open_failures
+                .lock()
+                .expect("not poisoned: no panics while held")
+                .pop_front()
+        };
+        match opened {
+            Ok(channel) => Ok(channel),
+            Err(russh::Error::ChannelOpenFailure(_)) => {
+                Err(failure().unwrap_or_else(|| "refused".into()))
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// Opens a channel, sends the variables as `env` requests (no reply
@@ -932,7 +998,7 @@ impl Connection {
     }
 
     /// Closes the connection and waits until the disconnect is sent.
-    pub async fn close(self) {
+    pub async fn close(&self) {
         let _ = self
             .handle
             .disconnect(russh::Disconnect::ByApplication, "", "en")

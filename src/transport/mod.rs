@@ -1,8 +1,10 @@
 //! How a command reaches a node: `mn-ssh` and its option parsing, our own
-//! SSH client, and connection sharing through the head's agent (`mux`).
+//! SSH client, connection sharing through the head's agent (`mux`), and
+//! `mn-ssh -L`'s local port forwarding (`forward`).
 
 pub mod channel;
 pub mod client;
+pub(crate) mod forward;
 pub mod mux;
 pub(crate) mod route;
 pub(crate) mod ssh;
