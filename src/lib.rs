@@ -20,6 +20,7 @@
 //! - `supervise`: the small parent of every local command, ending it when `multinode` dies.
 //! - `exit_code`: the exit codes `multinode` chooses, named.
 //! - `sh`: quoting for `sh`; `table`: text tables.
+//! - `tcp_state`: what the kernel knows of one TCP connection (`TCP_INFO`).
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
@@ -54,5 +55,6 @@ mod read_limit;
 mod run;
 mod sh;
 mod table;
+mod tcp_state;
 
 pub use run::{Personality, run_from_args, run_personality};

@@ -19,6 +19,7 @@ use super::login::{Login, MAX_AUTH_TRIES};
 use super::{Shared, control, forward, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
+use crate::tcp_state;
 
 /// When the agent stops, how long a client may take to close its connection
 /// after its commands ended, before the agent disconnects it.
@@ -33,8 +34,6 @@ const TCP_KEEPINTVL_S: u32 = 2;
 const TCP_KEEPCNT: u32 = 3;
 const TCP_USER_TIMEOUT_MS: u32 = 15_000;
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(500);
-/// `TCP_ESTABLISHED` of the kernel's `tcp_states` (include/net/tcp_states.h).
-const TCP_ESTABLISHED: u8 = 1;
 
 /// The russh server configuration of an agent.
 pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
@@ -238,26 +237,9 @@ fn set_tcp_liveness(stream: &TcpStream) {
 async fn watchdog(fd: &OwnedFd) {
     loop {
         tokio::time::sleep(WATCHDOG_PERIOD).await;
-        match tcp_state(fd) {
-            Some(TCP_ESTABLISHED) => {}
-            Some(_) | None => return,
+        if tcp_state::established(fd) != Some(true) {
+            return;
         }
-    }
-}
-
-fn tcp_state(fd: &OwnedFd) -> Option<u8> {
-    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes of it.
-    unsafe {
-        let mut info: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        );
-        (rc == 0).then_some(info.tcpi_state)
     }
 }
 

@@ -55,6 +55,7 @@ use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::snapshot::gather::{Ask, RunNodes};
+use crate::topology::nodeset;
 use crate::transport::client::{Auth, Target};
 use crate::transport::mux::MuxClient;
 use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
@@ -229,31 +230,10 @@ fn read_script(args: &ExecAllArgs) -> Result<(Script, Vec<OsString>), Error> {
     Ok((script, rest))
 }
 
-/// `0,2-5` as a set of ranks below `n`.
+/// `0,2-5` as a set of ranks below `n` (the format: `topology::nodeset`).
 fn parse_ranks(spec: &str, n: usize, flag: &str) -> Result<BTreeSet<usize>, Error> {
-    let bad = |why: String| Error::usage(format!("{flag} {spec:?}: {why}; use ranks like 0,2-5"));
-    let mut ranks = BTreeSet::new();
-    for part in spec.split(',') {
-        let part = part.trim();
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a, b),
-            None => (part, part),
-        };
-        let lo: usize = lo
-            .parse()
-            .map_err(|_| bad(format!("{part:?} is not a rank")))?;
-        let hi: usize = hi
-            .parse()
-            .map_err(|_| bad(format!("{part:?} is not a rank")))?;
-        if lo > hi {
-            return Err(bad(format!("reversed range {part:?}")));
-        }
-        if hi >= n {
-            return Err(bad(format!("rank {hi} is past the last node ({})", n - 1)));
-        }
-        ranks.extend(lo..=hi);
-    }
-    Ok(ranks)
+    nodeset::parse_ranks(spec, n)
+        .map_err(|why| Error::usage(format!("{flag} {spec:?}: {why}; use ranks like 0,2-5")))
 }
 
 /// Whether `wrapper` is this program's own `mn-ssh` (then exec_all talks

@@ -203,13 +203,81 @@ pub enum TopologyError {
     Unresolvable { host: String, reason: String },
     /// A Kubernetes job shape with a missing or contradicting piece.
     #[error(transparent)]
-    Kube(#[from] super::kubernetes::KubeError),
+    Kube(#[from] KubeError),
 }
 
 impl From<TopologyError> for Error {
     fn from(e: TopologyError) -> Self {
         Error::Usage(e.to_string())
     }
+}
+
+/// A Kubernetes job shape with a piece missing or two pieces that disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeError {
+    #[error(
+        "JOB_COMPLETION_INDEX={index} (a Kubernetes Indexed Job) but the node count is unknown; set MULTINODE_NNODES to the Job's completions"
+    )]
+    NoNodeCount { index: usize },
+    #[error("{name}={value} but {other}={other_value}; they must agree: unset one of them")]
+    Disagree {
+        name: &'static str,
+        value: String,
+        other: &'static str,
+        other_value: String,
+    },
+    #[error(
+        "JOB_COMPLETION_INDEX={index} but {count_var}={nnodes}, so indexes go from 0 to {last}; set {count_var} to the Job's completions",
+        last = nnodes.saturating_sub(1)
+    )]
+    IndexOutOfRange {
+        index: usize,
+        count_var: &'static str,
+        nnodes: usize,
+    },
+    #[error(
+        "JOB_COMPLETION_INDEX={index} but this pod's host name '{hostname}' does not end in '-{index}' as an Indexed Job's pods do (<job>-<index>); set MULTINODE_HOSTLIST"
+    )]
+    NotIndexedName { index: usize, hostname: String },
+    #[error(
+        "JOB_COMPLETION_INDEX={index} but this pod's name '{hostname}' has no domain, so the other pods' names are unknown; give the pod template a subdomain naming a headless Service (docs/kubernetes.md)"
+    )]
+    NoSubdomain { index: usize, hostname: String },
+    #[error(
+        "PET_NNODES='{value}' is an elastic range; multinode needs a fixed node count: set PET_NNODES=N or MULTINODE_HOSTLIST"
+    )]
+    ElasticRange { value: String },
+    #[error(
+        "PET_NNODES={nnodes} (a Kubeflow PyTorchJob) but MASTER_ADDR is not set; give the job a Master replica, or set MULTINODE_HOSTLIST"
+    )]
+    NoMaster { nnodes: usize },
+    #[error(
+        "MASTER_ADDR='{addr}' is not a PyTorchJob master's name (<job>-master-0), so the workers' names are unknown; set MULTINODE_HOSTLIST"
+    )]
+    NotMasterName { addr: String },
+    #[error(
+        "WORLD_SIZE={world} but PET_NNODES={nnodes} with PET_NPROC_PER_NODE={nproc}: it must be {one} or {all}; fix or unset WORLD_SIZE",
+        one = nnodes,
+        all = u64::try_from(*nnodes).unwrap_or(u64::MAX).saturating_mul(u64::from(*nproc))
+    )]
+    WorldSize {
+        world: u64,
+        nnodes: usize,
+        nproc: u32,
+    },
+    #[error("{origin}: {what} '{host}' is not a usable host name ({reason})")]
+    BadName {
+        origin: &'static str,
+        what: &'static str,
+        host: String,
+        reason: String,
+    },
+    #[error("{name}={nnodes} nodes is more than {limit}; fix {name}")]
+    TooMany {
+        name: &'static str,
+        nnodes: usize,
+        limit: usize,
+    },
 }
 
 #[cfg(test)]

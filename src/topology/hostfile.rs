@@ -22,10 +22,6 @@ use super::host_slots::{HostPart, split_slots};
 use super::hostlist::{MAX_HOSTS, find_duplicate, validate_host};
 use super::slots::parse_slots;
 
-/// No hostfile is read past this (`--hostfile /dev/zero` must not fill the
-/// memory): 16 MiB hold a million nodes' lines.
-pub(crate) const MAX_HOSTFILE_LEN: u64 = 16 * 1024 * 1024;
-
 /// A hostfile's text → nodes.
 pub(crate) fn parse_hostfile(text: &str) -> Result<Vec<Node>, ParseError> {
     struct Seen {

@@ -10,6 +10,8 @@ use std::path::Path;
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
 
+use crate::environ::EnvMap;
+
 /// One address of one network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Interface {
@@ -22,7 +24,7 @@ pub(crate) struct Interface {
 /// The facts about this machine that resolution needs; each is I/O.
 /// `Sync`: names are looked up from several threads at once ([`lookup_all`]).
 pub(crate) trait Machine: Sync {
-    /// A hostfile's text, at most [`super::hostfile::MAX_HOSTFILE_LEN`] bytes of UTF-8.
+    /// A hostfile's text, at most [`MAX_HOSTFILE_LEN`] bytes of UTF-8.
     fn read_file(&self, path: &Path) -> io::Result<String>;
     /// `gethostname()`.
     fn hostname(&self) -> Result<String, String>;
@@ -40,6 +42,10 @@ pub(crate) trait Machine: Sync {
     fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String>;
 }
 
+/// No hostfile is read past this (`--hostfile /dev/zero` must not fill the
+/// memory): 16 MiB hold a million nodes' lines.
+pub(crate) const MAX_HOSTFILE_LEN: u64 = 16 * 1024 * 1024;
+
 /// `nvidia-smi -L` may take this long (seconds on a node without
 /// persistence mode); then the GPUs are unknown.
 pub(crate) const NVIDIA_SMI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -49,7 +55,7 @@ pub(crate) struct System;
 
 impl Machine for System {
     fn read_file(&self, path: &Path) -> io::Result<String> {
-        crate::read_limit::read_text_at_most(path, super::hostfile::MAX_HOSTFILE_LEN)
+        crate::read_limit::read_text_at_most(path, MAX_HOSTFILE_LEN)
     }
 
     fn hostname(&self) -> Result<String, String> {
@@ -185,6 +191,23 @@ fn canonical_name(host: &str) -> Option<String> {
     // SAFETY: res came from a successful getaddrinfo and is freed exactly once.
     unsafe { libc::freeaddrinfo(res) };
     name.filter(|n| !n.is_empty())
+}
+
+/// This machine's GPUs: `CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`, else 1.
+pub(super) fn local_slots(env: &EnvMap, machine: &dyn Machine) -> u32 {
+    cuda_visible_devices(env)
+        .or_else(|| machine.nvidia_gpus())
+        .unwrap_or(1)
+}
+
+/// How many devices `CUDA_VISIBLE_DEVICES` lists, if any.
+fn cuda_visible_devices(env: &EnvMap) -> Option<u32> {
+    let listed = env
+        .get("CUDA_VISIBLE_DEVICES")?
+        .split(',')
+        .filter(|d| !d.trim().is_empty())
+        .count();
+    u32::try_from(listed).ok().filter(|n| *n > 0)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Host names folded into Slurm's bracket syntax for the table:
-//! `node01,node02,node03,node07` → `node[01-03,07]`. Pure.
+//! `node01,node02,node03,node07` → `node[01-03,07]`; and the rank-list
+//! format (`0-3,5`: a relay's `--nodes`), written and read here alone. Pure.
 //!
 //! The last run of digits of each name is its number; names that differ only
 //! there fold together, zero padding kept (`gpu01`..`gpu10` fold with width
@@ -159,9 +160,77 @@ pub(crate) fn fold_ranks(ranks: &[usize]) -> String {
     parts.join(",")
 }
 
+/// What is wrong with a rank list given to [`parse_ranks`]: the reason
+/// alone, for the caller to put after the flag and the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RankListError {
+    #[error("{0:?} is not a rank")]
+    NotARank(String),
+    #[error("reversed range {0:?}")]
+    Reversed(String),
+    #[error("rank {rank} is past the last node ({last})", last = .nodes.saturating_sub(1))]
+    PastTheEnd { rank: usize, nodes: usize },
+}
+
+/// A rank list as [`fold_ranks`] writes it (`0,2-5`), read back as the set
+/// of ranks it names, each below `nodes`.
+pub(crate) fn parse_ranks(spec: &str, nodes: usize) -> Result<BTreeSet<usize>, RankListError> {
+    let mut ranks = BTreeSet::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let number = |s: &str| {
+            s.parse::<usize>()
+                .map_err(|_| RankListError::NotARank(part.to_string()))
+        };
+        let (lo, hi) = (number(lo)?, number(hi)?);
+        if lo > hi {
+            return Err(RankListError::Reversed(part.to_string()));
+        }
+        if hi >= nodes {
+            return Err(RankListError::PastTheEnd { rank: hi, nodes });
+        }
+        ranks.extend(lo..=hi);
+    }
+    Ok(ranks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_lists_read_back_what_fold_ranks_wrote() {
+        for ranks in [
+            vec![0],
+            vec![0, 1, 2, 3, 5, 7, 8],
+            vec![2, 4, 6],
+            (0..300).collect(),
+            (10..20).chain(25..26).chain(40..300).collect::<Vec<_>>(),
+        ] {
+            let text = fold_ranks(&ranks);
+            let back: Vec<usize> = parse_ranks(&text, 300).unwrap().into_iter().collect();
+            assert_eq!(back, ranks, "{text}");
+        }
+        assert_eq!(
+            parse_ranks(" 0, 2-4", 5).unwrap(),
+            BTreeSet::from([0, 2, 3, 4])
+        );
+    }
+
+    #[test]
+    fn bad_rank_lists_say_what_is_wrong() {
+        let err = |spec: &str, nodes| parse_ranks(spec, nodes).unwrap_err().to_string();
+        assert_eq!(err("5", 5), "rank 5 is past the last node (4)");
+        assert_eq!(err("0-9", 3), "rank 9 is past the last node (2)");
+        assert_eq!(err("3-1", 5), "reversed range \"3-1\"");
+        assert_eq!(err("a", 5), "\"a\" is not a rank");
+        assert_eq!(err("1,,2", 5), "\"\" is not a rank");
+        assert_eq!(err("1-", 5), "\"1-\" is not a rank");
+        assert_eq!(err("-1", 5), "\"-1\" is not a rank");
+        assert_eq!(err("0-1-2", 5), "\"0-1-2\" is not a rank");
+        assert_eq!(err("0", 0), "rank 0 is past the last node (0)");
+    }
 
     #[test]
     fn rank_ranges() {

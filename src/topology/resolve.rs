@@ -15,7 +15,7 @@ use super::error::{ParseError, TopologyError, shorten};
 use super::host_slots::{parse_host_slots, parse_noslots};
 use super::hostfile::{parse_hostfile, parse_lsb_mcpu_hosts};
 use super::hostlist::{expand, validate_host};
-use super::machine::Machine;
+use super::machine::{Machine, local_slots};
 use super::tasks_per_node::parse_tasks_per_node;
 use super::{Inputs, Node, Topology};
 use crate::environ::EnvMap;
@@ -238,23 +238,6 @@ fn this_machine(env: &EnvMap, machine: &dyn Machine) -> Result<Topology, Topolog
         }],
         source: THIS_MACHINE.to_string(),
     })
-}
-
-/// This machine's GPUs: `CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`, else 1.
-pub(super) fn local_slots(env: &EnvMap, machine: &dyn Machine) -> u32 {
-    cuda_visible_devices(env)
-        .or_else(|| machine.nvidia_gpus())
-        .unwrap_or(1)
-}
-
-/// How many devices `CUDA_VISIBLE_DEVICES` lists, if any.
-fn cuda_visible_devices(env: &EnvMap) -> Option<u32> {
-    let listed = env
-        .get("CUDA_VISIBLE_DEVICES")?
-        .split(',')
-        .filter(|d| !d.trim().is_empty())
-        .count();
-    u32::try_from(listed).ok().filter(|n| *n > 0)
 }
 
 /// `MULTINODE_TOTAL_SLOTS`, `MULTINODE_NNODES` and `MULTINODE_HEAD`, when

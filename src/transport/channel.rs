@@ -1,13 +1,13 @@
 //! A session channel's two halves, whichever way the node was reached: a
 //! russh channel of this process's own connection, or one relayed by the
-//! head's agent ([`super::mux`]). exec_all and `mn-ssh` read and write
+//! head's agent ([`super::mux_frames`]). exec_all and `mn-ssh` read and write
 //! through these.
 
 use bytes::Bytes;
 use russh::client::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 
-use super::mux::{self, MuxReader, MuxWriter};
+use super::mux_frames::{self as mux, MuxReader, MuxWriter};
 use super::tty::WindowSize;
 use crate::protocol::mux as wire;
 use crate::protocol::signals::sig_name;

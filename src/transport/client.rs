@@ -17,6 +17,7 @@ use super::tty::PtyRequest;
 use crate::keys::JobKeys;
 use crate::protocol;
 use crate::protocol::control::{Control, PingReply};
+use crate::tcp_state;
 
 /// A server that sends nothing for this long is lost (a frozen node: its
 /// kernel still acknowledges, nothing answers; or a node gone: nothing
@@ -564,7 +565,7 @@ fn abort_on_close(stream: &TcpStream) {
     }
 }
 
-/// What the kernel knows of one TCP connection.
+/// What the liveness watch and [`Connection::stuck`] read of one connection.
 struct SocketState {
     established: bool,
     /// Since the last bytes came from the peer.
@@ -581,99 +582,18 @@ struct SocketState {
     bytes_acked: u64,
 }
 
-/// The head of Linux's `struct tcp_info` (include/uapi/linux/tcp.h) up to
-/// `tcpi_snd_wnd` (Linux 5.4), which libc's musl definition lacks.
-#[repr(C)]
-#[derive(Default)]
-struct TcpInfo {
-    state: u8,
-    ca_state: u8,
-    retransmits: u8,
-    probes: u8,
-    backoff: u8,
-    options: u8,
-    wscale: u8,
-    flags: u8,
-    rto: u32,
-    ato: u32,
-    snd_mss: u32,
-    rcv_mss: u32,
-    unacked: u32,
-    sacked: u32,
-    lost: u32,
-    retrans: u32,
-    fackets: u32,
-    last_data_sent: u32,
-    last_ack_sent: u32,
-    last_data_recv: u32,
-    last_ack_recv: u32,
-    pmtu: u32,
-    rcv_ssthresh: u32,
-    rtt: u32,
-    rttvar: u32,
-    snd_ssthresh: u32,
-    snd_cwnd: u32,
-    advmss: u32,
-    reordering: u32,
-    rcv_rtt: u32,
-    rcv_space: u32,
-    total_retrans: u32,
-    pacing_rate: u64,
-    max_pacing_rate: u64,
-    bytes_acked: u64,
-    bytes_received: u64,
-    segs_out: u32,
-    segs_in: u32,
-    notsent_bytes: u32,
-    min_rtt: u32,
-    data_segs_in: u32,
-    data_segs_out: u32,
-    delivery_rate: u64,
-    busy_time: u64,
-    rwnd_limited: u64,
-    sndbuf_limited: u64,
-    delivered: u32,
-    delivered_ce: u32,
-    bytes_sent: u64,
-    bytes_retrans: u64,
-    dsack_dups: u32,
-    reord_seen: u32,
-    rcv_ooopack: u32,
-    snd_wnd: u32,
-}
-
 fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> Option<SocketState> {
-    use std::os::fd::AsRawFd;
-    let fd = fd.as_raw_fd();
-    let mut info = TcpInfo::default();
-    let mut len = std::mem::size_of::<TcpInfo>() as libc::socklen_t;
-    let (mut unsent, mut unread): (libc::c_int, libc::c_int) = (0, 0);
-    // SAFETY: TcpInfo is plain data laid out as the kernel's; getsockopt
-    // writes at most `len` bytes of it; the ioctls write one int each.
-    let ok = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut TcpInfo).cast(),
-            &mut len,
-        ) == 0
-            && libc::ioctl(fd, libc::TIOCOUTQ, &mut unsent) == 0
-            && libc::ioctl(fd, libc::FIONREAD, &mut unread) == 0
-    };
-    if !ok {
-        return None;
-    }
-    let has_wnd = len as usize >= std::mem::size_of::<TcpInfo>();
-    let zero_window = has_wnd && info.snd_wnd == 0 && info.probes == 0;
-    let acked_lately = Duration::from_millis(u64::from(info.last_ack_recv)) < lost_after;
+    let tcp = tcp_state::read(fd)?;
+    let zero_window = tcp.zero_window == Some(true);
+    let acked_lately = tcp.since_ack_recv < lost_after;
+    let unsent = tcp.unsent > 0;
     Some(SocketState {
-        established: info.state == 1, // TCP_ESTABLISHED
-        since_recv: Duration::from_millis(u64::from(info.last_data_recv)),
-        unread: unread > 0,
-        peer_full: unsent > 0 && (zero_window || acked_lately),
-        peer_window_closed: unsent > 0 && zero_window,
-        bytes_acked: info.bytes_acked,
+        established: tcp.established,
+        since_recv: tcp.since_recv,
+        unread: tcp.unread > 0,
+        peer_full: unsent && (zero_window || acked_lately),
+        peer_window_closed: unsent && zero_window,
+        bytes_acked: tcp.bytes_acked,
     })
 }
 

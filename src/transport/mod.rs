@@ -6,6 +6,7 @@ pub mod channel;
 pub mod client;
 pub(crate) mod forward;
 pub mod mux;
+pub mod mux_frames;
 pub(crate) mod route;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;

@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
-use russh::ChannelMsg;
 use tokio::io::BufReader;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -16,9 +14,9 @@ use tracing::{debug, warn};
 
 use super::channel::{ChannelRx, ChannelTx};
 use super::client::Target;
+use super::mux_frames::MuxReader;
 use crate::keys::JobKeys;
 use crate::protocol::mux::{self as wire, read_frame, write_frame};
-use crate::protocol::signals::sig_from_name;
 
 /// The head agent's socket, from [`wire::SOCKET_VAR`].
 #[derive(Debug, Clone)]
@@ -120,7 +118,7 @@ impl MuxClient {
         match read_frame(&mut r).await {
             Ok(Some((wire::STARTED, _))) => Ok(Some(Started {
                 peer,
-                rx: ChannelRx::Mux(MuxReader { r }),
+                rx: ChannelRx::Mux(MuxReader::new(r)),
                 tx: ChannelTx::Mux(tokio::sync::Mutex::new(w)),
             })),
             Ok(Some((wire::FAILED, payload))) => Err(match failed(&payload) {
@@ -261,60 +259,4 @@ fn failed(payload: &[u8]) -> OpenError {
             "unreadable answer from the head's agent: {e}"
         ))),
     }
-}
-
-/// What comes from a node.
-pub struct MuxReader {
-    r: BufReader<OwnedReadHalf>,
-}
-
-impl MuxReader {
-    /// The next message; `None` when the head's agent lost the node (or ended).
-    pub async fn wait(&mut self) -> Option<ChannelMsg> {
-        let (kind, payload) = read_frame(&mut self.r).await.ok()??;
-        decode(kind, payload)
-    }
-}
-
-/// Where commands go: the socket, to which [`write`] sends frames.
-pub type MuxWriter = tokio::sync::Mutex<OwnedWriteHalf>;
-
-/// Sends one frame to the head's agent; an error means it no longer takes input.
-pub(super) async fn write(w: &MuxWriter, kind: u8, payload: &[u8]) -> std::io::Result<()> {
-    write_frame(&mut *w.lock().await, kind, payload).await
-}
-
-/// No more input: the channel is closed.
-pub(super) async fn close(w: &MuxWriter) {
-    use tokio::io::AsyncWriteExt;
-    let _ = w.lock().await.shutdown().await;
-}
-
-/// One frame from the head's agent as the channel message it stands for; an
-/// unknown frame ends the channel as lost.
-fn decode(kind: u8, payload: Bytes) -> Option<ChannelMsg> {
-    Some(match kind {
-        wire::DATA => ChannelMsg::Data { data: payload },
-        wire::EXT if payload.len() >= 4 => ChannelMsg::ExtendedData {
-            ext: u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
-            data: payload.slice(4..),
-        },
-        wire::EOF => ChannelMsg::Eof,
-        wire::CLOSE => ChannelMsg::Close,
-        wire::SUCCESS => ChannelMsg::Success,
-        wire::FAILURE => ChannelMsg::Failure,
-        wire::EXIT_STATUS if payload.len() == 4 => ChannelMsg::ExitStatus {
-            exit_status: u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]),
-        },
-        wire::EXIT_SIGNAL => {
-            let s: wire::ExitSignal = serde_json::from_slice(&payload).ok()?;
-            ChannelMsg::ExitSignal {
-                signal_name: sig_from_name(&s.name),
-                core_dumped: s.core_dumped,
-                error_message: s.message,
-                lang_tag: String::new(),
-            }
-        }
-        _ => return None,
-    })
 }

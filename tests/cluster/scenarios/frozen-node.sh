@@ -63,6 +63,12 @@ if mn_poll 90 test -f "$MN_RESULTS/execall.done"; then
     read -r rc t_end <"$MN_RESULTS/execall.done"
     check_eq "the job on saturated $busy: exec_all's exit status" 0 "$rc"
     check_within "the job on saturated $busy took (sleep 62)" 70 "$(mn_since "$t_job" "$t_end")"
+    # Where the time went, should the bound above fail: the node's command
+    # as exec_all saw it (connected to exit status), and the run's end.
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); n=r["nodes"][0]
+print("[frozen-node] %s: command %.1f s (connected %.1f -> ended %.1f), run started %.1f, job seen %s, exec_all ended %s"
+      % (n["host"], n["duration_s"] or -1, n["started"] or -1, n["ended"] or -1, r["started"], sys.argv[2], sys.argv[3]))' \
+        "$MN_RESULTS/busy.json" "$t_job" "$t_end" || true
     check_eq "$busy in the report" ok \
         "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"][0]["status"])' "$MN_RESULTS/busy.json")"
 else
