@@ -88,6 +88,24 @@ fn stderr_of(child: &mut Child) -> String {
     text
 }
 
+/// `PROGRAM ARGS -N -L LISTEN:6006:TO AGENT`, once it listens; `LISTEN` is
+/// a loopback address of its own.
+fn forward_n(program: &str, mut args: Vec<String>, to: &str, agent: &Agent) -> (Child, String) {
+    let listen = fresh_loopback();
+    args.extend([
+        "-N".into(),
+        "-L".into(),
+        format!("{listen}:6006:{to}"),
+        agent.host.clone(),
+    ]);
+    let client = spawn(program, &args);
+    wait_for_port(
+        &format!("{listen}:6006").parse().unwrap(),
+        Duration::from_secs(10),
+    );
+    (client, listen)
+}
+
 /// Both clients, as `(program, options before the host)`: `mn-ssh` with the
 /// job's secret, OpenSSH's `ssh` with the job's derived key.
 fn clients(agent: &Agent, dir: &Path) -> [(&'static str, Vec<String>); 2] {
@@ -99,19 +117,8 @@ fn curl_through_l_reaches_a_server_on_the_nodes_loopback_and_n_ends_on_sigterm()
     let agent = Agent::start(&fresh_loopback());
     let http = Http::start("through the agent\n");
     let dir = tempfile::tempdir().unwrap();
-    for (program, mut args) in clients(&agent, dir.path()) {
-        let listen = fresh_loopback();
-        args.extend([
-            "-N".into(),
-            "-L".into(),
-            format!("{listen}:6006:{}", http.addr),
-            agent.host.clone(),
-        ]);
-        let mut client = spawn(program, &args);
-        wait_for_port(
-            &format!("{listen}:6006").parse().unwrap(),
-            Duration::from_secs(10),
-        );
+    for (program, args) in clients(&agent, dir.path()) {
+        let (mut client, listen) = forward_n(program, args, &http.addr, &agent);
         for _ in 0..3 {
             let (code, body) = curl(&format!("http://{listen}:6006/hello.txt"));
             assert_eq!(
@@ -136,19 +143,8 @@ fn curl_through_l_reaches_a_server_on_the_nodes_loopback_and_n_ends_on_sigterm()
 fn a_destination_outside_the_node_and_the_job_is_refused_with_what_is_allowed() {
     let agent = Agent::start(&fresh_loopback());
     let dir = tempfile::tempdir().unwrap();
-    for (program, mut args) in clients(&agent, dir.path()) {
-        let listen = fresh_loopback();
-        args.extend([
-            "-N".into(),
-            "-L".into(),
-            format!("{listen}:6006:192.0.2.1:80"),
-            agent.host.clone(),
-        ]);
-        let mut client = spawn(program, &args);
-        wait_for_port(
-            &format!("{listen}:6006").parse().unwrap(),
-            Duration::from_secs(10),
-        );
+    for (program, args) in clients(&agent, dir.path()) {
+        let (mut client, listen) = forward_n(program, args, "192.0.2.1:80", &agent);
         let (code, body) = curl(&format!("http://{listen}:6006/"));
         // curl: "Empty reply from server" (52) or a reset (56).
         assert!(matches!(code, 52 | 56), "{program}: curl {code} {body}");
@@ -289,20 +285,7 @@ fn a_killed_client_ends_its_forwarded_connections_on_the_node() {
     let mut said = BufReader::new(server.stdout.take().unwrap()).lines();
     assert_eq!(said.next().unwrap().unwrap(), "listening");
     let baseline = sockets_of(agent.pid());
-    let listen = fresh_loopback();
-    let mut client = spawn(
-        "mn-ssh",
-        &[
-            "-N".into(),
-            "-L".into(),
-            format!("{listen}:6006:{host}:8001"),
-            agent.host.clone(),
-        ],
-    );
-    wait_for_port(
-        &format!("{listen}:6006").parse().unwrap(),
-        Duration::from_secs(10),
-    );
+    let (mut client, listen) = forward_n("mn-ssh", Vec::new(), &format!("{host}:8001"), &agent);
     let mut local = TcpStream::connect(format!("{listen}:6006")).unwrap();
     local.write_all(b"hello").unwrap();
     assert_eq!(said.next().unwrap().unwrap(), "open");
