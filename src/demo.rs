@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cli::DemoArgs;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Script;
 use crate::exec_all::{RunOptions, finish_output, run_blocking};

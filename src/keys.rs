@@ -17,7 +17,7 @@ use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::{PrivateKey, PublicKey};
 use sha2::{Digest, Sha256};
 
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::read_file_at_most;
 

@@ -2,7 +2,7 @@
 //!
 //! - `cli`: the clap definitions of every command.
 //! - `topology`: hostlist syntaxes, scheduler sources, which node this is, the head's address.
-//! - `environ`: the process environment as a map, read once and passed in.
+//! - `env_map`: the process environment as a map, read once and passed in.
 //! - `env`: the environment contract, rendered for `sh` and JSON.
 //! - [`keys`]: the client and host keys derived from the job secret.
 //! - `agent`: the per-node SSH server, process-group supervision and the job lifecycle.
@@ -34,7 +34,7 @@ pub(crate) mod check;
 pub(crate) mod cli;
 mod demo;
 pub(crate) mod env;
-pub(crate) mod environ;
+pub(crate) mod env_map;
 pub(crate) mod error;
 pub(crate) mod exec_all;
 pub(crate) mod exit_code;

@@ -97,7 +97,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::KeepGroups(args) => crate::agent::keep_groups(args.grace),
         Command::Check(args) => crate::check::main(args),
         Command::InstallHelper(args) => crate::helper::cmd_install_helper(&args.dir),
-        Command::Ps(args) => crate::snapshot::gather::main(args),
+        Command::Ps(args) => crate::snapshot::survey::main(args),
     }
 }
 

@@ -41,7 +41,7 @@ const RELEASE_ON_GIVE_UP: Duration = Duration::from_secs(2);
 /// its report) before it is SIGKILLed.
 const SIGNALLED_JOB_MARGIN: Duration = Duration::from_secs(3);
 
-pub(crate) struct Plan {
+pub(crate) struct JobRun {
     pub job: Job,
     pub argv: Vec<OsString>,
     pub idle_timeout: Duration,
@@ -66,7 +66,7 @@ pub(crate) async fn serve_until_stopped(shared: &Shared) -> Result<i32, Error> {
     Ok(0)
 }
 
-pub(crate) async fn run(shared: &Arc<Shared>, plan: Plan) -> Result<i32, Error> {
+pub(crate) async fn run(shared: &Arc<Shared>, plan: JobRun) -> Result<i32, Error> {
     let connector = Connector::new(Auth::Agent(Arc::new(shared.keys.clone())), ATTEMPT_TIMEOUT);
     if plan.job.rank == 0 {
         head(shared, &plan, &connector).await
@@ -83,7 +83,7 @@ fn target(job: &Job, rank: usize) -> Target {
     }
 }
 
-async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Result<i32, Error> {
+async fn head(shared: &Arc<Shared>, plan: &JobRun, connector: &Connector) -> Result<i32, Error> {
     let mut stops = Stops::new(STOP_SIGNALS)?;
     let workers = plan.job.topology.nodes.len().saturating_sub(1);
     let keep = match &plan.mux {
@@ -113,7 +113,7 @@ async fn head(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Resul
     // JOB's `multinode env` (the helper's) sees the list folded already and
     // says nothing: the note is the agent's, once.
     if let Some(note) =
-        crate::env::Contract::new(&plan.job).folded_note(&crate::environ::EnvMap::default())
+        crate::env::Contract::new(&plan.job).folded_note(&crate::env_map::EnvMap::default())
     {
         warn!("{note}");
     }
@@ -409,7 +409,7 @@ async fn release(shared: &Shared, job: &Job, connector: &Connector) {
     while tasks.join_next().await.is_some() {}
 }
 
-async fn worker(shared: &Arc<Shared>, plan: &Plan, connector: &Connector) -> Result<i32, Error> {
+async fn worker(shared: &Arc<Shared>, plan: &JobRun, connector: &Connector) -> Result<i32, Error> {
     let mut stops = Stops::new(STOP_SIGNALS)?;
     let head = target(&plan.job, 0);
     tokio::select! {
@@ -442,7 +442,7 @@ async fn follow_head(
     shared: &Shared,
     head: &Target,
     connector: &Connector,
-    plan: &Plan,
+    plan: &JobRun,
 ) -> Result<i32, Error> {
     let started = tokio::time::Instant::now();
     let mut lost_at: Option<tokio::time::Instant> = None;

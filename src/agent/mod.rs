@@ -43,7 +43,7 @@ pub use keeper::keep_groups;
 
 use crate::cli::AgentArgs;
 use crate::env::hostlists;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 
@@ -275,7 +275,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             match job {
                 None => lifecycle::serve_until_stopped(&shared).await,
                 Some(job) => {
-                    let plan = lifecycle::Plan {
+                    let plan = lifecycle::JobRun {
                         job,
                         argv: args.job,
                         idle_timeout,

@@ -19,8 +19,8 @@ use tracing::{debug, info, warn};
 use crate::keys::JobKeys;
 use crate::protocol::mux::{self as wire, read_frame, write_data, write_frame};
 use crate::protocol::signals::sig_from_name;
+use crate::transport::choice::DEFAULT_CONNECT_TIMEOUT;
 use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
-use crate::transport::route::DEFAULT_CONNECT_TIMEOUT;
 
 /// How long a connection may stay stuck after a client went away.
 const STUCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);

@@ -9,13 +9,13 @@ use tracing::{debug, info};
 
 use super::checks::{HeadContext, Inputs, NodeReport, evaluate, failed};
 use super::facts::NodeFacts;
-use super::gather::{Plan, gather};
+use super::local::{JobView, gather};
 use super::probe::{SystemProbe, unix_ms};
 use super::rendezvous;
 use super::report::{render_json, render_table};
 use crate::cli::{CheckArgs, TableFormat};
 use crate::env::{Job, resolve_job};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exec_all::{NodeCapture, collect};
 use crate::exit_code;
@@ -86,7 +86,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs,
     };
     let started_ms = unix_ms();
     let nodes = if job.topology.nodes.len() == 1 {
-        let plan = Plan::from_job(job, port);
+        let plan = JobView::from_job(job, port);
         let env = env.clone();
         let facts = tokio::task::spawn_blocking(move || gather(&SystemProbe, &env, &plan))
             .await

@@ -8,7 +8,7 @@
 //!
 //! - `facts`: the report of one node (the JSON of `--local`).
 //! - `probe`: the I/O behind the facts, as a trait; the real machine.
-//! - `gather`: `--local`: the facts of this node, the slow parts at once.
+//! - `local`: `--local`: the facts of this node, the slow parts at once.
 //! - `rendezvous`: the head's listener and its clock line; the node's connection.
 //! - `checks`: facts in, one result a check out.
 //! - `report`: the table and the JSON.
@@ -20,8 +20,8 @@
 mod checks;
 mod cuda;
 mod facts;
-mod gather;
 mod head;
+mod local;
 mod nvidia_smi;
 mod probe;
 mod rendezvous;
@@ -35,7 +35,7 @@ use crate::error::Error;
 /// otherwise; bad input is an [`Error::Usage`].
 pub fn main(args: CheckArgs) -> Result<i32, Error> {
     if args.local {
-        gather::run_local(&args)
+        local::run_local(&args)
     } else {
         head::run_head(&args)
     }

@@ -210,7 +210,7 @@ pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String>
 /// unpredictable name, in `$XDG_RUNTIME_DIR` when it is set (a directory of
 /// this user's), else in the system's temporary directory. The agent
 /// removes it when it ends (its group keeper, if it is killed).
-pub(crate) fn private_dir(env: &crate::environ::EnvMap) -> Result<PathBuf, String> {
+pub(crate) fn private_dir(env: &crate::env_map::EnvMap) -> Result<PathBuf, String> {
     let base = env
         .get("XDG_RUNTIME_DIR")
         .map(PathBuf::from)

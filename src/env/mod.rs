@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 pub use render::{render_json, render_sh};
 
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::topology::machine::System;
 use crate::topology::{Inputs, Placement, Topology, resolve_placement, shorten};

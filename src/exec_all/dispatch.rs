@@ -11,7 +11,7 @@ use super::output::{Stream, Writer};
 use super::types::{CancelReason, Control, End, Event, NodeOutcome, NodeRecord, RunResult};
 use crate::exit_code;
 use crate::signals::{STOP_SIGNALS, Stops};
-use crate::snapshot::gather::{RunNodes, render_both};
+use crate::snapshot::survey::{RunNodes, render_both};
 
 pub struct Dispatch {
     pub fail_fast: bool,

@@ -50,15 +50,15 @@ use types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Transport};
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
 use crate::read_limit::{read_at_most, read_file_at_most};
-use crate::snapshot::gather::{Ask, RunNodes};
+use crate::snapshot::survey::{Ask, RunNodes};
 use crate::topology::nodeset;
+use crate::transport::choice::{ClientSpec, Requested, Route, TransportKind};
 use crate::transport::client::{Auth, Target};
 use crate::transport::mux::MuxClient;
-use crate::transport::route::{ClientSpec, Requested, Route, TransportKind};
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();

@@ -22,7 +22,7 @@ use crate::exit_info::{self, ExitInfo};
 use crate::process::{GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
-use crate::snapshot::gather::show_in_agent;
+use crate::snapshot::survey::show_in_agent;
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
 use crate::transport::client::Target;
 use crate::transport::mux::MuxError;

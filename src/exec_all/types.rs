@@ -35,7 +35,7 @@ pub(crate) struct RunCtx {
     /// The head agent's shared connections (inside `multinode agent -- JOB`).
     pub mux: Option<MuxClient>,
     /// This machine's agent of the job, which the node run here is shown to
-    /// (`snapshot::gather::show_in_agent`): only when exec_all reaches
+    /// (`snapshot::survey::show_in_agent`): only when exec_all reaches
     /// agents itself and no agent runs it already.
     pub local_agent: Option<Target>,
 }

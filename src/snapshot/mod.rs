@@ -10,7 +10,7 @@
 //! - `fold`: nodes whose processes do the same thing folded into one entry,
 //!   the odd ones first (as `clush -b` folds output). Pure.
 //! - `render`: the table for people and the JSON for programs. Pure.
-//! - `gather`: the head's side: every node's agent asked at once; exec_all's
+//! - `survey`: the head's side: every node's agent asked at once; exec_all's
 //!   own node shown by this machine's agent (`show_in_agent`).
 //!
 //! The agent answers `#multinode:snapshot` with [`take`] over the commands it
@@ -18,11 +18,11 @@
 //! `--snapshot-on-timeout` gather and print it.
 
 mod fold;
-pub(crate) mod gather;
 mod gpu;
 mod procfs;
 mod pystack;
 mod render;
+pub(crate) mod survey;
 mod take;
 
 use serde::{Deserialize, Serialize};

@@ -18,10 +18,10 @@ use tracing::debug;
 
 use super::Topology;
 use super::error::{TopologyError, shorten};
+use super::kernel_routes::{default_ifaces_v4, default_ifaces_v6};
 use super::machine::{Interface, Machine};
 use super::nccl::NcclList;
-use super::route::{default_ifaces_v4, default_ifaces_v6};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// How this machine's own address is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 use super::Inputs;
 use super::machine::System;
 use super::placement::{HostRow, host_rows};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 
 /// Prints the topology as a table (`RANK HOST SLOTS ADDRESS`) or a JSON array

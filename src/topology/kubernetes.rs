@@ -25,7 +25,7 @@ use super::hostfile::parse_hostfile;
 use super::hostlist::{MAX_HOSTS, validate_host};
 use super::machine::{Machine, local_slots};
 use super::{Node, Topology};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// Where the MPI Operator mounts its hostfile in the launcher.
 pub(crate) const MPI_OPERATOR_HOSTFILE: &str = "/etc/mpi/hostfile";

@@ -10,7 +10,7 @@ use std::path::Path;
 use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
 
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// One address of one network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,7 +217,7 @@ pub(crate) mod fake {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::environ::EnvMap;
+    use crate::env_map::EnvMap;
     use crate::topology::{Node, Topology};
 
     #[derive(Debug, Clone, Default)]

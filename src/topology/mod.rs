@@ -13,7 +13,7 @@
 //! - `resolve`: the sources, in order, and the contradictions between them.
 //! - `kubernetes`: Indexed Job / JobSet, Kubeflow PyTorchJob, MPI Operator.
 //! - `this_node`: which node this machine is.
-//! - `route`, `address`: the default route, interface choice, head and local addresses.
+//! - `kernel_routes`, `address`: the default route, interface choice, head and local addresses.
 //! - `placement`: all of the above for this node; the rows of `multinode hosts`.
 //! - `machine`: the I/O behind all of it.
 //! - `hosts`: `multinode hosts`.
@@ -27,13 +27,13 @@ mod host_slots;
 mod hostfile;
 mod hostlist;
 mod hosts;
+mod kernel_routes;
 mod kubernetes;
 pub(crate) mod machine;
 pub(crate) mod nccl;
 pub(crate) mod nodeset;
 mod placement;
 mod resolve;
-mod route;
 mod slots;
 mod tasks_per_node;
 mod this_node;
@@ -47,7 +47,7 @@ pub(crate) use placement::{Placement, resolve_placement};
 /// (this machine need not be in it); no topology set is no error.
 pub(crate) fn check_topology(
     args: &Inputs,
-    env: &crate::environ::EnvMap,
+    env: &crate::env_map::EnvMap,
 ) -> Result<Option<Topology>, TopologyError> {
     resolve::check_topology(args, env, &machine::System)
 }

@@ -10,7 +10,7 @@ use super::machine::{Machine, lookup_all};
 use super::resolve::{TOPOLOGY_VARS, from_flags, resolve_topology};
 use super::this_node::find_rank;
 use super::{Inputs, Topology};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// The topology, this node's rank, the head's address and this node's own.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use super::hostlist::{expand, validate_host};
 use super::machine::{Machine, local_slots};
 use super::tasks_per_node::parse_tasks_per_node;
 use super::{Inputs, Node, Topology};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// The variables that describe the environment's topology.
 pub(crate) const TOPOLOGY_VARS: [&str; 7] = [

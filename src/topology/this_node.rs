@@ -13,7 +13,7 @@ use tracing::debug;
 use super::error::{TopologyError, shorten};
 use super::machine::Machine;
 use super::{Node, Topology};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 
 /// What this machine is called and where it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

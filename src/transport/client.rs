@@ -39,7 +39,7 @@ pub const LOST_AFTER_VAR: &str = "MULTINODE_LOST_AFTER";
 
 /// How long a silent server may take: `MULTINODE_LOST_AFTER` (seconds, 0 for
 /// never), else [`DEFAULT_LOST_AFTER`]. `None` is never.
-pub fn lost_after(env: &crate::environ::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
+pub fn lost_after(env: &crate::env_map::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
     let Some(text) = env.get(LOST_AFTER_VAR) else {
         return Ok(Some(DEFAULT_LOST_AFTER));
     };

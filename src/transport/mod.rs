@@ -3,11 +3,11 @@
 //! `mn-ssh -L`'s local port forwarding (`forward`).
 
 pub mod channel;
+pub(crate) mod choice;
 pub mod client;
 pub(crate) mod forward;
 pub mod mux;
 pub mod mux_frames;
-pub(crate) mod route;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;
 pub mod tty;

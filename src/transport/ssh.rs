@@ -23,13 +23,13 @@ use russh::ChannelMsg;
 use tracing::debug;
 
 use super::channel::{ChannelRx, ChannelTx};
+use super::choice::{ClientSpec, Route};
 use super::client::{Connector, Start, Target};
 use super::forward;
 use super::mux::{MuxClient, MuxError};
-use super::route::{ClientSpec, Route};
 use super::ssh_args::{self, RequestTty, SshInvocation};
 use super::tty::{self, PtyRequest, RawMode};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exit_code;
 use crate::process::Outcome;

@@ -17,7 +17,7 @@ use tracing::debug;
 
 use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, lost_after};
 use super::mux::MuxClient;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::mux;

@@ -16,7 +16,7 @@ use tracing::debug;
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;

@@ -17,7 +17,7 @@ use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query,
 use super::probe::{Probe, RunOutput};
 use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
-use crate::environ::EnvMap;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 
 /// `nvidia-smi` may take this long (it takes seconds on a node without
@@ -41,7 +41,7 @@ pub(crate) const FABRIC_VARS: [&str; 5] = [
 
 /// What to gather besides the machine itself: the contract as resolved here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Plan {
+pub(crate) struct JobView {
     pub job: JobFacts,
     /// Host names to resolve (IP literals left out).
     pub hosts: Vec<String>,
@@ -50,10 +50,10 @@ pub(crate) struct Plan {
     pub ssh_wrapper: Option<String>,
 }
 
-impl Plan {
+impl JobView {
     /// The plan for a resolved job.
     pub(crate) fn from_job(job: &Job, port: u16) -> Self {
-        Plan {
+        JobView {
             job: JobFacts {
                 rank: Some(job.rank),
                 head_ip: Some(job.head_ip),
@@ -85,7 +85,7 @@ impl Plan {
                 _ => entry,
             }
         });
-        Plan {
+        JobView {
             job: JobFacts {
                 rank: env
                     .get("MULTINODE_NODE_RANK")
@@ -118,13 +118,13 @@ fn names<'a>(hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
 /// The plan for `multinode check --local`: the contract of this node, or,
 /// when it does not resolve, what the environment says. Errors only for bad
 /// command-line flags (the user's own input).
-pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<Plan, Error> {
+pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<JobView, Error> {
     match resolve_job(&args.topology.inputs(), env) {
-        Ok(job) => Ok(Plan::from_job(&job, args.port)),
+        Ok(job) => Ok(JobView::from_job(&job, args.port)),
         Err(e) if flags_given(&args.topology) => Err(e),
         Err(e) => {
             debug!(error = %e, "the contract does not resolve here");
-            Ok(Plan::from_env(env, args.port, &e))
+            Ok(JobView::from_env(env, args.port, &e))
         }
     }
 }
@@ -134,7 +134,7 @@ fn flags_given(t: &TopologyArgs) -> bool {
 }
 
 /// Gathers this node's facts.
-pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &Plan) -> NodeFacts {
+pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFacts {
     let (gpus, toolkits, names, rendezvous) = std::thread::scope(|s| {
         // Set but empty hides every GPU from CUDA: not "unset" here.
         let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
@@ -372,7 +372,7 @@ fn toolkits(probe: &dyn Probe, env: &EnvMap) -> Vec<Toolkit> {
 /// The variables of [`Settings::env`]: every `NCCL_*`, and these.
 const MPI_LAUNCH_VARS: [&str; 2] = ["OMPI_MCA_plm", "OMPI_MCA_plm_rsh_agent"];
 
-fn settings(probe: &dyn Probe, env: &EnvMap, plan: &Plan) -> Settings {
+fn settings(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> Settings {
     let mut versions = BTreeMap::new();
     if let Some(packages) = torch_packages(probe, env) {
         if let Some(v) = probe
@@ -537,8 +537,8 @@ mod tests {
         "nvidia-smi --query-gpu=index,name,driver_version,compute_cap --format=csv,noheader";
     const Q_OLD: &str = "nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader";
 
-    fn plan() -> Plan {
-        Plan {
+    fn plan() -> JobView {
+        JobView {
             job: JobFacts {
                 rank: Some(1),
                 head_ip: Some("10.0.0.1".parse().expect("ip")),
@@ -818,7 +818,7 @@ mod tests {
             ("MULTINODE_NODE_IP", "10.0.0.1"),
             ("RANK", "1"),
         ]);
-        let p = Plan::from_env(
+        let p = JobView::from_env(
             &e,
             29500,
             &Error::usage("no interface matches NCCL_SOCKET_IFNAME='eth9'"),
@@ -830,7 +830,7 @@ mod tests {
             p.job.error.as_deref(),
             Some("no interface matches NCCL_SOCKET_IFNAME='eth9'")
         );
-        let p = Plan::from_env(&EnvMap::default(), 29500, &Error::usage("x"));
+        let p = JobView::from_env(&EnvMap::default(), 29500, &Error::usage("x"));
         assert_eq!(
             (p.hosts.len(), p.rendezvous, p.job.head_ip),
             (0, None, None)
