@@ -12,9 +12,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::BytesMut;
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
 use tokio::io::AsyncWriteExt;
@@ -26,17 +24,7 @@ use super::{Shared, plain};
 use crate::exit_info;
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{signal_number, signal_to_sig};
-use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
-
-/// How long the last buffered output may take to reach the client once every
-/// writer is gone.
-const DRAIN_LIMIT: Duration = Duration::from_secs(5);
-/// A pump reads at most this much at once (SSH packets carry 32 KiB).
-const PUMP_CHUNK: usize = 64 * 1024;
-/// The least a pump reserves when its buffer has less room than the pipe
-/// holds: below glibc's large-request size (1 KiB), which would merge its
-/// small free blocks first.
-const PUMP_MIN_ROOM: usize = 512;
+use crate::protocol::{self, CWD_VAR};
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
@@ -205,11 +193,10 @@ pub(crate) async fn run(
     // this loop, which stops russh's bounded channel queue, which stops the
     // TCP stream: memory stays bounded), EOF, signals, and the channel's close.
     let peer_closed = CancellationToken::new();
-    // When the client first asked the group to end (its grace counts from then).
-    let signalled = Arc::new(std::sync::OnceLock::new());
+    let group = child.group();
     let inbound = {
         let peer_closed = peer_closed.clone();
-        let signalled = signalled.clone();
+        let group = group.clone();
         tokio::spawn(async move {
             let mut stdin = stdin;
             while let Some(msg) = rx.wait().await {
@@ -242,12 +229,7 @@ pub(crate) async fn run(
                         }
                     }
                     ChannelMsg::Signal { signal } => match signal_number(&signal) {
-                        Some(signo) => {
-                            if process::ends(signo) {
-                                signalled.get_or_init(tokio::time::Instant::now);
-                            }
-                            process::signal_group(pgid, signo);
-                        }
+                        Some(signo) => group.signal(signo),
                         None => debug!(?signal, "unknown signal name ignored"),
                     },
                     ChannelMsg::Close => break,
@@ -272,19 +254,8 @@ pub(crate) async fn run(
                 let _ = out_pump.await;
                 let _ = err_pump.await;
             };
-            tokio::pin!(pumps);
-            let drained = tokio::time::timeout(PIPE_GRACE, &mut pumps).await.is_ok();
-            if !drained {
-                debug!(channel = %id, "pipes still open after the command exited: ending its group");
-            }
-            // Nothing the command started outlives it.
-            process::end_group_after(pgid, shared.grace, signalled.get().copied()).await;
-            if session {
-                process::end_session(pgid, shared.grace).await;
-            }
-            if !drained && tokio::time::timeout(DRAIN_LIMIT, &mut pumps).await.is_err() {
-                debug!(channel = %id, "output still open after the group ended: dropping it");
-            }
+            let drained = process::settle(&group, shared.grace, session, pumps).await;
+            debug!(channel = %id, ?drained, "output drained");
             child.disarm();
             shared.keeper.forget(pgid);
             shared.running.remove(pgid);
@@ -353,37 +324,14 @@ fn terminal_ends(
 /// Reads a pipe to EOF, sending each chunk as it comes (stdout as data, stderr
 /// as extended data 1). `data_bytes` waits for the client's window: a slow
 /// client slows the command instead of growing a buffer here.
-///
-/// Reads go into the spare room of one buffer, never zeroed, and each chunk
-/// leaves as a slice of it (no copy). The buffer grows only as far as what
-/// the pipe holds (at most [`PUMP_CHUNK`] at once): a command that prints
-/// nothing allocates nothing here, and one that prints a line allocates
-/// about a line, not the 64 KiB a flood of output reads into.
 async fn pump(
     pipe: Option<tokio::net::unix::pipe::Receiver>,
     tx: Arc<ChannelWriteHalf<Msg>>,
     ext: Option<u32>,
 ) {
     let Some(pipe) = pipe else { return };
-    let mut buf = BytesMut::new();
-    loop {
-        if pipe.readable().await.is_err() {
-            return;
-        }
-        let unread = process::bytes_unread(&pipe).min(PUMP_CHUNK);
-        if buf.capacity() < unread {
-            buf.reserve(unread.max(PUMP_MIN_ROOM));
-        }
-        // With nothing unread and no room, this reads into at most 64 bytes
-        // that `BytesMut` reserves itself: end of file, or output that came
-        // just now.
-        match pipe.try_read_buf(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(_) => return,
-        }
-        let chunk = buf.split().freeze();
+    let mut reader = process::PipeReader::new(pipe);
+    while let Some(chunk) = reader.next().await {
         let sent = match ext {
             None => tx.data_bytes(chunk).await,
             Some(ext) => tx.extended_data_bytes(ext, chunk).await,

@@ -7,8 +7,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::output::{Stream, Writer};
-use super::types::{CancelReason, Control, End, Event, NodeOutcome, NodeRecord, RunResult};
+use super::event::{End, Event, Order};
+use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
+use super::writer::{Stream, Writer};
 use crate::exit_code;
 use crate::signals::{STOP_SIGNALS, Stops};
 use crate::snapshot::survey::{RunNodes, render_both};
@@ -38,7 +39,7 @@ enum Phase {
 /// exec_all for a group of nodes. Events carry the task's rank.
 pub struct TaskHandle {
     pub rank: usize,
-    pub control: mpsc::UnboundedSender<Control>,
+    pub orders: mpsc::UnboundedSender<Order>,
 }
 
 pub async fn run(
@@ -69,11 +70,11 @@ pub async fn run(
     });
     let mut snapshot: Option<serde_json::Value> = None;
 
-    // Sends `control` to every task that has not ended.
-    let broadcast = |done: &std::collections::HashSet<usize>, control: Control| {
+    // Sends `order` to every task that has not ended.
+    let broadcast = |done: &std::collections::HashSet<usize>, order: Order| {
         for task in &tasks {
             if !done.contains(&task.rank) {
-                let _ = task.control.send(control);
+                let _ = task.orders.send(order);
             }
         }
     };
@@ -183,12 +184,12 @@ pub async fn run(
                 phase = match phase {
                     Phase::Terminating(_) => {
                         info!("grace period over: SIGKILL to every node still running");
-                        broadcast(&done, Control::Signal(libc::SIGKILL));
+                        broadcast(&done, Order::Signal(libc::SIGKILL));
                         Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)))
                     }
                     _ => {
                         info!("nodes still there after SIGKILL: abandoning them");
-                        broadcast(&done, Control::Abandon);
+                        broadcast(&done, Order::Abandon);
                         Phase::Abandoned
                     }
                 };
@@ -214,12 +215,12 @@ pub async fn run(
             match reason {
                 CancelReason::SecondSignal => {
                     info!("second signal: SIGKILL to every node");
-                    broadcast(&done, Control::Signal(libc::SIGKILL));
+                    broadcast(&done, Order::Signal(libc::SIGKILL));
                     phase = Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)));
                 }
                 CancelReason::Signal(signo) => {
                     info!(signo, "passing the signal on to every node");
-                    broadcast(&done, Control::Signal(signo));
+                    broadcast(&done, Order::Signal(signo));
                     if first {
                         phase = Phase::Terminating(Instant::now() + spec.grace);
                     }
@@ -239,7 +240,7 @@ pub async fn run(
                         snapshot = Some(json);
                     }
                     info!(?reason, "ending the run: SIGTERM to every node");
-                    broadcast(&done, Control::Signal(libc::SIGTERM));
+                    broadcast(&done, Order::Signal(libc::SIGTERM));
                     phase = Phase::Terminating(Instant::now() + spec.grace);
                 }
                 _ => {}
@@ -320,7 +321,7 @@ mod tests {
     /// events it reads, and each node's orders.
     struct Run {
         events: mpsc::UnboundedSender<(usize, Event)>,
-        orders: Vec<mpsc::UnboundedReceiver<Control>>,
+        orders: Vec<mpsc::UnboundedReceiver<Order>>,
         result: tokio::task::JoinHandle<RunResult>,
         _closed: mpsc::UnboundedSender<()>,
     }
@@ -329,12 +330,12 @@ mod tests {
         let (events, events_rx) = mpsc::unbounded_channel();
         let (closed, closed_rx) = mpsc::unbounded_channel();
         let (writer_closed, _) = mpsc::unbounded_channel();
-        let (writer, _thread) = super::super::output::start(writer_closed);
+        let (writer, _thread) = super::super::writer::start(writer_closed);
         let mut handles = Vec::new();
         let mut orders = Vec::new();
         for rank in 0..n {
             let (tx, rx) = mpsc::unbounded_channel();
-            handles.push(TaskHandle { rank, control: tx });
+            handles.push(TaskHandle { rank, orders: tx });
             orders.push(rx);
         }
         let records = (0..n)
@@ -364,7 +365,7 @@ mod tests {
             .unwrap();
     }
 
-    async fn order(run: &mut Run, rank: usize) -> Control {
+    async fn order(run: &mut Run, rank: usize) -> Order {
         tokio::time::timeout(Duration::from_secs(5), run.orders[rank].recv())
             .await
             .expect("an order within 5 s")
@@ -378,7 +379,7 @@ mod tests {
         for rank in [0, 2] {
             assert!(matches!(
                 order(&mut run, rank).await,
-                Control::Signal(libc::SIGTERM)
+                Order::Signal(libc::SIGTERM)
             ));
         }
         let killed = Outcome::Signaled {
@@ -414,12 +415,12 @@ mod tests {
         let started = Instant::now();
         assert!(matches!(
             order(&mut run, 0).await,
-            Control::Signal(libc::SIGTERM)
+            Order::Signal(libc::SIGTERM)
         ));
         // The node ignores SIGTERM: SIGKILL comes once the grace is over.
         assert!(matches!(
             order(&mut run, 0).await,
-            Control::Signal(libc::SIGKILL)
+            Order::Signal(libc::SIGKILL)
         ));
         assert!(started.elapsed() >= Duration::from_millis(200));
         end(
@@ -445,7 +446,7 @@ mod tests {
         run._closed.send(()).unwrap();
         assert!(matches!(
             order(&mut run, 0).await,
-            Control::Signal(libc::SIGTERM)
+            Order::Signal(libc::SIGTERM)
         ));
         end(&run, 0, Outcome::Exited(0));
         let result = run.result.await.unwrap();

@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use super::nccl_line;
-use super::types::OutputStats;
+use super::record::OutputStats;
 
 /// The start of a Python traceback.
 const TRACEBACK: &[u8] = b"Traceback (most recent call last):";

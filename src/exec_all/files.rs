@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::output::Stream;
+use super::writer::Stream;
 
 /// The two files of one node.
 pub struct NodeFiles {

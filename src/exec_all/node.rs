@@ -1,62 +1,48 @@
-//! One task per node. A node runs the script locally (this machine), through
-//! an agent or sshd in-process (a russh session, no process per node), or
-//! through an external wrapper (`WRAPPER HOST COMMAND`). Each task reports to
-//! the dispatcher by events that carry its rank, and takes its orders
-//! (signals, abandon) from its own control channel.
+//! One task per node, one loop over any leg: the node's command is started
+//! (`leg`), its messages go to its sink (`sink`) as they come, the
+//! dispatcher's orders (signals, abandon) go to the leg, and the held
+//! partial line of the sink is written when due. The task tells the
+//! dispatcher by events that carry its rank.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use russh::ChannelMsg;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tracing::debug;
 
-use super::output::{NodeSink, Stream};
+use super::dispatch::TaskHandle;
+use super::event::{End, Event, Order};
+use super::files::NodeFiles;
+use super::leg::{Leg, LegMsg, RunCtx};
+use super::plan::NodeSpec;
+use super::record::NodeOutcome;
 use super::relay;
-use super::types::{Control, End, Event, NodeOutcome, RunCtx, Transport};
-use crate::exit_info::{self, ExitInfo};
-use crate::process::{GroupChild, Outcome, Spawn, Stdio};
-use crate::protocol::signals::{exit_outcome, signal_to_sig};
-use crate::protocol::{self, CWD_VAR, PIPE_GRACE};
-use crate::snapshot::survey::show_in_agent;
-use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
-use crate::transport::client::Target;
-use crate::transport::mux::MuxError;
+use super::sink::NodeSink;
+use super::writer::{Stream, Writer};
+use crate::error::Error;
+use crate::protocol::exit_info::ExitInfo;
 
 /// Everything one node task needs.
 pub struct NodeTask {
-    pub rank: usize,
-    pub host: String,
-    pub env: Vec<(String, String)>,
+    pub spec: NodeSpec,
     pub events: mpsc::UnboundedSender<(usize, Event)>,
-    pub control: mpsc::UnboundedReceiver<Control>,
+    pub orders: mpsc::UnboundedReceiver<Order>,
     pub stdin: Option<mpsc::Receiver<Bytes>>,
     pub sink: NodeSink,
-    pub local: bool,
-    /// For a relay: the ranks of its group (itself first) and the command
-    /// that runs exec_all for them there.
-    pub relay: Option<(Vec<usize>, Vec<u8>)>,
 }
 
 impl NodeTask {
     fn send(&self, event: Event) {
         // The dispatcher outlives every node task; a closed channel means it gave up.
-        let _ = self.events.send((self.rank, event));
+        let _ = self.events.send((self.spec.rank, event));
     }
 
-    fn end(self, outcome: NodeOutcome) {
-        self.end_with(outcome, None);
-    }
-
-    fn end_with(self, outcome: NodeOutcome, exit_info: Option<ExitInfo>) {
-        let subtree = self.relay.as_ref().map(|(group, _)| {
+    fn end(self, outcome: NodeOutcome, exit_info: Option<ExitInfo>) {
+        let subtree = self.spec.relay.as_ref().map(|group| {
             relay::subtree(
                 group,
-                &self.host,
+                &self.spec.host,
                 &outcome,
                 self.sink.stats.relay_report.as_deref(),
             )
@@ -68,380 +54,128 @@ impl NodeTask {
             subtree,
             exit_info,
         };
-        let _ = self.events.send((self.rank, Event::Ended(Box::new(end))));
+        self.send(Event::Ended(Box::new(end)));
     }
 }
 
 /// `task` is boxed: it is passed down through nested async fns, each of
-/// which would otherwise keep its own copy (~570 bytes) in the state every
-/// connection holds for the run.
-pub async fn run(ctx: Arc<RunCtx>, task: Box<NodeTask>) {
-    if task.local {
-        run_local(ctx, task).await;
-        return;
-    }
-    match &ctx.transport {
-        Transport::Native(_) => run_native(ctx, task).await,
-        Transport::External(_) => run_local(ctx, task).await,
-    }
-}
-
-/// A local process's stdin: the script (for `-`), then exec_all's stdin
-/// (for a file or `-c`), then EOF. A remote node's goes the same way through
-/// `transport::channel::send_input`.
-struct StdinSource {
-    prefix: Option<Bytes>,
-    rx: Option<mpsc::Receiver<Bytes>>,
-}
-
-impl StdinSource {
-    fn new(ctx: &RunCtx, rx: Option<mpsc::Receiver<Bytes>>) -> Self {
-        StdinSource {
-            prefix: ctx.script.stdin_prefix().map(Bytes::copy_from_slice),
-            rx,
-        }
-    }
-
-    async fn next(&mut self) -> Option<Bytes> {
-        if let Some(prefix) = self.prefix.take() {
-            return Some(prefix);
-        }
-        self.rx.as_mut()?.recv().await
-    }
-}
-
-async fn run_native(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
-    let Transport::Native(connector) = &ctx.transport else {
-        unreachable!("run_native is only called for the native transport")
+/// which would otherwise keep its own copy in the state every connection
+/// holds for the run.
+pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
+    let stdin = task.stdin.take();
+    // Boxed, as the other seldom awaited futures below: the handshake's
+    // state is not part of the state the task holds for the run.
+    let started = Box::pin(Leg::start(&ctx, &mut task.spec, &mut task.orders, stdin)).await;
+    let mut leg = match started {
+        Ok(leg) => leg,
+        Err(outcome) => return task.end(outcome, None),
     };
-    let target = Target {
-        host: task.host.clone(),
-        port: ctx.port,
-        user: ctx.user.clone(),
-    };
-    // The node's variables leave the task: sent once, not held for the run.
-    let node_env = std::mem::take(&mut task.env);
-    // Inside `multinode agent -- JOB`: through the head agent's connection.
-    if let Some(mux) = &ctx.mux {
-        let (command, vars) = agent_request(&ctx, &task, node_env.clone());
-        let shared = tokio::select! {
-            shared = mux.exec(&target, |peer| (command, with_address(vars, peer))) => shared,
-            ctl = task.control.recv() => {
-                debug!(rank = task.rank, ?ctl, "stopped before connecting");
-                return task.end(NodeOutcome::NotStarted);
-            }
-        };
-        match shared {
-            Ok(Some(s)) => return follow(&ctx, task, s.peer, s.rx, s.tx, None).await,
-            Ok(None) => {}
-            Err(MuxError::Unreachable(e)) => return task.end(NodeOutcome::Unreachable(e)),
-            Err(MuxError::Failed(e)) => {
-                return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}")));
-            }
-        }
-    }
-    let connected = {
-        let _slot = tokio::select! {
-            slot = ctx.connect_slots.acquire() => slot.expect("the semaphore is never closed"),
-            ctl = task.control.recv() => {
-                debug!(rank = task.rank, ?ctl, "stopped before connecting");
-                return task.end(NodeOutcome::NotStarted);
-            }
-        };
-        tokio::select! {
-            // Boxed: the handshake's state (~3 KB) is freed once connected,
-            // not kept in the task for the run.
-            conn = Box::pin(connector.connect(&target)) => conn,
-            ctl = task.control.recv() => {
-                debug!(rank = task.rank, ?ctl, "stopped while connecting");
-                return task.end(NodeOutcome::NotStarted);
-            }
-        }
-    };
-    let conn = match connected {
-        Ok(conn) => conn,
-        Err(e) => return task.end(NodeOutcome::Unreachable(e.to_string())),
-    };
-    let peer = conn.peer();
-    // An agent takes the variables and the directory as `env` requests; a stock
-    // sshd drops those (AcceptEnv), so they go in the command line instead.
-    let (command, env) = match connector.auth() {
-        crate::transport::client::Auth::Agent(_) => {
-            let (command, vars) = agent_request(&ctx, &task, node_env);
-            (command, with_address(vars, peer))
-        }
-        crate::transport::client::Auth::OpenSsh(_) => {
-            let vars = with_address(node_env, peer);
-            (
-                super::script::wrapped_command(
-                    node_command(&ctx, &task),
-                    ctx.cwd.as_bytes(),
-                    &vars,
-                ),
-                Vec::new(),
-            )
-        }
-    };
-    let channel = match Box::pin(conn.exec(&command, &env)).await {
-        Ok(channel) => channel,
-        Err(e) => return task.end(NodeOutcome::Lost(format!("cannot start the script: {e}"))),
-    };
-    // Sent: not held for the command's whole run (a node's variables and an
-    // inline script can be tens of KB, times every node).
-    drop((command, env));
-    let (rx, tx) = channel.split();
-    follow(
-        &ctx,
-        task,
-        peer,
-        ChannelRx::Ssh(rx),
-        ChannelTx::Ssh(tx),
-        Some(conn),
-    )
-    .await;
-}
-
-/// What a node runs: the relay command for a subtree, else the job's.
-fn node_command<'a>(ctx: &'a RunCtx, task: &'a NodeTask) -> &'a [u8] {
-    match &task.relay {
-        Some((_, command)) => command.as_slice(),
-        None => ctx.command.as_slice(),
-    }
-}
-
-/// The command and the variables for an agent, which takes the variables
-/// and the directory as `env` requests ([`with_address`] completes them).
-fn agent_request(
-    ctx: &RunCtx,
-    task: &NodeTask,
-    mut vars: Vec<(String, String)>,
-) -> (Vec<u8>, Vec<(String, String)>) {
-    vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
-    vars.push((
-        protocol::exit_info::REQUEST_VAR.to_string(),
-        "1".to_string(),
-    ));
-    (node_command(ctx, task).to_vec(), vars)
-}
-
-/// The variables with the node's address as it was reached.
-fn with_address(
-    mut vars: Vec<(String, String)>,
-    peer: std::net::SocketAddr,
-) -> Vec<(String, String)> {
-    crate::env::fill_reached_address(&mut vars, peer.ip());
-    vars
-}
-
-/// A started remote command to its end: input in, output and the exit
-/// status out, orders (signals, abandon) passed on. `conn` is this process's
-/// own connection, closed at the end; without one (a shared connection) the
-/// channel is closed instead.
-async fn follow(
-    ctx: &RunCtx,
-    mut task: Box<NodeTask>,
-    peer: std::net::SocketAddr,
-    mut rx: ChannelRx,
-    tx: ChannelTx,
-    conn: Option<crate::transport::client::Connection>,
-) {
     task.send(Event::Started {
-        address: Some(peer.to_string()),
+        address: leg.address(),
     });
-    let tx = Arc::new(tx);
-    let stdin = {
-        let tx = tx.clone();
-        let prefix = ctx.script.stdin_prefix().map(Bytes::copy_from_slice);
-        let input = task.stdin.take();
-        tokio::spawn(async move { send_input(&tx, prefix, input).await })
-    };
     let mut status = None;
+    let mut exit_info = None;
     let mut abandoned = false;
     let mut timer = FlushTimer::new();
-    // The agent's report of the script's end (see `exit_info`).
-    let mut info_bytes: Vec<u8> = Vec::new();
     loop {
         timer.arm(task.sink.flush_at());
         // In this order: orders first; bytes already here before the timer of
         // a partial line, which is then only due if the node really is quiet.
         tokio::select! {
             biased;
-            ctl = task.control.recv() => match ctl {
-                Some(Control::Signal(signo)) => {
-                    // Boxed, as the other seldom awaited futures below: not
-                    // part of the state the task holds for the run.
-                    let _ = Box::pin(tx.signal(signal_to_sig(signo))).await;
-                }
-                Some(Control::Abandon) | None => {
+            order = task.orders.recv() => match order {
+                Some(Order::Signal(signo)) => Box::pin(leg.signal(signo)).await,
+                Some(Order::Abandon) | None => {
                     abandoned = true;
                     break;
                 }
             },
-            msg = rx.wait() => match msg {
-                Some(ChannelMsg::Data { data }) => task.sink.feed(Stream::Out, &data).await,
-                Some(ChannelMsg::ExtendedData { data, ext: protocol::exit_info::EXT_EXIT_INFO }) => {
-                    if info_bytes.len() + data.len() <= protocol::exit_info::MAX_MESSAGE {
-                        info_bytes.extend_from_slice(&data);
-                    }
-                }
-                Some(ChannelMsg::ExtendedData { data, .. }) => task.sink.feed(Stream::Err, &data).await,
-                Some(ChannelMsg::Close) | None => break,
-                Some(msg) => {
-                    if let Some(outcome) = exit_outcome(&msg) {
-                        status = Some(outcome);
-                    }
-                }
+            msg = leg.next() => match msg {
+                Some(LegMsg::Out(data)) => task.sink.feed(Stream::Out, &data).await,
+                Some(LegMsg::Err(data)) => task.sink.feed(Stream::Err, &data).await,
+                Some(LegMsg::ExitInfo(info)) => exit_info = Some(info),
+                Some(LegMsg::Exit(outcome)) => status = Some(outcome),
+                None => break,
             },
             () = timer.wait() => task.sink.flush_due().await,
         }
     }
-    stdin.abort();
     task.sink.finish().await;
-    // Closing the connection (or the shared one's channel) makes the agent
-    // end whatever is left of the group.
-    match conn {
-        Some(conn) => {
-            let _ = Box::pin(tokio::time::timeout(Duration::from_secs(2), conn.close())).await;
-        }
-        None => Box::pin(tx.close()).await,
-    }
-    let outcome = match status {
+    let closed = leg.close(abandoned).await;
+    let outcome = match status.or(closed.status) {
         Some(outcome) => NodeOutcome::Finished(outcome),
-        None if abandoned => NodeOutcome::Lost("abandoned: it did not end after SIGKILL".into()),
-        None => {
-            NodeOutcome::Lost("connection lost (no keepalive answer, or the agent ended)".into())
-        }
+        None => NodeOutcome::Lost(closed.lost.into()),
     };
-    let info = ExitInfo::from_message(&info_bytes);
-    task.end_with(outcome, info);
+    task.end(outcome, exit_info.or(closed.exit_info));
 }
 
-/// The local node, or a node reached through an external wrapper: a local
-/// process under `multinode supervise`, so it ends if exec_all is killed.
-async fn run_local(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
-    let mut argv: Vec<OsString> = Vec::new();
-    if task.local {
-        argv.extend(ctx.script.local_argv(&ctx.args));
-    } else {
-        let Transport::External(wrapper) = &ctx.transport else {
-            unreachable!("remote nodes run locally only through an external wrapper")
+/// A run's node tasks, started.
+pub struct Started {
+    /// The dispatcher's handle on each task.
+    pub handles: Vec<TaskHandle>,
+    pub events: mpsc::UnboundedReceiver<(usize, Event)>,
+    pub tasks: tokio::task::JoinSet<()>,
+    /// The reader of exec_all's stdin, when the nodes get it.
+    pub stdin: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts a task for each spec of the plan, its sink writing through
+/// `writer` (and to `--output DIR`'s files), and exec_all's stdin given
+/// to every node when `forward_stdin`.
+pub fn start_all(
+    ctx: &Arc<RunCtx>,
+    specs: Vec<NodeSpec>,
+    writer: &Writer,
+    output_dir: Option<&Path>,
+    forward_stdin: bool,
+) -> Result<Started, Error> {
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let mut handles = Vec::new();
+    let mut stdin_txs = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for spec in specs {
+        let files = match (output_dir, spec.files) {
+            (Some(dir), true) => Some(NodeFiles::create(dir, spec.rank).map_err(Error::Usage)?),
+            _ => None,
         };
-        let command = super::script::wrapped_command(&ctx.command, ctx.cwd.as_bytes(), &task.env);
-        argv.push(wrapper.clone().into());
-        argv.push(task.host.clone().into());
-        argv.push(std::ffi::OsStr::from_bytes(&command).to_os_string());
-    }
-    // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
-    let watch = task
-        .local
-        .then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
-    let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
-    let mut cmd = Spawn::from_std(&supervised);
-    if task.local {
-        cmd.envs(task.env.iter().map(|(k, v)| (k, v)));
-    }
-    cmd.stdio(Stdio::Piped);
-    let mut child = match GroupChild::spawn(&cmd) {
-        Ok(child) => child,
-        Err(e) => {
-            return task.end(NodeOutcome::Unreachable(format!(
-                "cannot start {}: {e}",
-                ctx.bin.display()
-            )));
-        }
-    };
-    task.send(Event::Started { address: None });
-    let pgid = child.pgid();
-    // Shown to this machine's agent until the group is gone, for `multinode ps`.
-    let shown = match (&ctx.transport, &ctx.local_agent) {
-        (Transport::Native(connector), Some(agent)) if task.local => Some(show_in_agent(
-            connector.clone(),
-            agent.clone(),
-            pgid.as_raw(),
-        )),
-        _ => None,
-    };
-    let (stdin_pipe, out, err) = child.take_stdio();
-    let stdin = {
-        let mut source = StdinSource::new(&ctx, task.stdin.take());
-        tokio::spawn(async move {
-            let Some(mut pipe) = stdin_pipe else { return };
-            while let Some(chunk) = source.next().await {
-                if pipe.write_all(&chunk).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    let mut out = Pipe::new(out);
-    let mut err = Pipe::new(err);
-    let mut status = None;
-    let mut exited_at = None;
-    let mut abandoned = false;
-    let mut timer = FlushTimer::new();
-    loop {
-        if status.is_some() && out.done && err.done {
-            break;
-        }
-        let grace_over = async {
-            match exited_at {
-                Some(at) => tokio::time::sleep_until(at + PIPE_GRACE).await,
-                None => std::future::pending().await,
-            }
+        let sink = NodeSink::new(writer.clone(), &spec.output, files);
+        let (orders_tx, orders) = mpsc::unbounded_channel();
+        handles.push(TaskHandle {
+            rank: spec.rank,
+            orders: orders_tx,
+        });
+        let stdin = forward_stdin.then(|| {
+            let (tx, rx) = mpsc::channel::<Bytes>(4);
+            stdin_txs.push(tx);
+            rx
+        });
+        let task = NodeTask {
+            spec,
+            events: events_tx.clone(),
+            orders,
+            stdin,
+            sink,
         };
-        timer.arm(task.sink.flush_at());
-        tokio::select! {
-            () = timer.wait() => task.sink.flush_due().await,
-            chunk = out.read(), if !out.done => {
-                if let Some(chunk) = chunk { task.sink.feed(Stream::Out, &chunk).await; }
-            }
-            chunk = err.read(), if !err.done => {
-                if let Some(chunk) = chunk { task.sink.feed(Stream::Err, &chunk).await; }
-            }
-            result = child.wait(), if status.is_none() => {
-                status = Some(result.unwrap_or(Outcome::Exited(1)));
-                exited_at = Some(tokio::time::Instant::now());
-            }
-            () = grace_over => {
-                // Something left in the group holds the pipes: end it, read what is left.
-                crate::process::end_group_after(pgid, ctx.grace, child.signalled_at()).await;
-                exited_at = None;
-                if !(out.done && err.done) {
-                    out.done = true;
-                    err.done = true;
-                }
-            }
-            ctl = task.control.recv() => match ctl {
-                Some(Control::Signal(signo)) => {
-                    if let Ok(sig) = nix::sys::signal::Signal::try_from(signo) {
-                        child.signal(sig);
-                    }
-                }
-                Some(Control::Abandon) | None => {
-                    child.signal(nix::sys::signal::Signal::SIGKILL);
-                    abandoned = true;
-                    break;
-                }
-            },
+        tasks.spawn(run(ctx.clone(), Box::new(task)));
+    }
+    let stdin = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));
+    Ok(Started {
+        handles,
+        events,
+        tasks,
+        stdin,
+    })
+}
+
+/// Reads exec_all's stdin and gives every chunk to every node, at the pace of
+/// the slowest; a node that ended is skipped.
+async fn broadcast_stdin(txs: Vec<mpsc::Sender<Bytes>>) {
+    let mut stdin = crate::stdio::stdin_chunks();
+    while let Some(chunk) = stdin.recv().await {
+        for tx in &txs {
+            let _ = tx.send(chunk.clone()).await;
         }
     }
-    stdin.abort();
-    task.sink.finish().await;
-    if abandoned && status.is_none() {
-        status = child.wait().await.ok();
-    }
-    crate::process::end_group_after(pgid, ctx.grace, child.signalled_at()).await;
-    child.disarm();
-    drop(shown);
-    let info = match (&watch, &status) {
-        (Some(watch), Some(outcome)) => Some(watch.finish(exit_info::may_have_dumped(outcome))),
-        _ => None,
-    };
-    let outcome = match status {
-        Some(outcome) => NodeOutcome::Finished(outcome),
-        None => NodeOutcome::Lost("the local process could not be waited for".into()),
-    };
-    task.end_with(outcome, info);
 }
 
 /// The timer of a sink's held partial line, armed lazily: once when a line
@@ -480,34 +214,6 @@ impl FlushTimer {
         }
         self.sleep.as_mut().await;
         self.armed = false;
-    }
-}
-
-/// A child's pipe read in chunks; `done` once it reached EOF.
-struct Pipe<R> {
-    reader: Option<R>,
-    buf: Vec<u8>,
-    done: bool,
-}
-
-impl<R: AsyncRead + Unpin> Pipe<R> {
-    fn new(reader: Option<R>) -> Self {
-        Pipe {
-            done: reader.is_none(),
-            reader,
-            buf: vec![0u8; 64 * 1024],
-        }
-    }
-
-    async fn read(&mut self) -> Option<Vec<u8>> {
-        let reader = self.reader.as_mut()?;
-        match reader.read(&mut self.buf).await {
-            Ok(0) | Err(_) => {
-                self.done = true;
-                None
-            }
-            Ok(n) => Some(self.buf[..n].to_vec()),
-        }
     }
 }
 

@@ -6,10 +6,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::event::Subtree;
 use super::options::RunOptions;
+use super::record::{NodeOutcome, NodeRecord, RunResult};
 use super::report;
 use super::script::{self, Script};
-use super::types::{NodeOutcome, NodeRecord, RunCtx, RunResult, Subtree};
 use crate::process::Outcome;
 use crate::sh::quote as sh_quote;
 use crate::topology::nodeset::fold_ranks;
@@ -84,12 +85,7 @@ pub fn plan_groups(selected: &[usize], local: usize, fanout: usize) -> Vec<Vec<u
 /// options; it ends its stderr with its report (`--relay-report`). It passes
 /// on exactly the variables this process exports (by name: the relay has their
 /// values from us), not those of its own agent.
-pub fn command(
-    group: &[usize],
-    options: &RunOptions,
-    ctx: &RunCtx,
-    exported: &[(String, String)],
-) -> Vec<u8> {
+pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, String)]) -> Vec<u8> {
     let mut sorted = group.to_vec();
     sorted.sort_unstable();
     let mut cmd = format!(
@@ -128,14 +124,14 @@ pub fn command(
     if !options.fail_fast {
         cmd.extend_from_slice(b" --no-fail-fast");
     }
-    match &ctx.script {
+    match &options.script {
         Script::Stdin(_) => cmd.extend_from_slice(b" -"),
         Script::Inline(text) => {
             cmd.extend_from_slice(b" -c ");
             cmd.extend_from_slice(&sh_quote(text));
         }
     }
-    for arg in &ctx.args {
+    for arg in &options.args {
         cmd.push(b' ');
         cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
             arg.as_os_str(),

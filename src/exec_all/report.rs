@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::types::{CancelReason, NodeOutcome, NodeRecord, RunResult};
+use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
 use super::verdict::{self, Verdict};
 use crate::process::{Outcome, signal_name};
 

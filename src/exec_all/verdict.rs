@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::types::{NodeOutcome, RunResult};
+use super::record::{NodeOutcome, RunResult};
 use crate::process::{Outcome, signal_name};
 
 /// The first failure of a run.

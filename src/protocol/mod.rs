@@ -24,11 +24,6 @@ use std::time::Duration;
 /// Environment variable a client sets to choose the command's working directory.
 pub const CWD_VAR: &str = "MULTINODE_CWD";
 
-/// How long a command's pipes may stay open after it exited (a background
-/// job holding stdout) before the rest of its group is ended: on an agent,
-/// and for exec_all's local node, which must behave the same.
-pub const PIPE_GRACE: Duration = Duration::from_secs(1);
-
 /// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
 pub const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
 /// Unanswered keepalives before the agent gives a client up. (A client

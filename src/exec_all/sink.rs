@@ -1,5 +1,5 @@
-//! The output relay: every node's stdout and stderr, written by one writer
-//! thread, so that lines of different nodes never mix.
+//! One node's end of the output relay: its bytes cut into lines for the
+//! writer thread (`writer`), its files, and what the report keeps of it.
 //!
 //! One node alone, unlabelled, is a byte pipe: every chunk is passed on as it
 //! comes. When several nodes share the streams, or with `--label`, a node's
@@ -16,18 +16,14 @@
 //! `/dev/full`) ends the run (see `dispatch`).
 
 use std::collections::VecDeque;
-use std::io::{self, IsTerminal, Write};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::mpsc;
 use tokio::time::{Duration, Instant};
 
 use super::error_line::ErrorScan;
 use super::files::NodeFiles;
+use super::record::OutputStats;
 use super::relay;
-use super::types::OutputStats;
-use crate::stdio::{Fd, FdWriter};
+use super::writer::{Stream, Writer};
 
 /// A line longer than this is passed on in pieces instead of held whole.
 const MAX_PARTIAL_LINE: usize = 1024 * 1024;
@@ -36,208 +32,10 @@ const MAX_PARTIAL_LINE: usize = 1024 * 1024;
 pub const QUIET: Duration = Duration::from_millis(150);
 /// ... or once it has waited this long, however its node drips.
 pub const MAX_HOLD: Duration = Duration::from_secs(1);
-/// Blocks queued for the writer before nodes wait.
-const WRITER_QUEUE: usize = 256;
 /// Lines of each node kept for the failure report.
 pub const TAIL_LINES: usize = 5;
 /// Each kept line is cut to this many bytes.
 const TAIL_LINE_MAX: usize = 200;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    Out,
-    Err,
-}
-
-impl Stream {
-    fn fd(self) -> Fd {
-        match self {
-            Stream::Out => Fd::Out,
-            Stream::Err => Fd::Err,
-        }
-    }
-}
-
-enum Message {
-    Block(Stream, Vec<u8>),
-    Progress(String),
-}
-
-/// The writer's handle. Cloned into every node's sink.
-#[derive(Clone)]
-pub struct Writer {
-    tx: mpsc::Sender<Message>,
-    closed: Arc<Closed>,
-}
-
-/// What the writer thread found it cannot write to.
-#[derive(Default)]
-struct Closed {
-    stdout: AtomicBool,
-    stderr: AtomicBool,
-    /// The first failed write.
-    first: std::sync::Mutex<Option<(Fd, io::Error)>>,
-}
-
-impl Closed {
-    fn flag(&self, fd: Fd) -> &AtomicBool {
-        match fd {
-            Fd::Out => &self.stdout,
-            Fd::Err => &self.stderr,
-        }
-    }
-
-    fn is(&self, fd: Fd) -> bool {
-        self.flag(fd).load(Ordering::Relaxed)
-    }
-
-    /// Records a failed write; true the first time for this stream.
-    fn fail(&self, fd: Fd, e: io::Error) -> bool {
-        if self.flag(fd).swap(true, Ordering::Relaxed) {
-            return false;
-        }
-        let mut first = self
-            .first
-            .lock()
-            .expect("not poisoned: no panics while held");
-        if first.is_none() {
-            *first = Some((fd, e));
-        }
-        true
-    }
-}
-
-/// The writer thread; join it after every `Writer` is dropped.
-pub struct WriterThread {
-    handle: std::thread::JoinHandle<()>,
-    closed: Arc<Closed>,
-}
-
-impl WriterThread {
-    /// Waits for the thread; returns the first write that failed, if any.
-    pub fn join(self) -> Option<(Fd, io::Error)> {
-        let _ = self.handle.join();
-        self.closed
-            .first
-            .lock()
-            .expect("not poisoned: no panics while held")
-            .take()
-    }
-}
-
-/// Starts the writer thread on this process's stdout and stderr. `closed` is
-/// notified when stdout or stderr turns out to be closed (`| head`) or
-/// unwritable (`/dev/full`).
-pub fn start(closed: tokio::sync::mpsc::UnboundedSender<()>) -> (Writer, WriterThread) {
-    let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-    let flags = Arc::new(Closed::default());
-    let thread_flags = flags.clone();
-    let handle = std::thread::Builder::new()
-        .name("mn-output".into())
-        .spawn(move || writer_loop(rx, thread_flags, closed))
-        .expect("spawning the output thread");
-    (
-        Writer {
-            tx,
-            closed: flags.clone(),
-        },
-        WriterThread {
-            handle,
-            closed: flags,
-        },
-    )
-}
-
-fn writer_loop(
-    mut rx: mpsc::Receiver<Message>,
-    flags: Arc<Closed>,
-    closed: tokio::sync::mpsc::UnboundedSender<()>,
-) {
-    let failed = |fd: Fd, e: io::Error| {
-        if flags.fail(fd, e) {
-            let _ = closed.send(());
-        }
-    };
-    let mut err = FdWriter(Fd::Err);
-    let mut out = io::BufWriter::with_capacity(256 * 1024, FdWriter(Fd::Out));
-    let progress_allowed = io::stderr().is_terminal();
-    let mut progress_shown = false;
-    while let Some(msg) = rx.blocking_recv() {
-        match msg {
-            Message::Progress(text) => {
-                if progress_allowed && !flags.is(Fd::Err) {
-                    let _ = write!(err, "\r\x1b[K{text}");
-                    progress_shown = !text.is_empty();
-                }
-            }
-            Message::Block(stream, data) => {
-                if progress_shown {
-                    let _ = err.write_all(b"\r\x1b[K");
-                    progress_shown = false;
-                }
-                match stream {
-                    Stream::Out => {
-                        if flags.is(Fd::Out) {
-                            continue;
-                        }
-                        if let Err(e) = out.write_all(&data) {
-                            failed(Fd::Out, e);
-                            continue;
-                        }
-                    }
-                    Stream::Err => {
-                        if !flags.is(Fd::Out)
-                            && let Err(e) = out.flush()
-                        {
-                            failed(Fd::Out, e);
-                        }
-                        if flags.is(Fd::Err) {
-                            continue;
-                        }
-                        if let Err(e) = err.write_all(&data) {
-                            failed(Fd::Err, e);
-                        }
-                    }
-                }
-            }
-        }
-        // Flush when nothing else is waiting: batches under load, prompt when idle.
-        if rx.is_empty()
-            && !flags.is(Fd::Out)
-            && let Err(e) = out.flush()
-        {
-            failed(Fd::Out, e);
-        }
-    }
-    if progress_shown {
-        let _ = err.write_all(b"\r\x1b[K");
-    }
-    if !flags.is(Fd::Out)
-        && let Err(e) = out.flush()
-    {
-        failed(Fd::Out, e);
-    }
-}
-
-impl Writer {
-    /// Shows `text` as the progress line (on a terminal only); empty clears it.
-    pub async fn progress(&self, text: String) {
-        let _ = self.tx.send(Message::Progress(text)).await;
-    }
-
-    /// Writes `text` to a stream as one block, between whole lines of the nodes.
-    pub async fn text(&self, stream: Stream, text: String) {
-        let _ = self
-            .tx
-            .send(Message::Block(stream, text.into_bytes()))
-            .await;
-    }
-
-    /// Whether this stream can no longer be written (closed or failing).
-    pub fn closed(&self, stream: Stream) -> bool {
-        self.closed.is(stream.fd())
-    }
-}
 
 /// A capturing sink keeps at most this much of each stream.
 pub const CAPTURE_MAX: usize = 4 * 1024 * 1024;
@@ -288,30 +86,49 @@ impl Partial {
     }
 }
 
-impl NodeSink {
-    /// `label`: the `RANK HOST: ` prefix, if lines are labelled. `forward`:
-    /// false keeps the output out of exec_all's streams (counted and kept for
-    /// the report only). `capture`: keep every byte (see [`CAPTURE_MAX`]).
-    /// `shared`: other nodes write to the same streams, so partial lines are
-    /// held (briefly) and a partial last line gets a newline; alone and
+/// What a node's output goes through, as the plan says (see `plan`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkSettings {
+    /// `RANK HOST: ` before every line (`--label`).
+    pub label: Option<String>,
+    /// Written to exec_all's streams; false: counted and kept for the report only.
+    pub forward: bool,
+    /// Every byte kept (see [`CAPTURE_MAX`]): `--group`, `collect`.
+    pub capture: bool,
+    /// Other nodes write to the same streams: partial lines are held
+    /// (briefly) and a partial last line gets a newline. Alone and
     /// unlabelled, the node's bytes pass exactly and at once.
-    pub fn new(
-        writer: Writer,
-        label: Option<String>,
-        forward: bool,
-        capture: bool,
-        shared: bool,
-    ) -> Self {
+    pub shared: bool,
+    /// `--timestamps`: every line starts with the time it came (before the
+    /// label, if any); lines are then cut as for labels.
+    pub timestamps: bool,
+    /// The node is a relay: its lines come labelled (and stamped) by its own
+    /// exec_all already, and its report is taken out of its stderr.
+    pub relay: bool,
+}
+
+impl NodeSink {
+    /// A node's sink; `files`: `--output DIR`'s two files of the node, which
+    /// get its bytes as they come.
+    pub fn new(writer: Writer, settings: &SinkSettings, files: Option<NodeFiles>) -> Self {
+        let relay = settings.relay;
+        let timestamps = settings.timestamps && !relay;
+        let label = match (&settings.label, relay) {
+            (_, true) => None,
+            (None, false) if timestamps => Some(Vec::new()),
+            (label, false) => label.clone().map(String::into_bytes),
+        };
+        let cut_lines = settings.shared || settings.label.is_some() || settings.timestamps;
         NodeSink {
-            relay: false,
-            timestamps: false,
-            files: None,
-            hold: shared || label.is_some(),
-            end_partial: shared || label.is_some(),
+            relay,
+            timestamps,
+            files,
+            hold: cut_lines || relay,
+            end_partial: cut_lines,
             writer,
-            label: label.map(String::into_bytes),
-            forward,
-            capture,
+            label,
+            forward: settings.forward,
+            capture: settings.capture,
             out: Partial::default(),
             err: Partial::default(),
             scans: Default::default(),
@@ -435,32 +252,6 @@ impl NodeSink {
         }
     }
 
-    /// `--output DIR`: the node's bytes also go to its files, as they come.
-    pub fn with_files(mut self, files: NodeFiles) -> Self {
-        self.files = Some(files);
-        self
-    }
-
-    /// `--timestamps`: every line is prefixed with the time it came (before
-    /// the label, if any); lines are then cut as for labels.
-    pub fn with_timestamps(mut self) -> Self {
-        self.timestamps = true;
-        self.label.get_or_insert_with(Vec::new);
-        self.hold = true;
-        self.end_partial = true;
-        self
-    }
-
-    /// Marks this sink as a relay's: its lines are labelled by the relay
-    /// already, and its report is taken out of its stderr.
-    pub fn relay(mut self) -> Self {
-        self.relay = true;
-        self.label = None;
-        self.timestamps = false;
-        self.hold = true;
-        self
-    }
-
     async fn emit(&mut self, stream: Stream, mut block: Vec<u8>) {
         if self.relay && stream == Stream::Err {
             let (rest, report) = relay::take_report(block);
@@ -497,7 +288,7 @@ impl NodeSink {
             Some(label) => labelled(label, &block),
             None => block,
         };
-        let _ = self.writer.tx.send(Message::Block(stream, block)).await;
+        self.writer.block(stream, block).await;
     }
 }
 
@@ -584,6 +375,8 @@ fn remember_tail(tail: &mut VecDeque<String>, block: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec_all::writer::Message;
+    use tokio::sync::mpsc;
 
     #[test]
     fn labels_every_line_and_ends_the_last() {
@@ -604,7 +397,7 @@ mod tests {
     #[tokio::test]
     async fn sink_sends_whole_lines_only() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), Some("3 h: ".into()), true, false, true);
+        let mut sink = NodeSink::new(writer(tx), &labelled_by("3 h: "), None);
         sink.feed(Stream::Out, b"ab").await;
         sink.feed(Stream::Out, b"c\nde").await;
         sink.feed(Stream::Err, b"oops\n").await;
@@ -627,7 +420,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_last_nccl_line_and_timestamps() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), None, true, false, true).with_timestamps();
+        let mut sink = NodeSink::new(
+            writer(tx),
+            &SinkSettings {
+                timestamps: true,
+                ..shared()
+            },
+            None,
+        );
         sink.feed(Stream::Err, b"h:1:2 [0] NCCL WARN first\nplain\n")
             .await;
         sink.feed(Stream::Out, b"x: NCCL error in: y\nok\n").await;
@@ -644,11 +444,24 @@ mod tests {
         assert!(got[1].1.ends_with("Z ok\n"), "{got:?}");
     }
 
-    fn writer(tx: mpsc::Sender<Message>) -> Writer {
-        Writer {
-            tx,
-            closed: Arc::new(Closed::default()),
+    /// A node among others, output forwarded, unlabelled.
+    fn shared() -> SinkSettings {
+        SinkSettings {
+            forward: true,
+            shared: true,
+            ..SinkSettings::default()
         }
+    }
+
+    fn labelled_by(label: &str) -> SinkSettings {
+        SinkSettings {
+            label: Some(label.into()),
+            ..shared()
+        }
+    }
+
+    fn writer(tx: mpsc::Sender<Message>) -> Writer {
+        Writer::to_channel(tx)
     }
 
     fn blocks(rx: &mut mpsc::Receiver<Message>) -> Vec<(Stream, String)> {
@@ -686,7 +499,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_unlabelled_node_is_a_byte_pipe() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), None, true, false, false);
+        let mut sink = NodeSink::new(
+            writer(tx),
+            &SinkSettings {
+                shared: false,
+                ..shared()
+            },
+            None,
+        );
         sink.feed(Stream::Out, b"abc").await;
         assert_eq!(blocks(&mut rx), [out("abc")]);
         assert_eq!(sink.flush_at(), None);
@@ -698,7 +518,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_partial_line_is_written_once_the_node_is_quiet() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), None, true, false, true);
+        let mut sink = NodeSink::new(writer(tx), &shared(), None);
         sink.feed(Stream::Out, b"x\nabc").await;
         assert_eq!(blocks(&mut rx), [out("x\n")]);
         let due = sink.flush_at().expect("a partial line is held");
@@ -719,7 +539,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn labelled_partial_lines_are_lines_of_their_own() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), Some("1 h: ".into()), true, false, true);
+        let mut sink = NodeSink::new(writer(tx), &labelled_by("1 h: "), None);
         sink.feed(Stream::Out, b"abc").await;
         tokio::time::sleep(QUIET).await;
         sink.flush_due().await;
@@ -742,7 +562,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_dripping_line_waits_at_most_max_hold() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), Some("0 h: ".into()), true, false, true);
+        let mut sink = NodeSink::new(writer(tx), &labelled_by("0 h: "), None);
         let start = Instant::now();
         loop {
             sink.feed(Stream::Err, b".").await;
@@ -765,7 +585,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_relay_report_line_is_never_cut() {
         let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(writer(tx), None, true, false, true).relay();
+        let mut sink = NodeSink::new(
+            writer(tx),
+            &SinkSettings {
+                relay: true,
+                ..shared()
+            },
+            None,
+        );
         let line = format!("{}{{\"nodes\":[]}}\n", relay::REPORT_MARKER);
         let (a, b) = line.as_bytes().split_at(12);
         sink.feed(Stream::Err, a).await;

@@ -1,52 +1,12 @@
-//! The run's data: what node tasks and the dispatcher tell each other, what
-//! the dispatcher keeps of each node, and how a run ended. Every other file
-//! of exec_all imports these; this file imports only `script`.
+//! What a run keeps of each node and how the run ended: the dispatcher's
+//! records, a node's outcome and output statistics, the run's result.
+//! Read by the report, the verdict and the relay; imports nothing of exec_all.
 
 use std::collections::VecDeque;
-use std::ffi::OsString;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::Semaphore;
-
-use super::script::Script;
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
-use crate::transport::client::{Connector, Target};
-use crate::transport::mux::MuxClient;
-
-/// What every node task shares.
-pub(crate) struct RunCtx {
-    pub script: Script,
-    pub args: Vec<OsString>,
-    /// What a remote shell runs: `script.agent_command(args)` for agents,
-    /// `script.shell_command(args)` for any other server or wrapper.
-    pub command: Vec<u8>,
-    pub transport: Transport,
-    pub port: u16,
-    pub user: String,
-    /// The head's working directory, for every node.
-    pub cwd: String,
-    pub grace: Duration,
-    /// The `multinode` binary, for `multinode supervise`.
-    pub bin: PathBuf,
-    /// Bounds the connections being set up at once.
-    pub connect_slots: Semaphore,
-    /// The head agent's shared connections (inside `multinode agent -- JOB`).
-    pub mux: Option<MuxClient>,
-    /// This machine's agent of the job, which the node run here is shown to
-    /// (`snapshot::survey::show_in_agent`): only when exec_all reaches
-    /// agents itself and no agent runs it already.
-    pub local_agent: Option<Target>,
-}
-
-/// How remote nodes are reached.
-pub(crate) enum Transport {
-    /// In-process russh sessions: to agents (job secret) or sshd (user keys).
-    Native(Connector),
-    /// `WRAPPER HOST COMMAND`, one process per node.
-    External(String),
-}
 
 /// Why the run is ending early. Ordered: the most serious reason wins.
 #[derive(
@@ -120,34 +80,6 @@ pub struct RunResult {
     pub snapshot: Option<serde_json::Value>,
 }
 
-/// What a node task tells the dispatcher.
-#[derive(Debug)]
-pub enum Event {
-    /// The connection is up (remote) or the process spawned (local).
-    Started {
-        address: Option<String>,
-    },
-    Ended(Box<End>),
-}
-
-#[derive(Debug)]
-pub struct End {
-    pub outcome: NodeOutcome,
-    pub stats: OutputStats,
-    pub ended: SystemTime,
-    /// For a relay: what its exec_all reported of each node of its group.
-    pub subtree: Option<Subtree>,
-    /// What the node saw of the script's end, when it can tell.
-    pub exit_info: Option<ExitInfo>,
-}
-
-/// A relay's report of its group.
-#[derive(Debug)]
-pub struct Subtree {
-    pub records: Vec<NodeRecord>,
-    pub first_failure: Option<usize>,
-}
-
 /// How a node's part of the run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeOutcome {
@@ -174,15 +106,6 @@ impl NodeOutcome {
             }
         }
     }
-}
-
-/// Orders from the dispatcher.
-#[derive(Debug, Clone, Copy)]
-pub enum Control {
-    /// Send this signal to the node's process group.
-    Signal(i32),
-    /// Give up on the node: close its connection or kill its local group.
-    Abandon,
 }
 
 /// What the report keeps of one node's output.

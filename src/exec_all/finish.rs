@@ -1,0 +1,87 @@
+//! What the user reads at the end of a run: `--group`'s outputs, why output
+//! stopped, the failure table, and `--report FILE`.
+
+use std::path::Path;
+
+use super::record::RunResult;
+use crate::error::Error;
+
+/// `--report FILE`: the run's report as JSON.
+pub(super) fn write_report(result: &RunResult, path: &Path) -> Result<(), Error> {
+    let report = super::report::build(result);
+    let text = serde_json::to_string_pretty(&report).expect("the report serialises");
+    std::fs::write(path, text + "\n").map_err(|e| {
+        Error::Failed(format!(
+            "cannot write the report to {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// `--group`: every node's gathered stdout, then stderr, grouped by content.
+/// A stdout that cannot be written is exit code 141, as for live output.
+pub(super) fn print_groups(result: &RunResult) -> Result<(), i32> {
+    use crate::stdio::{Fd, write_all};
+    let nodes = |err: bool| -> Vec<super::group::NodeOutput<'_>> {
+        result
+            .nodes
+            .iter()
+            .map(|n| {
+                let (bytes, total) = if err {
+                    (&n.stats.captured_err, n.stats.bytes_err)
+                } else {
+                    (&n.stats.captured_out, n.stats.bytes_out)
+                };
+                super::group::NodeOutput {
+                    rank: n.rank,
+                    host: &n.host,
+                    bytes,
+                    cut: total > bytes.len() as u64,
+                }
+            })
+            .collect()
+    };
+    let out = write_all(
+        Fd::Out,
+        &super::group::render(&nodes(false), super::sink::CAPTURE_MAX),
+    );
+    let _ = write_all(
+        Fd::Err,
+        &super::group::render(&nodes(true), super::sink::CAPTURE_MAX),
+    );
+    out.map_err(|e| {
+        if let Some(line) = crate::stdio::failure_line(program_name(), Fd::Out, &e) {
+            crate::stdio::eprint(&line);
+        }
+        crate::stdio::failure_code()
+    })
+}
+
+/// What the user reads last: why output stopped (unless a pipe was simply
+/// closed), and the failure table. Neither panics on a closed stderr.
+pub(crate) fn finish_output(result: &RunResult) {
+    if let Some(line) = &result.output_failure {
+        crate::stdio::eprint(line);
+    }
+    for node in &result.nodes {
+        if let Some(why) = &node.stats.file_failure {
+            crate::stdio::eprint(&format!("{}: warning: {why}\n", program_name()));
+        }
+    }
+    if result.exit_code != 0 {
+        crate::stdio::eprint(&super::report::table(result));
+    }
+}
+
+/// The name this program was called by, for messages.
+pub(super) fn program_name() -> &'static str {
+    match std::env::args_os()
+        .next()
+        .as_deref()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+    {
+        Some("mn-exec-all") => "mn-exec-all",
+        _ => "multinode",
+    }
+}

@@ -1,0 +1,244 @@
+//! A node's command as a process here: this node's (the script itself), or
+//! a node reached through an external wrapper (`WRAPPER HOST COMMAND`).
+//! Either runs under `multinode supervise`, so it ends if exec_all is
+//! killed, in its own group; its pipes are read by two pumps, and its end
+//! is the agent's (`process::settle`): the pipes get their grace, then what
+//! is left of the group is ended.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::leg::{Closed, LegMsg, Reach, RunCtx};
+use super::plan::{LegKind, NodeSpec};
+use super::record::NodeOutcome;
+use crate::exit_info::{self, ExitInfo};
+use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
+use crate::snapshot::survey::show_in_agent;
+
+/// Chunks a pump may have read ahead of the node's sink.
+const PUMP_QUEUE: usize = 4;
+
+/// A started process and what reads it.
+pub struct ProcessLeg {
+    group: process::Group,
+    /// The pumps' chunks; closed once both reached EOF or were cut.
+    output: mpsc::Receiver<LegMsg>,
+    /// The leader waited for and its group settled: how it ended.
+    supervisor: JoinHandle<(Option<Outcome>, Option<ExitInfo>)>,
+    /// Asks the supervisor to kill the group now (the node is abandoned).
+    abandon: CancellationToken,
+    stdin: JoinHandle<()>,
+    /// The exit, once the supervisor told it (yielded after the output).
+    ended: Option<(Option<Outcome>, Option<ExitInfo>)>,
+}
+
+impl ProcessLeg {
+    pub fn start(
+        ctx: &RunCtx,
+        spec: &mut NodeSpec,
+        stdin: Option<mpsc::Receiver<Bytes>>,
+    ) -> Result<ProcessLeg, NodeOutcome> {
+        let local = spec.leg == LegKind::Local;
+        let mut argv: Vec<OsString> = Vec::new();
+        if local {
+            argv.extend(ctx.script.local_argv(&ctx.args));
+        } else {
+            let Reach::Wrapper(wrapper) = &ctx.reach else {
+                unreachable!("a remote node is a process here only through a wrapper")
+            };
+            let command =
+                super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &spec.env);
+            argv.push(wrapper.clone().into());
+            argv.push(spec.host.clone().into());
+            argv.push(std::ffi::OsStr::from_bytes(&command).to_os_string());
+        }
+        // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
+        let watch =
+            local.then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
+        let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
+        let mut cmd = Spawn::from_std(&supervised);
+        if local {
+            cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+        }
+        cmd.stdio(Stdio::Piped);
+        let mut child = GroupChild::spawn(&cmd).map_err(|e| {
+            NodeOutcome::Unreachable(format!("cannot start {}: {e}", ctx.bin.display()))
+        })?;
+        spec.env = Vec::new();
+        let group = child.group();
+        // Shown to this machine's agent until the group is gone, for `multinode ps`.
+        let shown = match (ctx.reach.agent_connector(), &ctx.local_agent) {
+            (Some(connector), Some(agent)) if local => Some(show_in_agent(
+                connector.clone(),
+                agent.clone(),
+                group.pgid().as_raw(),
+            )),
+            _ => None,
+        };
+        let (stdin_pipe, out, err) = child.take_stdio();
+        let (tx, output) = mpsc::channel(PUMP_QUEUE);
+        let pumps = [
+            tokio::spawn(pump(out, tx.clone(), LegMsg::Out)),
+            tokio::spawn(pump(err, tx, LegMsg::Err)),
+        ];
+        let abandon = CancellationToken::new();
+        let supervisor = tokio::spawn(supervise(
+            child,
+            pumps,
+            ctx.grace,
+            abandon.clone(),
+            watch,
+            shown,
+        ));
+        let stdin = {
+            let prefix = ctx.script.stdin_prefix().map(Bytes::copy_from_slice);
+            tokio::spawn(feed_stdin(stdin_pipe, prefix, stdin))
+        };
+        Ok(ProcessLeg {
+            group,
+            output,
+            supervisor,
+            abandon,
+            stdin,
+            ended: None,
+        })
+    }
+
+    /// The output as it comes; then the exit info and the exit, once the
+    /// group has settled.
+    pub async fn next(&mut self) -> Option<LegMsg> {
+        if self.ended.is_none() {
+            if let Some(msg) = self.output.recv().await {
+                return Some(msg);
+            }
+            let ended = (&mut self.supervisor).await.unwrap_or((None, None));
+            self.ended = Some(ended);
+        }
+        let (status, info) = self.ended.as_mut().expect("set above");
+        if let Some(info) = info.take() {
+            return Some(LegMsg::ExitInfo(info));
+        }
+        status.take().map(LegMsg::Exit)
+    }
+
+    pub fn signal(&self, signo: i32) {
+        if let Ok(sig) = nix::sys::signal::Signal::try_from(signo) {
+            self.group.signal(sig);
+        }
+    }
+
+    pub async fn close(mut self, abandoned: bool) -> Closed {
+        self.stdin.abort();
+        if abandoned {
+            self.abandon.cancel();
+        }
+        // The pumps stop with their reader: nothing waits on output nobody reads.
+        drop(self.output);
+        let (status, exit_info) = match self.ended.take() {
+            Some(ended) => ended,
+            None => (&mut self.supervisor).await.unwrap_or((None, None)),
+        };
+        Closed {
+            status,
+            exit_info,
+            lost: "the local process could not be waited for",
+        }
+    }
+}
+
+/// Waits for the leader (or kills the group when the node is abandoned),
+/// settles the group (`process::settle`), and tells how the command ended.
+async fn supervise(
+    mut child: GroupChild,
+    mut pumps: [JoinHandle<()>; 2],
+    grace: std::time::Duration,
+    abandon: CancellationToken,
+    watch: Option<exit_info::Watch>,
+    shown: Option<crate::snapshot::survey::ShownGroup>,
+) -> (Option<Outcome>, Option<ExitInfo>) {
+    let group = child.group();
+    let status = tokio::select! {
+        status = child.wait() => Some(status.unwrap_or(Outcome::Exited(1))),
+        () = abandon.cancelled() => None,
+    };
+    let status = match status {
+        Some(outcome) => {
+            let [out, err] = &mut pumps;
+            let drained = async {
+                let _ = out.await;
+                let _ = err.await;
+            };
+            tokio::select! {
+                _ = process::settle(&group, grace, false, drained) => {}
+                // Abandoned meanwhile: nothing is read any more.
+                () = abandon.cancelled() => {
+                    group.signal(nix::sys::signal::Signal::SIGKILL);
+                    process::end_group_after(group.pgid(), grace, group.signalled_at()).await;
+                }
+            }
+            Some(outcome)
+        }
+        None => {
+            child.signal(nix::sys::signal::Signal::SIGKILL);
+            let status = child.wait().await.ok();
+            process::end_group_after(group.pgid(), grace, group.signalled_at()).await;
+            status
+        }
+    };
+    for pump in &pumps {
+        pump.abort();
+    }
+    child.disarm();
+    drop(shown);
+    let info = match (&watch, &status) {
+        (Some(watch), Some(outcome)) => Some(watch.finish(exit_info::may_have_dumped(outcome))),
+        _ => None,
+    };
+    (status, info)
+}
+
+/// Reads a pipe to EOF into `tx`, each chunk as it comes; stops when the
+/// reader is gone.
+async fn pump(
+    pipe: Option<pipe::Receiver>,
+    tx: mpsc::Sender<LegMsg>,
+    message: fn(Bytes) -> LegMsg,
+) {
+    let Some(pipe) = pipe else { return };
+    let mut reader = process::PipeReader::new(pipe);
+    while let Some(chunk) = reader.next().await {
+        if tx.send(message(chunk)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A process's stdin: the script (for `-`), then exec_all's stdin (for a
+/// file or `-c`), then EOF. A remote node's goes the same way through
+/// `transport::channel::send_input`.
+async fn feed_stdin(
+    pipe: Option<pipe::Sender>,
+    prefix: Option<Bytes>,
+    input: Option<mpsc::Receiver<Bytes>>,
+) {
+    let Some(mut pipe) = pipe else { return };
+    if let Some(prefix) = prefix
+        && pipe.write_all(&prefix).await.is_err()
+    {
+        return;
+    }
+    if let Some(mut input) = input {
+        while let Some(chunk) = input.recv().await {
+            if pipe.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    }
+}
