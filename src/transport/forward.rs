@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use russh::Channel;
+use russh::client::Msg;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::debug;
@@ -253,7 +255,7 @@ async fn relay(
     n: u64,
 ) {
     let _ = stream.set_nodelay(true);
-    let channel = match conn.open_direct_tcpip(&fwd.host, fwd.host_port, from).await {
+    let channel = match open_channel(&conn, &fwd.host, fwd.host_port, from).await {
         Ok(channel) => channel,
         Err(why) => {
             // OpenSSH's words: `channel 3: open failed: administratively prohibited: ...`.
@@ -277,6 +279,32 @@ async fn relay(
 
 /// The signals that end `-N` (as ssh's client loop catches them).
 pub const HOLD_SIGNALS: &[i32] = &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// A `direct-tcpip` channel to `host:port`; a refusal is the server's
+/// reason in OpenSSH's words (`administratively prohibited: ...`). Two
+/// refusals at once may swap their reasons: they come without the request
+/// they answer.
+async fn open_channel(
+    conn: &Connection,
+    host: &str,
+    port: u16,
+    from: SocketAddr,
+) -> Result<Channel<Msg>, String> {
+    let opened = conn
+        .handle
+        .channel_open_direct_tcpip(host, port.into(), from.ip().to_string(), from.port().into())
+        .await;
+    match opened {
+        Ok(channel) => Ok(channel),
+        Err(russh::Error::ChannelOpenFailure(_)) => Err(conn
+            .open_failures
+            .lock()
+            .expect("not poisoned: no panics while held")
+            .pop_front()
+            .unwrap_or_else(|| "refused".into())),
+        Err(e) => Err(e.to_string()),
+    }
+}
 
 /// `-N`: keeps the connection and its forwards until a signal, or until the
 /// connection is gone (255). OpenSSH 9.2's ssh, measured: SIGTERM ends it
