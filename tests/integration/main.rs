@@ -23,6 +23,7 @@ mod mpi;
 mod mux;
 mod nodeset;
 mod openssh;
+mod restarts;
 mod snapshot;
 mod terminal;
 mod topology;
