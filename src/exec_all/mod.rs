@@ -161,6 +161,11 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
             .collect(),
         local: here,
     };
+    // The agents outlive this run, unless it runs inside `multinode agent
+    // -- JOB`, whose agents end with JOB.
+    let agents_stay = options.shell_hint
+        && reach.agent_connector().is_some()
+        && env.get(crate::protocol::mux::SOCKET_VAR).is_none();
     let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here));
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
@@ -203,6 +208,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         .ok()
         .flatten();
     let mut result = result;
+    result.agents_stay = agents_stay;
     result.output_failure =
         failure.and_then(|(fd, e)| crate::stdio::failure_line(program_name(), fd, &e));
     Ok(result)
