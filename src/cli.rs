@@ -241,7 +241,7 @@ pub struct ExecAllArgs {
         value_parser = at_least_one()
     )]
     pub fanout: usize,
-    /// Internal: this exec_all runs a group for a head; end stderr with the report.
+    /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
     #[arg(long, hide = true)]
     pub relay_report: bool,
     /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.

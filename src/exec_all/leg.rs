@@ -6,7 +6,7 @@
 //! sshd (a russh channel in-process, on a connection of our own or on the
 //! head agent's shared one). A started leg is a channel ([`ChannelLeg`]) or
 //! a process ([`super::process_leg::ProcessLeg`]); `node` runs one loop over
-//! either.
+//! either. A relay's leg takes the relay's record out of its stderr.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -31,6 +31,7 @@ use crate::error::Error;
 use crate::process::Outcome;
 use crate::protocol::CWD_VAR;
 use crate::protocol::exit_info::{self, ExitInfo};
+use crate::protocol::relay_record::{RecordTap, RelayRecord};
 use crate::protocol::signals::{exit_outcome, signal_to_sig};
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
 use crate::transport::choice::{ClientSpec, Requested, Route, TransportKind};
@@ -197,10 +198,21 @@ pub enum LegMsg {
     /// What the node saw of the command's end (OOM kills, a core).
     ExitInfo(ExitInfo),
     Exit(Outcome),
+    /// A relay's record of its group, taken out of its stderr.
+    Relayed(RelayRecord),
 }
 
 /// A started leg.
-pub enum Leg {
+pub struct Leg {
+    started: Started,
+    /// A relay's: its record is taken out of its stderr.
+    tap: Option<RecordTap>,
+    /// A message that came with the one just yielded.
+    queued: Option<LegMsg>,
+    done: bool,
+}
+
+enum Started {
     Channel(ChannelLeg),
     Process(ProcessLeg),
 }
@@ -224,41 +236,72 @@ impl Leg {
         orders: &mut mpsc::UnboundedReceiver<Order>,
         stdin: Option<mpsc::Receiver<Bytes>>,
     ) -> Result<Leg, NodeOutcome> {
-        match spec.leg {
+        let started = match spec.leg {
             LegKind::Local | LegKind::Wrapper => {
-                ProcessLeg::start(ctx, spec, stdin).map(Leg::Process)
+                Started::Process(ProcessLeg::start(ctx, spec, stdin)?)
             }
-            LegKind::Agent | LegKind::Sshd => ChannelLeg::start(ctx, spec, orders, stdin)
-                .await
-                .map(Leg::Channel),
-        }
+            LegKind::Agent | LegKind::Sshd => {
+                Started::Channel(ChannelLeg::start(ctx, spec, orders, stdin).await?)
+            }
+        };
+        Ok(Leg {
+            started,
+            tap: spec.relay.is_some().then(RecordTap::default),
+            queued: None,
+            done: false,
+        })
     }
 
     /// The node's address as it was reached (`None`: a process here).
     pub fn address(&self) -> Option<String> {
-        match self {
-            Leg::Channel(leg) => Some(leg.peer.to_string()),
-            Leg::Process(_) => None,
+        match &self.started {
+            Started::Channel(leg) => Some(leg.peer.to_string()),
+            Started::Process(_) => None,
         }
     }
 
     /// The next message; `None` once the command is over.
     pub async fn next(&mut self) -> Option<LegMsg> {
-        match self {
-            Leg::Channel(leg) => leg.next().await,
-            Leg::Process(leg) => leg.next().await,
+        if let Some(msg) = self.queued.take() {
+            return Some(msg);
         }
+        while !self.done {
+            let msg = match &mut self.started {
+                Started::Channel(leg) => leg.next().await,
+                Started::Process(leg) => leg.next().await,
+            };
+            let Some(tap) = &mut self.tap else {
+                self.done = msg.is_none();
+                return msg;
+            };
+            let pass = match msg {
+                Some(LegMsg::Err(data)) => tap.feed(&data),
+                None => {
+                    self.done = true;
+                    tap.finish()
+                }
+                other => return other,
+            };
+            self.queued = tap.take().map(LegMsg::Relayed);
+            if !pass.is_empty() {
+                return Some(LegMsg::Err(Bytes::from(pass)));
+            }
+            if let Some(msg) = self.queued.take() {
+                return Some(msg);
+            }
+        }
+        None
     }
 
     /// Passes `signo` on to the command's group.
     pub async fn signal(&self, signo: i32) {
-        match self {
+        match &self.started {
             // Boxed: a seldom awaited future, not part of the state the
             // task holds for the run.
-            Leg::Channel(leg) => {
+            Started::Channel(leg) => {
                 let _ = Box::pin(leg.tx.signal(signal_to_sig(signo))).await;
             }
-            Leg::Process(leg) => leg.signal(signo),
+            Started::Process(leg) => leg.signal(signo),
         }
     }
 
@@ -266,9 +309,9 @@ impl Leg {
     /// the agent end whatever is left of the group; a process here is
     /// killed when `abandoned`, and its group ended.
     pub async fn close(self, abandoned: bool) -> Closed {
-        match self {
-            Leg::Channel(leg) => Box::pin(leg.close(abandoned)).await,
-            Leg::Process(leg) => Box::pin(leg.close(abandoned)).await,
+        match self.started {
+            Started::Channel(leg) => Box::pin(leg.close(abandoned)).await,
+            Started::Process(leg) => Box::pin(leg.close(abandoned)).await,
         }
     }
 }

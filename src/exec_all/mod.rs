@@ -73,8 +73,8 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let grouped = options.group;
     let mut result = run_blocking(&job, &env, options)?;
     if args.relay_report {
-        // This exec_all runs a group for a head: its report goes back on stderr.
-        relay::emit_report(&result);
+        // This exec_all runs a group for a head: its record goes back on stderr.
+        relay::emit_record(&result);
         return Ok(result.exit_code);
     }
     if let Some(path) = &args.report {
