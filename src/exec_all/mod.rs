@@ -5,8 +5,9 @@
 //! - `script`: what each node runs, and the environment it gets.
 //! - `plan`: one spec per node task (rank, host, leg, command, variables,
 //!   output settings, a relay's group); pure.
-//! - `leg`: how a node is reached, decided once (`Reach`), and a started
-//!   command's messages: a channel (agent, sshd); `process_leg`: a process here.
+//! - `reach`: how the other nodes are reached, decided once a run (`Reach`).
+//! - `leg`: a started command and its messages; `channel_leg`: over SSH (an
+//!   agent, sshd); `process_leg`: a process here (this node, a wrapper).
 //! - `node`: one task per node, one loop over any leg.
 //! - `sink`: a node's output cut into lines; `writer`: the one writer thread.
 //! - `files`: `--output DIR`, a file per rank and stream.
@@ -21,6 +22,7 @@
 //! - `group`: `--group`, identical outputs printed once with their ranks.
 //! - `finish`: what the user reads at the end: groups, the table, `--report FILE`.
 
+mod channel_leg;
 mod dispatch;
 mod error_line;
 mod event;
@@ -33,6 +35,7 @@ mod node;
 mod options;
 mod plan;
 mod process_leg;
+mod reach;
 mod record;
 mod relay;
 mod report;
@@ -50,8 +53,8 @@ use tokio::sync::mpsc;
 use dispatch::Dispatch;
 pub(crate) use finish::finish_output;
 use finish::program_name;
-use leg::{Reach, RunCtx};
 pub(crate) use options::RunOptions;
+use reach::{Reach, RunCtx};
 use record::{NodeOutcome, NodeRecord, RunResult};
 use script::Script;
 

@@ -12,10 +12,12 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::dispatch::TaskHandle;
+use super::event::LegMsg;
 use super::event::{End, Event, Order};
 use super::files::NodeFiles;
-use super::leg::{Leg, LegMsg, RunCtx};
+use super::leg::Leg;
 use super::plan::NodeSpec;
+use super::reach::RunCtx;
 use super::record::NodeOutcome;
 use super::relay;
 use super::sink::NodeSink;
