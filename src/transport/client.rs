@@ -1,287 +1,33 @@
 //! The russh client shared by `mn-ssh`, `exec_all` and the agent lifecycle:
-//! connecting to an agent with the job keys, or to an OpenSSH server with
-//! the user's keys, and opening exec channels on the connection.
+//! the connector (TCP, handshake, login, one retry of a login whose session
+//! ended) and the connection it gives, on which exec channels are opened.
+//! Its other jobs have files of their own: [`super::auth`] (who each side
+//! is), [`super::target`] (where, and the errors), [`super::lost_after`]
+//! (the environment's say), [`super::tcp_health`] (the socket's watch),
+//! [`super::control_requests`] (the agent's own requests).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use russh::Channel;
 use russh::client::{self, Handle, Msg};
-use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
-use russh::{Channel, ChannelMsg};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+pub use super::auth::{Auth, HostKeyPolicy, OpenSshAuth};
+use super::auth::{ClientHandler, authenticate};
+pub use super::lost_after::{DEFAULT_LOST_AFTER, LOST_AFTER_VAR, lost_after};
+pub use super::target::{ConnectError, Target};
+use super::tcp_health::{abort_on_close, liveness, socket_state};
 use super::tty::PtyRequest;
-use crate::keys::JobKeys;
 use crate::protocol;
-use crate::protocol::control::{Control, PingReply};
-use crate::tcp_state;
 
-/// A server that sends nothing for this long is lost (a frozen node: its
-/// kernel still acknowledges, nothing answers; or a node gone: nothing
-/// acknowledges), unless one side waits on the other: its kernel says it has
-/// no room for our bytes (a zero window whose probes it answers: it is not
-/// reading what we send, as an agent whose command leaves its stdin unread),
-/// or bytes from it wait to be read here (our output is slow). Silent servers are probed
-/// every quarter of it (an SSH keepalive, which a live server answers at
-/// once, however busy its CPUs). `MULTINODE_LOST_AFTER` (seconds; 0 = never)
-/// changes it.
-pub const DEFAULT_LOST_AFTER: Duration = Duration::from_secs(4);
 /// Keepalives sent to a silent server per `lost_after`.
 const PROBES: u32 = 4;
 /// A login whose session ended with no key refused is tried this often in
 /// all ([`Connector::connect`]).
 const LOGIN_TRIES: u32 = 2;
-/// The variable that sets how long a silent server may take.
-pub const LOST_AFTER_VAR: &str = "MULTINODE_LOST_AFTER";
-
-/// How long a silent server may take: `MULTINODE_LOST_AFTER` (seconds, 0 for
-/// never), else [`DEFAULT_LOST_AFTER`]. `None` is never.
-pub fn lost_after(env: &crate::env_map::EnvMap) -> Result<Option<Duration>, crate::error::Error> {
-    let Some(text) = env.get(LOST_AFTER_VAR) else {
-        return Ok(Some(DEFAULT_LOST_AFTER));
-    };
-    match text
-        .parse::<f64>()
-        .ok()
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-    {
-        Some(d) if d.is_zero() => Ok(None),
-        Some(d) if d >= Duration::from_millis(400) => Ok(Some(d)),
-        _ => Err(crate::error::Error::usage(format!(
-            "{LOST_AFTER_VAR}='{}' is not a number of seconds of at least 0.4 (or 0 for never); fix it, or unset it for the default {}",
-            crate::topology::shorten(text),
-            DEFAULT_LOST_AFTER.as_secs()
-        ))),
-    }
-}
-
-/// How the client proves who it is and checks who the server is.
-#[derive(Clone)]
-pub enum Auth {
-    /// A `multinode agent` of this job: the keys derived from the secret.
-    Agent(Arc<JobKeys>),
-    /// A stock OpenSSH `sshd`: the user's keys and a known_hosts policy.
-    OpenSsh(Arc<OpenSshAuth>),
-}
-
-/// What `-o StrictHostKeyChecking` chooses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostKeyPolicy {
-    /// A key that differs from known_hosts is refused; an unknown host is accepted (not recorded).
-    RefuseChanged,
-    /// Only hosts in known_hosts with the same key are accepted.
-    Strict,
-    /// Anything is accepted.
-    AcceptAll,
-}
-
-pub struct OpenSshAuth {
-    pub identities: Vec<(PathBuf, PrivateKey)>,
-    pub known_hosts: Vec<PathBuf>,
-    pub policy: HostKeyPolicy,
-    /// OpenSSH was chosen only because no job secret is set: a failure then
-    /// says so, since on a cluster the usual cause is a secret that was not
-    /// passed on, not a broken sshd.
-    pub for_want_of_secret: bool,
-}
-
-/// Where to connect.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub host: String,
-    pub port: u16,
-    pub user: String,
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// Why a connection could not be made; each says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("cannot resolve {target}: {source}")]
-    Resolve {
-        target: String,
-        source: std::io::Error,
-    },
-    #[error("cannot connect to {target}: {source}")]
-    Tcp {
-        target: String,
-        source: std::io::Error,
-    },
-    #[error("cannot bind to {bind} (-b) to connect to {target}: {source}")]
-    Bind {
-        target: String,
-        bind: IpAddr,
-        source: std::io::Error,
-    },
-    #[error("cannot connect to {target}: no answer within {secs:.1} s")]
-    Timeout { target: String, secs: f64 },
-    #[error(
-        "{target} is not an agent of this job (its host key differs: a different MULTINODE_SECRET there, or another service on that port)"
-    )]
-    WrongHostKey { target: String },
-    #[error("{target} presented a host key that differs from known_hosts ({detail}); refusing")]
-    HostKeyChanged { target: String, detail: String },
-    #[error(
-        "{target} is not in known_hosts and StrictHostKeyChecking=yes; add its key (ssh-keyscan) or relax the option"
-    )]
-    UnknownHost { target: String },
-    #[error("{target} refused this job's key (the agent there has a different MULTINODE_SECRET)")]
-    AgentAuth { target: String },
-    #[error(
-        "{target} refused every key tried ({tried}); pass one with -i or add it to authorized_keys there"
-    )]
-    UserAuth { target: String, tried: String },
-    #[error("ssh handshake with {target} failed: {detail}")]
-    Ssh { target: String, detail: String },
-    #[error(
-        "ssh handshake with {target} failed: the connection ended during authentication: {reason}"
-    )]
-    EndedInLogin { target: String, reason: String },
-    #[error(
-        "{0}; MULTINODE_SECRET is unset, so this tried OpenSSH, not a multinode agent: set MULTINODE_SECRET"
-    )]
-    NoSecret(Box<ConnectError>),
-}
-
-impl ConnectError {
-    /// The peer is an agent of another job (another secret): retrying will
-    /// not change that.
-    pub fn is_wrong_job(&self) -> bool {
-        matches!(
-            self,
-            ConnectError::WrongHostKey { .. } | ConnectError::AgentAuth { .. }
-        )
-    }
-}
-
-/// The client's russh handler: it only checks the server's key.
-pub struct ClientHandler {
-    auth: Auth,
-    target: Target,
-    /// Set when the key check failed, to tell it apart from other handshake errors.
-    rejection: Arc<std::sync::Mutex<Option<ConnectError>>>,
-    /// Why the session ended, once it has: russh answers an authentication
-    /// whose session died with a plain failure, which is not a refused key.
-    ended: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl client::Handler for ClientHandler {
-    type Error = russh::Error;
-
-    async fn check_server_key(
-        &mut self,
-        server_public_key: &PublicKeyOrCertificate,
-    ) -> Result<bool, Self::Error> {
-        let key: &PublicKey = match server_public_key {
-            PublicKeyOrCertificate::PublicKey { key, .. } => key,
-            PublicKeyOrCertificate::Certificate(_) => {
-                self.reject(ConnectError::Ssh {
-                    target: self.target.to_string(),
-                    detail: "host certificates are not supported".into(),
-                });
-                return Ok(false);
-            }
-        };
-        match &self.auth {
-            Auth::Agent(keys) => {
-                if key.key_data() == keys.host_public().key_data() {
-                    Ok(true)
-                } else {
-                    self.reject(ConnectError::WrongHostKey {
-                        target: self.target.to_string(),
-                    });
-                    Ok(false)
-                }
-            }
-            Auth::OpenSsh(auth) => {
-                let verdict = check_known_hosts(auth, &self.target, key);
-                match verdict {
-                    Ok(()) => Ok(true),
-                    Err(e) => {
-                        self.reject(e);
-                        Ok(false)
-                    }
-                }
-            }
-        }
-    }
-
-    async fn disconnected(
-        &mut self,
-        reason: client::DisconnectReason<Self::Error>,
-    ) -> Result<(), Self::Error> {
-        let (text, result) = match reason {
-            // The agent says why it closes a connection that has not logged
-            // in (its deadline, too many not logged in, a penalty).
-            client::DisconnectReason::ReceivedDisconnect(info) => (
-                format!("the server closed the connection: {}", info.message),
-                Ok(()),
-            ),
-            client::DisconnectReason::Error(e) => (e.to_string(), Err(e)),
-        };
-        debug!(target = %self.target, reason = %text, "session ended");
-        *self
-            .ended
-            .lock()
-            .expect("not poisoned: no panics while held") = Some(text);
-        result
-    }
-}
-
-impl ClientHandler {
-    fn reject(&mut self, e: ConnectError) {
-        *self
-            .rejection
-            .lock()
-            .expect("not poisoned: no panics while held") = Some(e);
-    }
-}
-
-fn check_known_hosts(
-    auth: &OpenSshAuth,
-    target: &Target,
-    key: &PublicKey,
-) -> Result<(), ConnectError> {
-    if auth.policy == HostKeyPolicy::AcceptAll {
-        return Ok(());
-    }
-    for path in &auth.known_hosts {
-        if !path.exists() {
-            continue;
-        }
-        match russh::keys::check_known_hosts_path(&target.host, target.port, key, path) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => {
-                return Err(ConnectError::HostKeyChanged {
-                    target: target.to_string(),
-                    detail: format!("{}: {e}", path.display()),
-                });
-            }
-        }
-    }
-    match auth.policy {
-        HostKeyPolicy::Strict => Err(ConnectError::UnknownHost {
-            target: target.to_string(),
-        }),
-        _ => {
-            debug!(target = %target, "host not in known_hosts: accepted (not recorded)");
-            Ok(())
-        }
-    }
-}
 
 /// Connects to targets with one configuration; cheap to share across tasks.
 #[derive(Clone)]
@@ -413,83 +159,7 @@ impl Connector {
                 }));
             }
         };
-        // A failed authentication on a session that is gone was no refusal:
-        // russh reports a lost session as a failure with nothing to try.
-        let lost_in_auth = |handle: &Handle<ClientHandler>| {
-            handle.is_closed().then(|| ConnectError::EndedInLogin {
-                target: target.to_string(),
-                reason: ended
-                    .lock()
-                    .expect("not poisoned")
-                    .take()
-                    .unwrap_or_else(|| "no reason given".into()),
-            })
-        };
-        // An error on a session that is gone is its end (russh answers a
-        // request on it with "Channel send error").
-        let ssh_err = |handle: &Handle<ClientHandler>, e: russh::Error| {
-            lost_in_auth(handle).unwrap_or_else(|| ConnectError::Ssh {
-                target: target.to_string(),
-                detail: e.to_string(),
-            })
-        };
-        match &self.auth {
-            Auth::Agent(keys) => {
-                let key = PrivateKeyWithHashAlg::new(Arc::new(keys.client.clone()), None);
-                let result = handle
-                    .authenticate_publickey(target.user.clone(), key)
-                    .await
-                    .map_err(|e| ssh_err(&handle, e))?;
-                if !result.success() {
-                    return Err(lost_in_auth(&handle).unwrap_or(ConnectError::AgentAuth {
-                        target: target.to_string(),
-                    }));
-                }
-            }
-            Auth::OpenSsh(auth) => {
-                let mut tried = Vec::new();
-                let mut ok = false;
-                let rsa_hash = if auth.identities.iter().any(|(_, k)| k.algorithm().is_rsa()) {
-                    handle
-                        .best_supported_rsa_hash()
-                        .await
-                        .map_err(|e| ssh_err(&handle, e))?
-                        .flatten()
-                } else {
-                    None
-                };
-                for (path, key) in &auth.identities {
-                    tried.push(path.display().to_string());
-                    let hash = if key.algorithm().is_rsa() {
-                        rsa_hash
-                    } else {
-                        None
-                    };
-                    let key = PrivateKeyWithHashAlg::new(Arc::new(key.clone()), hash);
-                    let result = handle
-                        .authenticate_publickey(target.user.clone(), key)
-                        .await
-                        .map_err(|e| ssh_err(&handle, e))?;
-                    if result.success() {
-                        ok = true;
-                        break;
-                    }
-                }
-                if !ok {
-                    if let Some(lost) = lost_in_auth(&handle) {
-                        return Err(lost);
-                    }
-                    return Err(ConnectError::UserAuth {
-                        target: target.to_string(),
-                        tried: if tried.is_empty() {
-                            "no key found in ~/.ssh".into()
-                        } else {
-                            tried.join(", ")
-                        },
-                    });
-                }
-            }
-        }
+        authenticate(&mut handle, &self.auth, target, &ended).await?;
         let watch = tokio_util::sync::CancellationToken::new();
         if let (Some(lost_after), Some(socket)) = (self.lost_after, socket.clone()) {
             tokio::spawn(liveness(
@@ -506,96 +176,6 @@ impl Connector {
             socket,
             _watch: watch.drop_guard(),
         })
-    }
-}
-
-/// A close of the socket (this process's end, `kill -9` included) resets
-/// the connection (`SO_LINGER` 0) instead of queuing a FIN. An agent whose
-/// command does not read its stdin stops reading the connection once the
-/// command's pipe and russh's queue are full; a FIN would wait behind the
-/// bytes this side still holds for it, for as long as its kernel answers
-/// (minutes), and the command would outlive its client. A reset is seen at
-/// once (the agent's watchdog ends the connection's commands). Bytes not yet
-/// sent are dropped with it: this process has ended, or has what it waited
-/// for (a command's exit status comes after the command read its input).
-fn abort_on_close(stream: &TcpStream) {
-    let abort = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    if let Err(e) = nix::sys::socket::setsockopt(stream, nix::sys::socket::sockopt::Linger, &abort)
-    {
-        debug!(error = %e, "SO_LINGER not set: a close sends a FIN");
-    }
-}
-
-/// What the liveness watch and [`Connection::stuck`] read of one connection.
-struct SocketState {
-    established: bool,
-    /// Since the last bytes came from the peer.
-    since_recv: Duration,
-    /// Bytes from the peer not read yet: we are the slow side.
-    unread: bool,
-    /// Bytes to the peer held back because its kernel says it has no room
-    /// (a zero window whose probes it answers), or acknowledged a moment
-    /// ago: the peer is alive and not reading what we send.
-    peer_full: bool,
-    /// Bytes to the peer held back, and its kernel's window is zero.
-    peer_window_closed: bool,
-    /// Bytes the peer has acknowledged on this connection.
-    bytes_acked: u64,
-}
-
-fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> Option<SocketState> {
-    let tcp = tcp_state::read(fd)?;
-    let zero_window = tcp.zero_window == Some(true);
-    let acked_lately = tcp.since_ack_recv < lost_after;
-    let unsent = tcp.unsent > 0;
-    Some(SocketState {
-        established: tcp.established,
-        since_recv: tcp.since_recv,
-        unread: tcp.unread > 0,
-        peer_full: unsent && (zero_window || acked_lately),
-        peer_window_closed: unsent && zero_window,
-        bytes_acked: tcp.bytes_acked,
-    })
-}
-
-/// Watches one connection until it is dropped or closed. When nothing has
-/// come from the server for `lost_after` while neither side waits on the
-/// other (see [`DEFAULT_LOST_AFTER`]), shuts the socket down: russh's session
-/// then ends, and so does every channel (the node is lost).
-async fn liveness(
-    socket: Arc<std::os::fd::OwnedFd>,
-    lost_after: Duration,
-    done: tokio_util::sync::CancellationToken,
-    target: String,
-) {
-    let least = Duration::from_millis(250);
-    let mut wait = lost_after;
-    loop {
-        tokio::select! {
-            () = done.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
-        }
-        let Some(state) = socket_state(&socket, lost_after) else {
-            return;
-        };
-        if !state.established {
-            return;
-        }
-        // Waiting on each other is not silence: the peer has no room for
-        // our bytes (alive, not reading), or its bytes wait to be read here.
-        if state.since_recv < lost_after || state.peer_full || state.unread {
-            wait = lost_after.saturating_sub(state.since_recv).max(least);
-            continue;
-        }
-        debug!(target = %target, silent = ?state.since_recv, "lost: nothing from the server and nothing waits");
-        let _ = nix::sys::socket::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            nix::sys::socket::Shutdown::Both,
-        );
-        return;
     }
 }
 
@@ -681,7 +261,7 @@ impl Start<'_> {
 
 /// An authenticated connection.
 pub struct Connection {
-    handle: Handle<ClientHandler>,
+    pub(super) handle: Handle<ClientHandler>,
     peer: SocketAddr,
     /// An agent of this job: the variables go as one packed `env` request.
     packs_env: bool,
@@ -804,53 +384,6 @@ impl Connection {
         Ok(channel)
     }
 
-    /// Sends an agent control request; returns its exit status and stdout.
-    pub(crate) async fn control(&self, control: Control) -> Result<(u32, Vec<u8>), russh::Error> {
-        let mut channel = self
-            .exec(protocol::control::command(control).as_bytes(), &[])
-            .await?;
-        let _ = channel.eof().await;
-        let mut out = Vec::new();
-        let mut status = None;
-        while let Some(msg) = channel.wait().await {
-            match msg {
-                ChannelMsg::Data { data } => out.extend_from_slice(&data),
-                ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
-                _ => {}
-            }
-        }
-        status.map(|s| (s, out)).ok_or(russh::Error::Disconnect)
-    }
-
-    /// Asks an agent who it is.
-    pub async fn ping(&self) -> Result<PingReply, String> {
-        let (status, out) = self
-            .control(Control::Ping)
-            .await
-            .map_err(|e| e.to_string())?;
-        if status != 0 {
-            return Err(format!("ping answered with status {status}"));
-        }
-        serde_json::from_slice(&out).map_err(|e| format!("unreadable ping answer: {e}"))
-    }
-
-    /// Releases an agent (the job is over).
-    pub async fn release(&self) -> Result<(), String> {
-        self.control(Control::Release)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-
-    /// Waits until the agent is released; an error means the connection was lost.
-    pub async fn wait_release(&self) -> Result<(), String> {
-        match self.control(Control::WaitRelease).await {
-            Ok((0, _)) => Ok(()),
-            Ok((status, _)) => Err(format!("wait answered with status {status}")),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
     /// Closes the connection and waits until the disconnect is sent.
     pub async fn close(self) {
         let _ = self
@@ -863,6 +396,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::JobKeys;
 
     /// What a test server does at the client's key.
     #[derive(Clone, Copy)]

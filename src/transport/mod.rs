@@ -1,11 +1,16 @@
 //! How a command reaches a node: `mn-ssh` and its option parsing, our own
 //! SSH client, and connection sharing through the head's agent (`mux`).
 
+mod auth;
 pub mod channel;
 pub(crate) mod choice;
 pub mod client;
+mod control_requests;
+mod lost_after;
 pub mod mux;
 pub mod mux_frames;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;
+mod target;
+mod tcp_health;
 pub mod tty;
