@@ -101,6 +101,7 @@ impl TopologyArgs {
             hostfile: self.hostfile.clone(),
             node_rank: self.node_rank,
             iface: self.iface.clone(),
+            spares: None,
         }
     }
 }
@@ -241,6 +242,26 @@ pub struct ExecAllArgs {
         value_parser = at_least_one()
     )]
     pub fanout: usize,
+    /// After a failed attempt, end the job everywhere and run it again, up to
+    /// N times (docs/restarts.md) [env: MULTINODE_MAX_RESTARTS].
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
+    /// The last K nodes of the hostlist are spares: the job runs on the
+    /// others, and a spare takes the place of an excluded node [env: MULTINODE_SPARES].
+    #[arg(long, value_name = "K")]
+    pub spares: Option<usize>,
+    /// Let the run go on with fewer nodes, down to M, when no spare is left
+    /// [env: MULTINODE_MIN_NODES].
+    #[arg(long, value_name = "M")]
+    pub min_nodes: Option<usize>,
+    /// Before each attempt, run CMD on every node still in the run; a node
+    /// that fails it or takes longer than --health-timeout is excluded
+    /// [env: MULTINODE_HEALTH_CHECK].
+    #[arg(long, value_name = "CMD")]
+    pub health_check: Option<String>,
+    /// The most a health check may take on a node (seconds) [env: MULTINODE_HEALTH_TIMEOUT].
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub health_timeout: Option<Duration>,
     /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
     #[arg(long, hide = true)]
     pub relay_report: bool,

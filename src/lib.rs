@@ -22,6 +22,7 @@
 //! - `sh`: quoting for `sh`; `table`: text tables.
 //! - `tcp_state`: what the kernel knows of one TCP connection (`TCP_INFO`).
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
+//! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
 //! integration tests use them); the rest is `pub(crate)`, so dead code shows.
@@ -43,6 +44,7 @@ mod helper;
 pub mod keys;
 pub(crate) mod process;
 pub(crate) mod protocol;
+mod restart;
 pub(crate) mod signals;
 pub(crate) mod snapshot;
 pub(crate) mod stdio;

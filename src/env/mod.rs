@@ -10,6 +10,7 @@ pub(crate) mod hostlists;
 pub(crate) mod programs;
 mod render;
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 pub use render::{render_json, render_sh};
@@ -17,6 +18,7 @@ pub use render::{render_json, render_sh};
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::topology::machine::System;
+use crate::topology::spares::{SPARE_HOSTLIST_VAR, SPARES_VAR};
 use crate::topology::{Inputs, Placement, Topology, resolve_placement, shorten};
 
 /// This node's own address in the contract.
@@ -29,8 +31,11 @@ pub const DEFAULT_AGENT_PORT: u16 = 29922;
 /// agents' port and the programs, resolved once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
-    /// The nodes; node 0 is the head.
+    /// The nodes; node 0 is the head. The last [`Job::spares`] of them are
+    /// spares: the contract's lists leave them out (`MULTINODE_SPARE_HOSTLIST`).
     pub topology: Topology,
+    /// How many of the last nodes are spares (docs/restarts.md).
+    pub spares: usize,
     /// This node's rank (`RANK`, `MULTINODE_NODE_RANK`).
     pub rank: usize,
     /// The head's address (`MULTINODE_NODE_IP`): never loopback unless the
@@ -98,6 +103,7 @@ fn job_from(
     let bin = invocation.multinode_bin()?;
     Ok(Job {
         topology: placement.topology,
+        spares: placement.spares,
         rank: placement.rank,
         head_ip: placement.head_ip,
         local_ip: placement.local_ip,
@@ -106,6 +112,40 @@ fn job_from(
         rsh_wrapper,
         bin,
     })
+}
+
+impl Job {
+    /// The nodes the job runs on: the topology less its spares.
+    pub fn active(&self) -> Cow<'_, Topology> {
+        if self.spares == 0 {
+            return Cow::Borrowed(&self.topology);
+        }
+        let mut topo = self.topology.clone();
+        topo.nodes.truncate(topo.nodes.len() - self.spares);
+        Cow::Owned(topo)
+    }
+
+    /// The job of one attempt (docs/restarts.md): `nodes`, by their place
+    /// in [`Job::topology`], ranked 0.. in that order, no spares. This
+    /// node keeps its place: it must be among them.
+    pub fn attempt(&self, nodes: &[usize]) -> Job {
+        let rank = nodes
+            .iter()
+            .position(|&i| i == self.rank)
+            .expect("an attempt runs on this node");
+        Job {
+            topology: Topology {
+                nodes: nodes
+                    .iter()
+                    .map(|&i| self.topology.nodes[i].clone())
+                    .collect(),
+                source: self.topology.source.clone(),
+            },
+            spares: 0,
+            rank,
+            ..self.clone()
+        }
+    }
 }
 
 /// `MULTINODE_AGENT_PORT`, validated, else the default.
@@ -149,7 +189,11 @@ pub fn contract_for_rank(job: &Job, rank: usize) -> Vec<(String, String)> {
 #[derive(Debug, Clone)]
 pub struct Contract<'a> {
     job: &'a Job,
+    /// The nodes the job runs on: [`Job::active`].
+    active: Cow<'a, Topology>,
     lists: hostlists::Lists,
+    /// `MULTINODE_SPARES` and `MULTINODE_SPARE_HOSTLIST`, when there are spares.
+    spare_vars: Vec<(String, String)>,
     total_slots: String,
     nnodes: String,
     head: String,
@@ -157,10 +201,24 @@ pub struct Contract<'a> {
 
 impl<'a> Contract<'a> {
     pub fn new(job: &'a Job) -> Self {
-        let topo = &job.topology;
+        let topo = job.active();
+        let spare_vars = match job.spares {
+            0 => Vec::new(),
+            k => vec![
+                (SPARES_VAR.to_string(), k.to_string()),
+                (
+                    SPARE_HOSTLIST_VAR.to_string(),
+                    Topology {
+                        nodes: job.topology.nodes[topo.nodes.len()..].to_vec(),
+                        source: String::new(),
+                    }
+                    .hostlist(),
+                ),
+            ],
+        };
         Contract {
             job,
-            lists: hostlists::Lists::new(topo),
+            lists: hostlists::Lists::new(&topo),
             total_slots: topo.total_slots().to_string(),
             nnodes: topo.nodes.len().to_string(),
             head: topo
@@ -168,12 +226,14 @@ impl<'a> Contract<'a> {
                 .first()
                 .map(|n| n.host.clone())
                 .unwrap_or_default(),
+            spare_vars,
+            active: topo,
         }
     }
 
     /// [`contract_for_rank`].
     pub fn for_rank(&self, rank: usize) -> Vec<(String, String)> {
-        self.with_lists(rank, self.lists.vars(&self.job.topology).to_vec())
+        self.with_lists(rank, self.lists.vars(&self.active).to_vec())
     }
 
     /// What exec_all sends an agent for node `rank`: [`Contract::for_rank`]
@@ -190,8 +250,7 @@ impl<'a> Contract<'a> {
     /// with the lists folded so that both fit that line together, and
     /// without `MULTINODE_HOSTFILE`, a file of this node.
     pub fn remote_for_rank(&self, rank: usize) -> Vec<(String, String)> {
-        let topo = &self.job.topology;
-        self.with_lists(rank, self.lists.one_line_vars(topo).to_vec())
+        self.with_lists(rank, self.lists.one_line_vars(&self.active).to_vec())
     }
 
     /// What to tell the user once when `MULTINODE_HOSTLIST_NOSLOTS` is
@@ -200,7 +259,7 @@ impl<'a> Contract<'a> {
     /// came from (an earlier `multinode env` of the same script, or the
     /// head's agent as it started JOB).
     pub fn folded_note(&self, env: &EnvMap) -> Option<String> {
-        let topo = &self.job.topology;
+        let topo = &self.active;
         let note = self.lists.folded_note(topo)?;
         let folded = self
             .lists
@@ -225,6 +284,8 @@ impl<'a> Contract<'a> {
             "MULTINODE_SSH_WRAPPER",
             "MULTINODE_RSH_WRAPPER",
             "MULTINODE_BIN",
+            SPARES_VAR,
+            SPARE_HOSTLIST_VAR,
         ])
     }
 
@@ -258,6 +319,7 @@ impl<'a> Contract<'a> {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v)),
         );
+        vars.extend(self.spare_vars.iter().cloned());
         vars
     }
 }
@@ -328,6 +390,7 @@ mod tests {
                 ],
                 source: "--hosts".into(),
             },
+            spares: 0,
             rank: 0,
             head_ip: ip("10.0.0.1"),
             local_ip: ip("10.0.0.1"),
@@ -389,6 +452,7 @@ mod tests {
     #[test]
     fn bytes_sent_to_a_node_do_not_grow_with_the_node_count() {
         let job_of = |n: usize| Job {
+            spares: 0,
             topology: Topology {
                 nodes: (1..=n)
                     .map(|i| Node {

@@ -7,8 +7,13 @@ use super::record::RunResult;
 use crate::error::Error;
 
 /// `--report FILE`: the run's report as JSON.
-pub(super) fn write_report(result: &RunResult, path: &Path) -> Result<(), Error> {
-    let report = super::report::build(result);
+pub(super) fn write_report(
+    result: &RunResult,
+    attempts: Option<Vec<super::attempts::AttemptReport>>,
+    path: &Path,
+) -> Result<(), Error> {
+    let mut report = super::report::build(result);
+    report.attempts = attempts;
     let text = serde_json::to_string_pretty(&report).expect("the report serialises");
     std::fs::write(path, text + "\n").map_err(|e| {
         Error::Failed(format!(

@@ -11,6 +11,7 @@
 //! - `node`: one task per node, one loop over any leg.
 //! - `sink`: a node's output cut into lines; `writer`: the one writer thread.
 //! - `files`: `--output DIR`, a file per rank and stream.
+//! - `attempts`: restarts: a run as attempts over the nodes the restart policy gives.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
 //! - `event`: what node tasks and the dispatcher tell each other.
 //! - `record`: what a run keeps of each node, and how it ended.
@@ -22,6 +23,7 @@
 //! - `group`: `--group`, identical outputs printed once with their ranks.
 //! - `finish`: what the user reads at the end: groups, the table, `--report FILE`.
 
+mod attempts;
 mod channel_leg;
 mod dispatch;
 mod error_line;
@@ -71,17 +73,40 @@ const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
-    let job = crate::env::resolve_job(&args.topology.inputs(), &env)?;
+    let mut inputs = args.topology.inputs();
+    // A relay runs one attempt's group: the head has split off the spares.
+    inputs.spares = if args.relay_report {
+        Some(0)
+    } else {
+        args.spares
+    };
+    let job = crate::env::resolve_job(&inputs, &env)?;
+    let restarts = if args.relay_report {
+        None
+    } else {
+        attempts::Restarts::from_args(&args, &env)?
+    };
     let options = RunOptions::from_args(&args, job.topology.nodes.len())?;
     let grouped = options.group;
-    let mut result = run_blocking(&job, &env, options)?;
+    let (mut result, attempts) = if restarts.is_none() && job.spares == 0 {
+        (run_blocking(&job, &env, options)?, None)
+    } else {
+        if args.nodes.is_some() || args.exclude.is_some() {
+            return Err(Error::usage(
+                "--nodes and --exclude choose ranks of one run; with restarts or spares the ranks \
+                 change from one attempt to the next: drop them, or run without restarts and spares",
+            ));
+        }
+        let (result, attempts) = attempts::run(&job, &env, &restarts.unwrap_or_default(), options)?;
+        (result, Some(attempts))
+    };
     if args.relay_report {
         // This exec_all runs a group for a head: its record goes back on stderr.
         relay::emit_record(&result);
         return Ok(result.exit_code);
     }
     if let Some(path) = &args.report {
-        finish::write_report(&result, path)?;
+        finish::write_report(&result, attempts, path)?;
     }
     if grouped
         && let Err(code) = finish::print_groups(&result)

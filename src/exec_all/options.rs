@@ -24,6 +24,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The validated options of a run. Build it with [`RunOptions::new`] and
 /// change only what differs: `RunOptions { label: true, ..RunOptions::new(script) }`.
+#[derive(Clone)]
 pub(crate) struct RunOptions {
     pub script: Script,
     pub args: Vec<OsString>,
@@ -54,6 +55,9 @@ pub(crate) struct RunOptions {
     /// Show the node run here to this machine's agent, so that `multinode
     /// ps` sees it (not for a relay, which its agent runs, nor for probes).
     pub show_local_to_agent: bool,
+    /// Variables every node gets, the head too, whatever `--export` says
+    /// (an attempt's `MULTINODE_RESTART_COUNT`, ...).
+    pub attempt_env: Vec<(String, String)>,
 }
 
 impl RunOptions {
@@ -80,6 +84,7 @@ impl RunOptions {
             group: false,
             snapshot_on_timeout: false,
             show_local_to_agent: true,
+            attempt_env: Vec::new(),
         }
     }
 

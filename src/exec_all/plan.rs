@@ -102,12 +102,15 @@ pub fn plan(
     // The contract is set per node below; the head's own values of those
     // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
     // ~12 bytes a node, sent to every node: quadratic in the node count).
-    let exported: Vec<(String, String)> = options
+    let mut exported: Vec<(String, String)> = options
         .export
         .select(&head_vars)
         .into_iter()
         .filter(|(k, _)| !Contract::names().any(|n| n == k))
+        .filter(|(k, _)| !options.attempt_env.iter().any(|(n, _)| n == k))
         .collect();
+    // An attempt's variables, whatever --export says (relays pass them on).
+    exported.extend(options.attempt_env.iter().cloned());
     // Rendered once; agents get the hostlists folded (constant bytes a node).
     let contract = Contract::new(job);
     let forward_all = head_env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
@@ -123,7 +126,7 @@ pub fn plan(
                 remote
             };
             let mut env = match leg {
-                LegKind::Local => Vec::new(),
+                LegKind::Local => options.attempt_env.clone(),
                 _ => exported.clone(),
             };
             env.extend(match leg {
@@ -170,6 +173,7 @@ mod tests {
     fn job(hosts: &[&str], rank: usize) -> Job {
         Job {
             topology: topology("--hosts", hosts),
+            spares: 0,
             rank,
             head_ip: "10.0.0.1".parse().unwrap(),
             local_ip: "10.0.0.1".parse().unwrap(),

@@ -74,6 +74,9 @@ pub struct Report {
     /// What every node was doing when `--timeout` expired (`--snapshot-on-timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<serde_json::Value>,
+    /// With restarts or spares: every attempt, the last one's nodes above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<super::attempts::AttemptReport>>,
 }
 
 fn epoch(t: SystemTime) -> f64 {
@@ -148,6 +151,7 @@ pub fn build(result: &RunResult) -> Report {
         started: epoch(result.started),
         nodes,
         snapshot: result.snapshot.clone(),
+        attempts: None,
     }
 }
 

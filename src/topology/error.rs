@@ -116,6 +116,18 @@ pub enum TopologyError {
     #[error("--hosts and --hostfile both given; use one of them")]
     TwoFlags,
     #[error(
+        "{spares} spare node(s) leave no node for the job: the hostlist from {origin} has {nodes} and the first one (the head) always runs it; keep at most {} spare(s)", nodes.saturating_sub(1)
+    )]
+    TooManySpares {
+        spares: usize,
+        nodes: usize,
+        origin: String,
+    },
+    #[error(
+        "MULTINODE_SPARE_HOSTLIST names {host}, which the hostlist from {origin} has too; a spare is not a node of the job: remove it from one of them"
+    )]
+    SpareInHostlist { host: String, origin: String },
+    #[error(
         "MULTINODE_HOSTLIST names {hostlist} but MULTINODE_HOSTLIST_NOSLOTS names {noslots}; set one of them, or make them agree"
     )]
     HostlistsDisagree { hostlist: String, noslots: String },

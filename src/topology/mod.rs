@@ -35,6 +35,7 @@ pub(crate) mod nodeset;
 mod placement;
 mod resolve;
 mod slots;
+pub(crate) mod spares;
 mod tasks_per_node;
 mod this_node;
 
@@ -146,6 +147,9 @@ pub struct Inputs {
     pub node_rank: Option<usize>,
     /// The interface whose address is this machine's, in NCCL's syntax.
     pub iface: Option<String>,
+    /// How many of the hostlist's last nodes are spares (`--spares`; else
+    /// `MULTINODE_SPARES`).
+    pub spares: Option<usize>,
 }
 
 #[cfg(test)]

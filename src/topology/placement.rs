@@ -15,7 +15,10 @@ use crate::env_map::EnvMap;
 /// The topology, this node's rank, the head's address and this node's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Placement {
+    /// Every node of the job: those it runs on, then the spares.
     pub topology: Topology,
+    /// How many of the last nodes are spares (`topology::spares`).
+    pub spares: usize,
     pub rank: usize,
     pub head_ip: IpAddr,
     pub local_ip: IpAddr,
@@ -40,7 +43,8 @@ pub(crate) fn resolve_placement(
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<Placement, TopologyError> {
-    let topology = resolve_topology(args, env, machine)?;
+    let mut topology = resolve_topology(args, env, machine)?;
+    let spares = super::spares::apply(&mut topology, from_flags(args), env, args.spares)?;
     let rank = find_rank(&topology, args.node_rank, env, machine)?;
     let choice = IfaceChoice::from_inputs(args.iface.as_deref(), env)?;
     let job_env = job_env(args, env);
@@ -48,6 +52,7 @@ pub(crate) fn resolve_placement(
     let head_ip = head_address(&topology, Some(rank), Some(local_ip), &job_env, machine)?;
     Ok(Placement {
         topology,
+        spares,
         rank,
         head_ip,
         local_ip,

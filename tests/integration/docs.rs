@@ -409,3 +409,56 @@ fn install_deps_builds_cargo_nextest_only_when_missing() {
         );
     }
 }
+
+/// docs/restarts.md's one-machine example, every `$ ` line as written, in a
+/// network namespace of its own (the page's addresses and port meet no
+/// other test): its output, both streams, must be the page's lines in any
+/// order (the nodes print concurrently).
+#[test]
+fn the_restarts_page_runs_on_one_machine_as_written() {
+    use std::os::unix::process::CommandExt;
+    let (script, want) = console(&doc_block("docs/restarts.md", "restarts-health"));
+    let mut want = want;
+    want.sort();
+    assert_eq!(want.len(), 4, "{want:?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("page.sh"), &script).expect("write");
+    let path = format!(
+        "{}:{}",
+        crate::util::multinode()
+            .parent()
+            .expect("bin dir")
+            .display(),
+        std::env::var("PATH").expect("PATH")
+    );
+    // To a file: the agents the page leaves in the background hold it open.
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).expect("create");
+    let mut child = std::process::Command::new("unshare")
+        .args([
+            "-rn",
+            "sh",
+            "-c",
+            "ip link set lo up && exec timeout 60 bash page.sh 2>&1",
+        ])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", path)
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/".into()),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .process_group(0)
+        .spawn()
+        .expect("unshare (util-linux), ip (iproute2)");
+    let status = child.wait().expect("wait");
+    let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let text = std::fs::read_to_string(&out_path).expect("output");
+    assert!(status.success(), "{status}: {text}");
+    let mut got: Vec<String> = text.lines().map(String::from).collect();
+    got.sort();
+    assert_eq!(got, want, "{text}");
+}

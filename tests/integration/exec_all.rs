@@ -4,61 +4,10 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-
-/// Node 0 is this machine (run locally by exec_all); nodes 1.. are agents.
-struct Cluster {
-    hosts: Vec<String>,
-    agents: Vec<Agent>,
-    port: u16,
-}
-
-impl Cluster {
-    fn start(n: usize) -> Cluster {
-        Cluster::start_on_port(n, 29922)
-    }
-
-    fn start_on_port(n: usize, port: u16) -> Cluster {
-        let hosts = fresh_loopbacks(n);
-        let agents = hosts[1..]
-            .iter()
-            .map(|h| Agent::start_with(h, port, &[], &[("AGENT_ID", h)]))
-            .collect();
-        Cluster {
-            hosts,
-            agents,
-            port,
-        }
-    }
-
-    fn hostlist(&self, slots: u32) -> String {
-        self.hosts
-            .iter()
-            .map(|h| format!("{h}:{slots}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// `mn-exec-all` (or any program) with the job's environment.
-    fn command(&self, program: &Path) -> Command {
-        let mut c = cmd(program);
-        c.env("MULTINODE_HOSTLIST", self.hostlist(2))
-            .env("MULTINODE_NODE_RANK", "0")
-            .env("MULTINODE_AGENT_PORT", self.port.to_string());
-        c
-    }
-
-    fn exec_all(&self, args: &[&str]) -> Output {
-        self.command(&mn_exec_all())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-}
 
 #[test]
 fn the_reference_script_runs_torchrun_on_every_node_with_its_rank() {

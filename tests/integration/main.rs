@@ -22,6 +22,7 @@ mod mpi;
 mod mux;
 mod nodeset;
 mod openssh;
+mod restarts;
 mod snapshot;
 mod terminal;
 mod topology;

@@ -122,6 +122,57 @@ impl Drop for Agent {
     }
 }
 
+/// Node 0 is this machine (run locally by exec_all); nodes 1.. are agents.
+pub struct Cluster {
+    pub hosts: Vec<String>,
+    pub agents: Vec<Agent>,
+    pub port: u16,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Cluster {
+        Cluster::start_on_port(n, 29922)
+    }
+
+    pub fn start_on_port(n: usize, port: u16) -> Cluster {
+        let hosts = fresh_loopbacks(n);
+        let agents = hosts[1..]
+            .iter()
+            .map(|h| Agent::start_with(h, port, &[], &[("AGENT_ID", h)]))
+            .collect();
+        Cluster {
+            hosts,
+            agents,
+            port,
+        }
+    }
+
+    pub fn hostlist(&self, slots: u32) -> String {
+        self.hosts
+            .iter()
+            .map(|h| format!("{h}:{slots}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `mn-exec-all` (or any program) with the job's environment.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = cmd(program);
+        c.env("MULTINODE_HOSTLIST", self.hostlist(2))
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", self.port.to_string());
+        c
+    }
+
+    pub fn exec_all(&self, args: &[&str]) -> Output {
+        self.command(&mn_exec_all())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
 pub fn wait_for_port(addr: &SocketAddr, limit: Duration) {
     let start = Instant::now();
     while TcpStream::connect_timeout(addr, Duration::from_millis(200)).is_err() {

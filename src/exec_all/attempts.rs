@@ -1,0 +1,393 @@
+//! Restarts (docs/restarts.md): a run as attempts. Each attempt runs on
+//! the nodes `restart::Pool` gives, ranked 0.. in hostlist order
+//! (`Job::attempt`), with `MULTINODE_RESTART_COUNT` and
+//! `MULTINODE_MAX_RESTARTS`; before it, an optional health check on every
+//! node still in the run. After a failed attempt the pool says which node
+//! leaves, which spare joins, and whether to run again.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::options::RunOptions;
+use super::record::{CancelReason, NodeOutcome, RunResult};
+use super::report;
+use super::script::Script;
+use super::verdict::{self, Verdict};
+use crate::cli::ExecAllArgs;
+use crate::env::Job;
+use crate::env_map::EnvMap;
+use crate::error::Error;
+use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
+
+/// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
+pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
+/// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
+pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
+
+/// How long a health check may take on a node, unless `--health-timeout` says.
+pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The restart options of a run, validated.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Restarts {
+    pub max_restarts: u32,
+    pub min_nodes: Option<usize>,
+    /// `--health-check CMD`, run with `sh -c` on every node before each attempt.
+    pub health_check: Option<String>,
+    /// How long a health check may take on a node.
+    pub health_timeout: Duration,
+}
+
+/// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
+/// each else its variable; `None` when none is set.
+impl Restarts {
+    pub(crate) fn from_args(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error> {
+        fn number<T: std::str::FromStr>(
+            env: &EnvMap,
+            name: &str,
+            what: &str,
+        ) -> Result<Option<T>, Error> {
+            env.get(name)
+                .map(|v| {
+                    v.parse::<T>().map_err(|_| {
+                        Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
+                    })
+                })
+                .transpose()
+        }
+        let max_restarts = match args.max_restarts {
+            Some(n) => Some(n),
+            None => number(env, MAX_RESTARTS_VAR, "a number of restarts (0, 1, 2, ...)")?,
+        };
+        let min_nodes = match args.min_nodes {
+            Some(n) => Some(n),
+            None => number(env, "MULTINODE_MIN_NODES", "a number of nodes (1, 2, ...)")?,
+        };
+        let health_check = args
+            .health_check
+            .clone()
+            .or_else(|| env.get("MULTINODE_HEALTH_CHECK").map(String::from))
+            .filter(|c| !c.trim().is_empty());
+        let health_timeout = match args.health_timeout {
+        Some(t) => t,
+        None => match number::<f64>(env, "MULTINODE_HEALTH_TIMEOUT", "a number of seconds")? {
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                Error::usage(format!(
+                    "MULTINODE_HEALTH_TIMEOUT='{s}' is not a number of seconds >= 0; fix it or unset it"
+                ))
+            })?,
+            None => DEFAULT_HEALTH_TIMEOUT,
+        },
+    };
+        if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Restarts {
+            max_restarts: max_restarts.unwrap_or(0),
+            min_nodes,
+            health_check,
+            health_timeout,
+        }))
+    }
+}
+
+/// One attempt in `--report`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptReport {
+    /// 0 for the first attempt.
+    pub attempt: u32,
+    /// The attempt's nodes, by rank.
+    pub hosts: Vec<String>,
+    /// Nodes that failed the health check before it, excluded.
+    #[serde(default)]
+    pub health_failed: Vec<String>,
+    pub exit_code: i32,
+    pub verdict: Option<Verdict>,
+    /// What every node was doing when the attempt was ended as hung.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<serde_json::Value>,
+    /// Nodes excluded after it, with why.
+    pub excluded: Vec<Excluded>,
+    /// From the failure of the attempt before to every node of this one
+    /// running its script (seconds); `null` for the first.
+    pub restart_s: Option<f64>,
+    /// What was decided after it: `restart`, `succeeded`, or why the run stopped.
+    pub then: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Excluded {
+    pub host: String,
+    pub why: String,
+}
+
+/// Runs `base` over the pool's nodes until success, a stop, or the
+/// restarts are spent. Returns the last attempt's result and every
+/// attempt's record.
+pub(crate) fn run(
+    job: &Job,
+    env: &EnvMap,
+    restarts: &Restarts,
+    base: RunOptions,
+) -> Result<(RunResult, Vec<AttemptReport>), Error> {
+    if job.rank != 0 {
+        return Err(Error::usage(format!(
+            "restarts and spares need exec_all on the head (rank 0, {}); this machine is rank {}",
+            job.topology.nodes[0].host, job.rank
+        )));
+    }
+    let nodes = job.topology.nodes.len();
+    let mut pool = Pool::new(nodes, job.spares, restarts.min_nodes, restarts.max_restarts)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    let mut records: Vec<AttemptReport> = Vec::new();
+    let mut failed_at: Option<f64> = None;
+    loop {
+        let attempt = pool.restarts();
+        let mut health_failed = Vec::new();
+        if let Some(cmd) = &restarts.health_check {
+            let failing = health(job, env, &pool, cmd, restarts.health_timeout)?;
+            health_failed = failing.iter().map(|&i| host(job, i)).collect();
+            if !failing.is_empty() {
+                say(&format!(
+                    "health check: {} failed; excluded",
+                    health_failed.join(", ")
+                ));
+            }
+            if let Err(stop) = pool.health_failed(&failing) {
+                let why = stop_line(job, &stop);
+                say(&format!("attempt {attempt}: not started: {why}"));
+                return Err(Error::Failed(format!("the run stopped: {why}")));
+            }
+        }
+        let active = pool.active();
+        let options = RunOptions {
+            attempt_env: vec![
+                (RESTART_COUNT_VAR.into(), attempt.to_string()),
+                (MAX_RESTARTS_VAR.into(), restarts.max_restarts.to_string()),
+                // The attempt's lists hold no spare: `multinode env` on a
+                // node must not split one off again.
+                (crate::topology::spares::SPARES_VAR.into(), "0".into()),
+            ],
+            // Stdin is read once: later attempts get none.
+            forward_stdin: base.forward_stdin && attempt == 0,
+            output_dir: base.output_dir.as_ref().map(|dir| {
+                if restarts.max_restarts > 0 {
+                    dir.join(format!("attempt-{attempt}"))
+                } else {
+                    dir.clone()
+                }
+            }),
+            ..base.clone()
+        };
+        let result = super::run_blocking(&job.attempt(&active), env, options)?;
+        let end = attempt_end(&result, &active);
+        let decision = pool.after(&end);
+        let restart_s = failed_at.and_then(|at| all_started(&result).map(|s| s - at));
+        failed_at = verdict::build(&result).map(|v| v.at);
+        let excluded = match &decision {
+            Decision::Restart { excluded } => excluded.clone(),
+            Decision::Stop(Stop::HeadFailed(why)) => vec![(0, why.clone())],
+            Decision::Stop(_) => Vec::new(),
+        };
+        records.push(AttemptReport {
+            attempt,
+            hosts: active.iter().map(|&i| host(job, i)).collect(),
+            health_failed,
+            exit_code: result.exit_code,
+            verdict: verdict::build(&result),
+            snapshot: None,
+            excluded: excluded
+                .iter()
+                .map(|(i, why)| Excluded {
+                    host: host(job, *i),
+                    why: why.to_string(),
+                })
+                .collect(),
+            restart_s,
+            then: match &decision {
+                Decision::Restart { .. } => "restart".into(),
+                Decision::Stop(stop) => stop_line(job, stop),
+            },
+        });
+        match decision {
+            Decision::Restart { excluded } => {
+                // What the user would have read had the run ended here.
+                crate::stdio::eprint(&report::table(&result));
+                say(&restart_line(job, attempt, &result, &excluded, &pool));
+            }
+            Decision::Stop(stop) => {
+                if attempt > 0 || stop != Stop::Succeeded {
+                    say(&summary(&records));
+                }
+                return Ok((result, records));
+            }
+        }
+    }
+}
+
+/// The nodes that fail `cmd` (or do not end it within `timeout`), among
+/// every node still in the run, spares included.
+fn health(
+    job: &Job,
+    env: &EnvMap,
+    pool: &Pool,
+    cmd: &str,
+    timeout: Duration,
+) -> Result<Vec<usize>, Error> {
+    let mut candidates = pool.active();
+    candidates.extend(pool.spares());
+    let options = RunOptions {
+        fail_fast: false,
+        timeout: Some(timeout),
+        label: true,
+        ..RunOptions::new(Script::Inline(cmd.as_bytes().to_vec()))
+    };
+    let result = super::run_blocking(&job.attempt(&candidates), env, options)?;
+    Ok(result
+        .nodes
+        .iter()
+        .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
+        .map(|n| candidates[n.rank])
+        .collect())
+}
+
+/// How the attempt ended, for the pool; `nodes[rank]` is a rank's node.
+fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
+    if result.exit_code == 0 {
+        return AttemptEnd::Succeeded;
+    }
+    match result.cancelled {
+        Some(
+            CancelReason::Signal(_)
+            | CancelReason::SecondSignal
+            | CancelReason::Timeout
+            | CancelReason::OutputClosed,
+        ) => return AttemptEnd::Stopped,
+        Some(CancelReason::NodeFailed) | None => {}
+    }
+    let Some(rank) = result.first_failure else {
+        return AttemptEnd::Stopped;
+    };
+    let outcome = result
+        .nodes
+        .iter()
+        .find(|n| n.rank == rank)
+        .and_then(|n| n.outcome.as_ref());
+    let cause = match outcome {
+        Some(NodeOutcome::Unreachable(_)) => Cause::Unreachable,
+        Some(NodeOutcome::Lost(_) | NodeOutcome::NotStarted) | None => Cause::Lost,
+        Some(NodeOutcome::Finished(o)) => Cause::Exited(o.shell_code()),
+    };
+    AttemptEnd::Failed {
+        node: nodes.get(rank).copied(),
+        cause,
+    }
+}
+
+/// When the last node of the run started (seconds since the epoch).
+fn all_started(result: &RunResult) -> Option<f64> {
+    result
+        .nodes
+        .iter()
+        .map(|n| n.started)
+        .collect::<Option<Vec<SystemTime>>>()?
+        .into_iter()
+        .max()
+        .map(|t| {
+            t.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+        })
+}
+
+fn host(job: &Job, node: usize) -> String {
+    job.topology.nodes[node].host.clone()
+}
+
+/// `attempt 0: rank 2 (node3) lost; node3 excluded, spare node5 joins; restart 1 of 3 on node1,...`
+fn restart_line(
+    job: &Job,
+    attempt: u32,
+    result: &RunResult,
+    excluded: &[(usize, Exclusion)],
+    pool: &Pool,
+) -> String {
+    let mut line = format!("attempt {attempt}: {}", failure(result));
+    for (node, why) in excluded {
+        let _ = write!(line, "; {} excluded ({why})", host(job, *node));
+    }
+    let next = pool.active();
+    let joined: Vec<String> = next
+        .iter()
+        .enumerate()
+        .filter(|&(_, &i)| i >= job.topology.nodes.len() - job.spares)
+        .map(|(rank, &i)| format!("{} as rank {rank}", host(job, i)))
+        .collect();
+    if !joined.is_empty() && !excluded.is_empty() {
+        let _ = write!(line, ", spare {}", joined.join(", spare "));
+    }
+    let _ = write!(
+        line,
+        "; restart {} on {} node(s)",
+        pool.restarts(),
+        next.len()
+    );
+    line
+}
+
+/// `rank 2 (node3) lost`, `rank 1 (node2) exit 3`, or why it ended.
+fn failure(result: &RunResult) -> String {
+    match verdict::build(result) {
+        Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),
+        None => format!("exit {}", result.exit_code),
+    }
+}
+
+fn stop_line(job: &Job, stop: &Stop) -> String {
+    match stop {
+        Stop::Succeeded => "succeeded".into(),
+        Stop::Stopped => "stopped (a signal, --timeout or closed output): not restarted".into(),
+        Stop::NoRestartsLeft => "no restart left (--max-restarts)".into(),
+        Stop::ProgramFault { cause, nodes } => format!(
+            "the fault is in the program, not a node: {cause} first on {} and then on {}",
+            host(job, nodes[0]),
+            host(job, nodes[1])
+        ),
+        Stop::HeadFailed(why) => format!(
+            "the head ({}) {why}; it runs exec_all and cannot be replaced",
+            host(job, 0)
+        ),
+        Stop::NoSpareLeft { needed, left } => format!(
+            "no spare left: {left} node(s) in the run, {needed} needed (--min-nodes lets it shrink)"
+        ),
+    }
+}
+
+/// `attempt 0: rank 2 (node3) lost; attempt 1 succeeded`.
+fn summary(records: &[AttemptReport]) -> String {
+    let parts: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let what = match &r.verdict {
+                None if r.exit_code == 0 => "succeeded".to_string(),
+                None => format!("exit {}", r.exit_code),
+                Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),
+            };
+            let mut part = format!("attempt {}: {what}", r.attempt);
+            for x in &r.excluded {
+                let _ = write!(part, ", {} excluded", x.host);
+            }
+            if r.then != "restart" && r.then != "succeeded" {
+                let _ = write!(part, "; {}", r.then);
+            }
+            part
+        })
+        .collect();
+    parts.join("; ")
+}
+
+fn say(line: &str) {
+    crate::stdio::eprint(&format!("{}: {line}\n", super::program_name()));
+}

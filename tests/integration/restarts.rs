@@ -1,0 +1,334 @@
+//! Restarts, spares and the health check (docs/restarts.md), on agents at
+//! loopback addresses: node 0 is this machine, nodes 1.. are agents.
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::util::*;
+
+fn report(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn hosts_of(attempt: &serde_json::Value) -> Vec<String> {
+    attempt["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// What every node prints: `RESTART RANK NNODES NOSLOTS WHERE`.
+const SHOW: &str = "echo \"attempt=$MULTINODE_RESTART_COUNT/$MULTINODE_MAX_RESTARTS rank=$RANK \
+                    nnodes=$MULTINODE_NNODES hosts=$MULTINODE_HOSTLIST_NOSLOTS on=${AGENT_ID:-head}\"";
+
+#[test]
+fn a_lost_node_is_replaced_by_the_spare_and_the_job_ends_0() {
+    let mut cluster = Cluster::start(5);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let script =
+        format!("{SHOW}; [ \"$MULTINODE_RESTART_COUNT\" = 0 ] && exec sleep {tag}; exit 0");
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--spares", "1", "--max-restarts", "2", "--grace", "1"])
+        .args(["--report", report_path.to_str().unwrap(), "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attempt 0 runs on the first four nodes only: the fifth is the spare.
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 4));
+    let victim = &mut cluster.agents[1]; // hosts[2], rank 2
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(30)).expect("exec_all must end");
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(code, 0, "{out}\n{err}");
+
+    let h = &cluster.hosts;
+    let attempt0 = [&h[0], &h[1], &h[2], &h[3]].map(|s| s.as_str()).join(",");
+    let attempt1 = [&h[0], &h[1], &h[3], &h[4]].map(|s| s.as_str()).join(",");
+    for rank in 0..4 {
+        let on = |i: usize| {
+            if i == 0 {
+                "head".to_string()
+            } else {
+                h[i].clone()
+            }
+        };
+        let first = [0, 1, 2, 3][rank];
+        let second = [0, 1, 3, 4][rank];
+        assert!(
+            out.contains(&format!(
+                "attempt=0/2 rank={rank} nnodes=4 hosts={attempt0} on={}",
+                on(first)
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "attempt=1/2 rank={rank} nnodes=4 hosts={attempt1} on={}",
+                on(second)
+            )),
+            "{out}"
+        );
+    }
+    assert!(
+        err.contains(&format!("attempt 0: rank 2 ({}) lost; {} excluded (lost), spare {} as rank 3; restart 1 on 4 node(s)", h[2], h[2], h[4])),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "attempt 0: rank 2 ({}) lost, {} excluded; attempt 1: succeeded",
+            h[2], h[2]
+        )),
+        "{err}"
+    );
+
+    let json = report(&report_path);
+    assert_eq!(json["exit_code"], 0);
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{json}");
+    assert_eq!(
+        hosts_of(&attempts[0]),
+        [&h[0], &h[1], &h[2], &h[3]].map(String::clone)
+    );
+    assert_eq!(
+        hosts_of(&attempts[1]),
+        [&h[0], &h[1], &h[3], &h[4]].map(String::clone)
+    );
+    assert_eq!(attempts[0]["verdict"]["rank"], 2);
+    assert_eq!(attempts[0]["verdict"]["how"], "lost");
+    assert_eq!(attempts[0]["excluded"][0]["host"], h[2].as_str());
+    assert_eq!(attempts[0]["excluded"][0]["why"], "lost");
+    assert_eq!(attempts[0]["then"], "restart");
+    assert!(attempts[0]["restart_s"].is_null());
+    assert!(attempts[1]["restart_s"].as_f64().unwrap() > 0.0, "{json}");
+    assert_eq!(attempts[1]["then"], "succeeded");
+    // The last attempt's nodes are the report's nodes.
+    assert_eq!(json["nodes"][3]["host"], h[4].as_str());
+    // Nothing of attempt 0 is left but what the dead agent could not end.
+    assert!(eventually(Duration::from_secs(5), || sleepers(&tag).len() <= 1));
+    for pid in sleepers(&tag) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[test]
+fn a_program_failing_on_whichever_node_holds_rank_2_stops_after_three_attempts() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let out = cluster.exec_all(&[
+        "--spares",
+        "1",
+        "--max-restarts",
+        "10",
+        "--grace",
+        "1",
+        "--report",
+        report_path.to_str().unwrap(),
+        "-c",
+        "if [ $RANK = 2 ]; then sleep 0.3; echo 'ValueError: bad batch' >&2; exit 3; fi; sleep 30",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let json = report(&report_path);
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "{json}");
+    let h = &cluster.hosts;
+    // Attempt 1: the same node failed first again, so it is excluded once.
+    assert_eq!(attempts[1]["excluded"][0]["host"], h[2].as_str());
+    assert_eq!(
+        attempts[1]["excluded"][0]["why"],
+        "failed first in two attempts in a row"
+    );
+    // Attempt 2: rank 2 is another node, and fails the same way: the program.
+    assert_eq!(attempts[2]["verdict"]["host"], h[3].as_str());
+    let stop = format!(
+        "the fault is in the program, not a node: exit 3 first on {} and then on {}",
+        h[2], h[3]
+    );
+    assert_eq!(attempts[2]["then"], stop.as_str());
+    assert!(err.contains(&stop), "{err}");
+    assert!(err.contains("ValueError: bad batch"), "{err}");
+}
+
+#[test]
+fn a_node_failing_the_health_check_is_skipped_at_the_start() {
+    let cluster = Cluster::start(4);
+    let h = &cluster.hosts;
+    let check = format!(
+        "[ \"${{AGENT_ID:-head}}\" != {} ] || {{ echo 'GPU 0: Xid 79' >&2; exit 1; }}",
+        h[2]
+    );
+    let out = cluster.exec_all(&["--spares", "1", "--health-check", &check, "-c", SHOW]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
+    assert!(
+        err.contains(&format!("health check: {} failed; excluded", h[2])),
+        "{err}"
+    );
+    assert!(
+        err.contains("GPU 0: Xid 79"),
+        "the check's output is shown: {err}"
+    );
+    let hosts = [&h[0], &h[1], &h[3]].map(|s| s.as_str()).join(",");
+    assert!(
+        text.contains(&format!(
+            "attempt=0/0 rank=2 nnodes=3 hosts={hosts} on={}",
+            h[3]
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("attempt=")).count(),
+        3,
+        "{text}"
+    );
+
+    // A health check that fails on the head stops the run: it cannot be replaced.
+    let out = cluster.exec_all(&[
+        "--spares",
+        "1",
+        "--health-check",
+        "[ -n \"$AGENT_ID\" ]",
+        "-c",
+        SHOW,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "the head ({}) failed the health check; it runs exec_all and cannot be replaced",
+            h[0]
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stdout(&out).contains("attempt="), "the job did not run");
+}
+
+#[test]
+fn the_reference_script_with_spares_from_the_environment_counts_the_working_nodes() {
+    let cluster = Cluster::start(4);
+    let dir = tempfile::tempdir().unwrap();
+    let helper_dir = dir.path().join("multinode");
+    let install = cmd(&multinode())
+        .args(["install-helper", helper_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(install.status.success(), "{}", stderr(&install));
+    // The reference example, with torchrun replaced by what it would get.
+    let script = format!(
+        ". {}/generic-helper\n\
+         NNODES=$(echo \"$MULTINODE_HOSTLIST_NOSLOTS\" | awk -F, '{{print NF}}')\n\
+         echo \"spares=$MULTINODE_SPARE_HOSTLIST\"\n\
+         exec_all - \"$MULTINODE_NODE_IP\" \"$NNODES\" <<'EOF'\n\
+         echo \"torchrun --nnodes=$2 --node-rank=$RANK --master-addr=$1 attempt=$MULTINODE_RESTART_COUNT\"\n\
+         EOF\n",
+        helper_dir.display()
+    );
+    let out = cluster
+        .command(std::path::Path::new("/bin/sh"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                multinode().parent().unwrap().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("MULTINODE_SPARES", "1")
+        .env("MULTINODE_MAX_RESTARTS", "2")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!("spares={}:2", cluster.hosts[3])),
+        "{text}"
+    );
+    for rank in 0..3 {
+        assert!(
+            text.contains(&format!(
+                "torchrun --nnodes=3 --node-rank={rank} --master-addr={} attempt=0",
+                cluster.hosts[0]
+            )),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("torchrun")).count(),
+        3,
+        "{text}"
+    );
+}
+
+#[test]
+fn restart_options_that_cannot_work_are_one_clear_line() {
+    let cluster = Cluster::start(3);
+    for (args, env, says) in [
+        (
+            vec!["--spares", "3"],
+            None,
+            "3 spare node(s) leave no node for the job",
+        ),
+        (
+            vec!["--max-restarts", "1", "--nodes", "0,1"],
+            None,
+            "--nodes and --exclude choose ranks of one run",
+        ),
+        (
+            vec!["--spares", "1", "--min-nodes", "3"],
+            None,
+            "--min-nodes 3 must be between 1 and the 2 node(s)",
+        ),
+        (
+            vec![],
+            Some(("MULTINODE_MAX_RESTARTS", "many")),
+            "MULTINODE_MAX_RESTARTS='many' is not a number",
+        ),
+        (
+            vec![],
+            Some(("MULTINODE_SPARES", "-1")),
+            "MULTINODE_SPARES='-1' is not a number of spare nodes",
+        ),
+    ] {
+        let mut c = cluster.command(&mn_exec_all());
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let out = c
+            .args(&args)
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
