@@ -65,11 +65,6 @@ use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
-use crate::snapshot::survey::{Ask, RunNodes};
-
-/// A snapshot's connection to an agent gets this long (the nodes are up:
-/// they run the script).
-const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
@@ -143,27 +138,8 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         files::prepare(dir).map_err(Error::Usage)?;
     }
     let host = |rank: usize| job.topology.nodes[rank].host.clone();
-    let here = plan
-        .ranks
-        .contains(&job.rank)
-        .then(|| (job.rank, host(job.rank)));
-    let runs_here = here.is_some();
-    let snapshot = RunNodes {
-        connector: reach
-            .agent_connector()
-            .map(|c| c.clone().with_timeout(SNAPSHOT_CONNECT_TIMEOUT)),
-        remote: plan
-            .ranks
-            .iter()
-            .filter(|&&r| r != job.rank)
-            .map(|&rank| Ask {
-                rank,
-                host: host(rank),
-                port: reach.port(),
-            })
-            .collect(),
-        local: here,
-    };
+    let runs_here = plan.ranks.contains(&job.rank);
+    let snapshot = reach.snapshot_nodes(job, &plan.ranks);
     let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here));
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();

@@ -14,9 +14,14 @@ use super::script::Script;
 use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
+use crate::snapshot::survey::{Ask, RunNodes};
 use crate::transport::choice::{ClientSpec, Requested, Route, TransportKind};
 use crate::transport::client::{Connector, Target};
 use crate::transport::mux::MuxClient;
+
+/// A snapshot's connection to an agent gets this long (the nodes are up:
+/// they run the script).
+const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the other nodes are reached, decided once a run.
 #[expect(clippy::large_enum_variant, reason = "one a run, never moved")]
@@ -92,6 +97,29 @@ impl Reach {
         match self {
             Reach::Agent { connector, .. } => Some(connector),
             _ => None,
+        }
+    }
+
+    /// How a snapshot of the run's nodes (`ranks` of `job`) reaches them:
+    /// this node from `/proc`, the others through their agents.
+    pub fn snapshot_nodes(&self, job: &Job, ranks: &[usize]) -> RunNodes {
+        let host = |rank: usize| job.topology.nodes[rank].host.clone();
+        RunNodes {
+            connector: self
+                .agent_connector()
+                .map(|c| c.clone().with_timeout(SNAPSHOT_CONNECT_TIMEOUT)),
+            remote: ranks
+                .iter()
+                .filter(|&&r| r != job.rank)
+                .map(|&rank| Ask {
+                    rank,
+                    host: host(rank),
+                    port: self.port(),
+                })
+                .collect(),
+            local: ranks
+                .contains(&job.rank)
+                .then(|| (job.rank, host(job.rank))),
         }
     }
 
