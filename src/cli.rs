@@ -51,6 +51,9 @@ pub enum Command {
     InstallHelper(InstallHelperArgs),
     /// What every node of the running job is doing: processes, stacks, GPUs.
     Ps(PsArgs),
+    /// A terminal on a node of the running job (by rank or host; default: rank 0),
+    /// with that node's job environment.
+    Shell(ShellArgs),
     /// Internal: run COMMAND and end its process group when the parent dies.
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -373,6 +376,32 @@ pub struct PsArgs {
     /// Give up on a node whose agent does not answer the connection within SECONDS.
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
     pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Read the job secret from FILE instead of MULTINODE_SECRET.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Ask for a terminal even when stdin is not one (as ssh -tt).
+    #[arg(short = 't', long = "tty", conflicts_with = "no_tty")]
+    pub tty: bool,
+    /// Never ask for a terminal (as ssh -T): for pipes and scripts.
+    #[arg(short = 'T', long = "no-tty")]
+    pub no_tty: bool,
+    /// Give up when the node's agent does not answer the connection within SECONDS.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
+    pub connect_timeout: Duration,
+    /// The node: a rank as `multinode ps` and the verdict name it, or a host
+    /// name or address of the job [default: 0, the head].
+    #[arg(value_name = "RANK|HOST")]
+    pub node: Option<String>,
+    /// A command to run there instead of a shell (its words joined by spaces,
+    /// run by the remote shell, as ssh does).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

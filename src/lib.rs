@@ -20,6 +20,7 @@
 //! - `supervise`: the small parent of every local command, ending it when `multinode` dies.
 //! - `exit_code`: the exit codes `multinode` chooses, named.
 //! - `sh`: quoting for `sh`; `table`: text tables.
+//! - `shell`: `multinode shell`, a terminal on one node of the running job, with its environment.
 //! - `tcp_state`: what the kernel knows of one TCP connection (`TCP_INFO`).
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
 //! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
@@ -45,6 +46,7 @@ pub mod keys;
 pub(crate) mod process;
 pub(crate) mod protocol;
 mod restart;
+mod shell;
 pub(crate) mod signals;
 pub(crate) mod snapshot;
 pub(crate) mod stdio;

@@ -28,7 +28,7 @@ use crate::protocol::{self, CWD_VAR};
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
-    /// `None`: the user's login shell (a `shell` request with a terminal).
+    /// `None`: the user's login shell (a `shell` request).
     pub command: Option<Vec<u8>>,
     pub env: Vec<(String, String)>,
     pub terminal: Option<Terminal>,

@@ -21,11 +21,13 @@ mod init;
 mod keeper;
 mod lifecycle;
 mod login;
+mod login_limits;
 mod mux;
 mod plain;
 mod pty;
 mod server;
 mod sftp;
+mod sftp_fs;
 mod snapshot;
 
 use std::net::SocketAddr;

@@ -446,9 +446,9 @@ async fn serve_channel(
                 });
             }
             Some(ChannelMsg::Exec { command, .. }) => break Some(command),
-            // With a terminal, the user's login shell, as sshd starts it.
-            Some(ChannelMsg::RequestShell { .. }) if terminal.is_some() => break None,
-            Some(ChannelMsg::RequestShell { .. }) => break Some(b"exec sh".to_vec()),
+            // The user's login shell, as sshd starts it, with a terminal
+            // or without one (`ssh -T host`: it reads its commands from stdin).
+            Some(ChannelMsg::RequestShell { .. }) => break None,
             Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::NAME => {
                 if refuse(&budget, &tx).await {
                     return;

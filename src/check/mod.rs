@@ -20,6 +20,7 @@
 mod checks;
 mod cuda;
 mod facts;
+mod gpu_stack;
 mod head;
 mod local;
 mod nvidia_smi;

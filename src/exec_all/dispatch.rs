@@ -266,6 +266,7 @@ pub async fn run(
         started,
         output_failure: None,
         snapshot,
+        agents_stay: false,
     }
 }
 

@@ -140,6 +140,11 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     let host = |rank: usize| job.topology.nodes[rank].host.clone();
     let runs_here = plan.ranks.contains(&job.rank);
     let snapshot = reach.snapshot_nodes(job, &plan.ranks);
+    // The agents outlive this run, unless it runs inside `multinode agent
+    // -- JOB`, whose agents end with JOB.
+    let agents_stay = options.shell_hint
+        && reach.agent_connector().is_some()
+        && env.get(crate::protocol::mux::SOCKET_VAR).is_none();
     let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here));
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
@@ -182,6 +187,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         .ok()
         .flatten();
     let mut result = result;
+    result.agents_stay = agents_stay;
     result.output_failure =
         failure.and_then(|(fd, e)| crate::stdio::failure_line(program_name(), fd, &e));
     Ok(result)

@@ -55,6 +55,9 @@ pub(crate) struct RunOptions {
     /// Show the node run here to this machine's agent, so that `multinode
     /// ps` sees it (not for a relay, which its agent runs, nor for probes).
     pub show_local_to_agent: bool,
+    /// The verdict may tell how to get onto the failed node (`multinode
+    /// shell RANK`): this is a user's run, whose agents outlive it.
+    pub shell_hint: bool,
     /// Variables every node gets, the head too, whatever `--export` says
     /// (an attempt's `MULTINODE_RESTART_COUNT`, ...).
     pub attempt_env: Vec<(String, String)>,
@@ -84,6 +87,7 @@ impl RunOptions {
             group: false,
             snapshot_on_timeout: false,
             show_local_to_agent: true,
+            shell_hint: false,
             attempt_env: Vec::new(),
         }
     }
@@ -119,6 +123,8 @@ impl RunOptions {
             snapshot_on_timeout: args.snapshot_on_timeout,
             // A relay runs as its agent's command: that agent shows its node.
             show_local_to_agent: !args.relay_report,
+            // A relay's verdict is not printed: its head's is.
+            shell_hint: !args.relay_report,
             ..RunOptions::new(script)
         })
     }

@@ -78,6 +78,10 @@ pub struct RunResult {
     /// The snapshot taken before `--timeout` ended the run
     /// (`--snapshot-on-timeout`), as `multinode ps --format json` prints it.
     pub snapshot: Option<serde_json::Value>,
+    /// The nodes ran under agents that outlive this run (exec-all with the
+    /// job's agents, not inside `multinode agent -- JOB`, whose agents end
+    /// with JOB): the verdict may name `multinode shell RANK`.
+    pub agents_stay: bool,
 }
 
 /// What the report keeps of one node's output.

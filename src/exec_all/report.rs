@@ -275,6 +275,7 @@ mod tests {
             started: UNIX_EPOCH + Duration::from_secs(1_000),
             output_failure: None,
             snapshot: None,
+            agents_stay: true,
             nodes: vec![
                 record(
                     0,
@@ -309,8 +310,15 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 3
     step 1
     error: disk full
   the whole job was down 0.00 s after this failure
+  shell into it: multinode shell 1
 ";
         assert_eq!(table, expected);
+        // Agents that end with the run (`multinode agent -- JOB`): no way in to name.
+        let mut ended = result();
+        ended.agents_stay = false;
+        let table = super::table(&ended);
+        assert!(!table.contains("shell into"), "{table}");
+        assert!(table.ends_with("after this failure\n"), "{table}");
     }
 
     #[test]
@@ -350,7 +358,8 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
   last NCCL warning/error: h:1:1 [1] NCCL WARN socket closed
   last lines:
     {}
-  the whole job was down 0.75 s after this failure",
+  the whole job was down 0.75 s after this failure
+  shell into it: multinode shell 1",
             "x".repeat(300)
         );
         assert_eq!(verdict, expected);
@@ -358,6 +367,7 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
         assert_eq!(report["verdict"]["oom_killed"], true);
         assert_eq!(report["verdict"]["signal"], "SIGKILL");
         assert_eq!(report["verdict"]["down_after_s"], 0.75);
+        assert_eq!(report["verdict"]["shell"], "multinode shell 1");
         assert_eq!(report["nodes"][1]["oom_kills"], 1);
 
         // A lost node: the table says "lost", the verdict says why.
@@ -367,6 +377,9 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
             text.contains("first failure: rank 2 (node2), 1.50 s into the run (00:16:41.500Z UTC): lost\n  why: connection lost\n"),
             "{text}"
         );
+        // Its agent is gone or unreachable: no shell to suggest.
+        assert!(!text.contains("shell into"), "{text}");
+        assert!(build(&result).verdict.is_some_and(|v| v.shell.is_none()));
     }
 
     #[test]

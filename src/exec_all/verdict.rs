@@ -50,6 +50,10 @@ pub struct Verdict {
     pub nccl_line: Option<String>,
     /// From the first failure to the last node being down (seconds).
     pub down_after_s: Option<f64>,
+    /// How to get onto the node (`multinode shell 5`), when its agent
+    /// answered and outlives the run ([`RunResult::agents_stay`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
 }
 
 fn secs(a: SystemTime, b: SystemTime) -> f64 {
@@ -111,6 +115,9 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
         nccl_cause: node.stats.nccl_cause.clone(),
         nccl_line: node.stats.nccl_line.clone(),
         down_after_s: last_down.map(|t| secs(t, ended)),
+        // A node lost or unreachable has no agent to get in through.
+        shell: (result.agents_stay && matches!(outcome, NodeOutcome::Finished(_)))
+            .then(|| format!("multinode shell {rank}")),
     })
 }
 
@@ -174,6 +181,9 @@ pub fn render(v: &Verdict) -> String {
             out,
             "  the whole job was down {down:.2} s after this failure"
         );
+    }
+    if let Some(shell) = &v.shell {
+        let _ = writeln!(out, "  shell into it: {shell}");
     }
     out
 }

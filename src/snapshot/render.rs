@@ -66,6 +66,23 @@ pub(crate) fn headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
     }
 }
 
+/// How to get onto the first odd node: `shell into it: multinode shell 5`.
+/// Only where its agent answered: one that did not is no way in.
+pub(crate) fn shell_hint(groups: &[Group], snaps: &[NodeSnapshot]) -> Option<String> {
+    let odd = groups.first().filter(|g| g.odd)?;
+    let rank = *odd.rank_list.first()?;
+    let snap = snaps.iter().find(|s| s.rank == rank)?;
+    if snap.error.is_some() {
+        return None;
+    }
+    let whom = if odd.rank_list.len() == 1 {
+        "it"
+    } else {
+        "one of them"
+    };
+    Some(format!("shell into {whom}: multinode shell {rank}"))
+}
+
 /// `1h02m`, `3m07s`, `12.5s`.
 fn duration(secs: f64) -> String {
     let s = secs.max(0.0);
@@ -195,6 +212,9 @@ impl Proc {
 pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", headline(groups, snaps));
+    if let Some(hint) = shell_hint(groups, snaps) {
+        let _ = writeln!(out, "{hint}");
+    }
     let _ = writeln!(out);
     let ranks_w = groups
         .iter()
@@ -299,6 +319,10 @@ mod tests {
         assert_eq!(
             first,
             "rank 1 (127.0.0.3): python3 sleeping in hang <- <module>; the others, rank 0 (127.0.0.2): python3 sleeping in all_reduce <- train_step"
+        );
+        assert_eq!(
+            table.lines().nth(1),
+            Some("shell into it: multinode shell 1")
         );
         assert!(table.contains("\nRANKS  NODES  WHAT\n1      1      python3 sleeping in hang <- <module>\n0      1      python3 sleeping in all_reduce"), "{table}");
         assert!(table.contains("  101  S  0     2.4G  1m15s    do_select  gpu1 1024MiB 0%  python3 /workspace/train.py"), "{table}");

@@ -11,6 +11,8 @@ pub mod mux;
 pub mod mux_frames;
 pub(crate) mod ssh;
 pub(crate) mod ssh_args;
+#[cfg(test)]
+mod ssh_args_clients;
 mod target;
 mod tcp_health;
 pub mod tty;

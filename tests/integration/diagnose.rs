@@ -103,6 +103,23 @@ fn the_verdict_names_the_first_failure_its_last_lines_and_the_time_to_down() {
     );
     assert!(err.contains("\n    fatal: out of cheese\n"), "{err}");
     assert!(err.contains("  the whole job was down "), "{err}");
+    // Its agent is still up: the verdict ends with the way onto the node, which works.
+    assert!(
+        err.ends_with("\n  shell into it: multinode shell 2\n"),
+        "{err}"
+    );
+    assert_eq!(report["verdict"]["shell"], "multinode shell 2");
+    let there = cmd(&multinode())
+        .env("MULTINODE_HOSTLIST", nodes.hosts.join(","))
+        .env("MULTINODE_NODE_RANK", "0")
+        .args(["shell", "2", "--", "echo", "$RANK"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        (stdout(&there), there.status.code()),
+        ("2\n".into(), Some(0))
+    );
     // The table stays short: its STATUS cell is "exit 3".
     let row = err
         .lines()
@@ -317,7 +334,10 @@ fn a_node_behind_a_stock_sshd_cannot_tell_oom_kills() {
         err.contains("  OOM-killed: unknown (the node cannot tell"),
         "{err}"
     );
+    // No agent there: `multinode shell` would be a dead end.
+    assert!(!err.contains("shell into"), "{err}");
     let report = report(&report_path);
+    assert_eq!(report["verdict"].get("shell"), None);
     assert_eq!(report["verdict"]["oom_killed"], serde_json::Value::Null);
     assert_eq!(report["nodes"][1]["oom_kills"], serde_json::Value::Null);
 }

@@ -197,7 +197,7 @@ fn the_head_scale_bench_runs() {
 }
 
 /// The lines of the block after `<!-- test: NAME -->` in `page`.
-fn doc_block(page: &str, name: &str) -> Vec<String> {
+pub(crate) fn doc_block(page: &str, name: &str) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join(page)).expect("the page");
     let marker = format!("<!-- test: {name} -->");
@@ -210,7 +210,7 @@ fn doc_block(page: &str, name: &str) -> Vec<String> {
 
 /// A line's words, with each time (`0.1s`, `1.06 s`, `13:38:20.510Z`) as
 /// `TIME`: what a run may change, where the rest must be the page's.
-fn words_but_times(line: &str) -> Vec<String> {
+pub(crate) fn words_but_times(line: &str) -> Vec<String> {
     let is_time = |word: &str| {
         let t = word.trim_start_matches('(').trim_end_matches(['s', 'Z']);
         t.starts_with(|c: char| c.is_ascii_digit())
@@ -250,7 +250,7 @@ fn the_quickstarts_failing_demo_prints_the_pages_output() {
 
 /// A console block split into its commands (each `$ ` line with the lines
 /// its trailing `\` continues) and its output lines.
-fn console(block: &[String]) -> (String, Vec<String>) {
+pub(crate) fn console(block: &[String]) -> (String, Vec<String>) {
     let (mut commands, mut output) = (String::new(), Vec::new());
     let mut continued = false;
     for line in block {

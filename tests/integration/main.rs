@@ -23,6 +23,7 @@ mod mux;
 mod nodeset;
 mod openssh;
 mod restarts;
+mod shell;
 mod snapshot;
 mod terminal;
 mod topology;

@@ -261,6 +261,20 @@ fn ps_names_the_rank_blocked_in_a_socket_read_and_folds_the_spinners() {
             job.hosts[2]
         )
     );
+    // The way onto the odd rank, and it leads there with the job's environment.
+    assert_eq!(
+        table.lines().nth(1),
+        Some("shell into it: multinode shell 2"),
+        "{table}"
+    );
+    let there = job
+        .command(&multinode(), 0)
+        .args(["shell", "2", "--", "echo $RANK $MULTINODE_LOCAL_IP"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(there.status.code(), Some(0), "{}", stderr(&there));
+    assert_eq!(stdout(&there), format!("2 {}\n", job.hosts[2]));
     assert!(
         table.contains("        read_reply (prog.py:5)\n"),
         "{table}"
@@ -421,6 +435,8 @@ fn ps_names_a_node_without_an_agent_and_exits_255() {
         table.contains("no process of the job is running"),
         "{table}"
     );
+    // No agent answers on rank 1: no way in to suggest.
+    assert!(!table.contains("shell into"), "{table}");
 
     // Bad input: one line, exit 2.
     let out = cmd(&multinode())

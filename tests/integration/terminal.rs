@@ -11,8 +11,8 @@ use crate::util::*;
 
 /// A client running under `script`: a real terminal of 100x30, its output
 /// collected, keys written as bytes.
-struct Term {
-    child: Child,
+pub(crate) struct Term {
+    pub(crate) child: Child,
     stdin: ChildStdin,
     out: Arc<Mutex<Vec<u8>>>,
 }
@@ -20,7 +20,7 @@ struct Term {
 impl Term {
     /// `client` is a shell command line; `resize_flag` appearing makes the
     /// local terminal 61x23 (the client then gets SIGWINCH).
-    fn start(client: &str, resize_flag: &Path) -> Term {
+    pub(crate) fn start(client: &str, resize_flag: &Path) -> Term {
         let inner = format!(
             "stty cols 100 rows 30; \
              (while [ ! -e {flag} ]; do sleep 0.1; done; stty cols 61 rows 23 </dev/tty) & \
@@ -50,17 +50,17 @@ impl Term {
         Term { child, stdin, out }
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
     }
 
-    fn send(&mut self, keys: &str) {
+    pub(crate) fn send(&mut self, keys: &str) {
         self.stdin.write_all(keys.as_bytes()).unwrap();
         self.stdin.flush().unwrap();
     }
 
     /// Waits until the output holds `what` `times` times.
-    fn expect(&self, what: &str, times: usize) {
+    pub(crate) fn expect(&self, what: &str, times: usize) {
         assert!(
             eventually(Duration::from_secs(20), || self
                 .text()
@@ -226,4 +226,79 @@ fn a_killed_agent_leaves_no_job_of_a_terminal_behind() {
     );
     let _ = term.child.kill();
     let _ = term.child.wait();
+}
+
+/// `input` on a pipe to `client` (a shell command line), then EOF; its
+/// stdout and exit code, within 30 s.
+fn piped(client: &str, input: &str) -> (String, Option<i32>) {
+    let mut child = cmd(Path::new("timeout"))
+        .args(["30", "sh", "-c", client])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (stdout(&out), out.status.code())
+}
+
+/// OpenSSH's client to the private `sshd` of openssh.rs.
+fn ssh_to_sshd(sshd: &crate::openssh::Sshd, flags: &str) -> String {
+    format!(
+        "ssh -F {} {flags} 127.0.0.1",
+        sshd.path("ssh_config").display()
+    )
+}
+
+/// A `shell` request without a terminal (`ssh -T HOST`, commands on stdin):
+/// sshd runs the user's login shell, at home; so does the agent, for
+/// OpenSSH's `ssh -T` and for `mn-ssh -T`.
+#[test]
+fn a_shell_without_a_terminal_is_the_login_shell_as_under_sshd() {
+    let script = "echo \"$0\"; pwd; echo done\n";
+    let sshd = crate::openssh::Sshd::start();
+    let (reference, code) = piped(&ssh_to_sshd(&sshd, "-T"), script);
+    assert_eq!(code, Some(0), "{reference}");
+    assert!(
+        reference.starts_with('-'),
+        "sshd's is a login shell: {reference}"
+    );
+    assert!(reference.ends_with("\ndone\n"), "{reference}");
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let openssh = openssh_client(&agent, dir.path()).replace(" -tt ", " -T ");
+    for client in [format!("{} -T {}", mn_ssh().display(), agent.host), openssh] {
+        assert_eq!(
+            piped(&client, script),
+            (reference.clone(), Some(0)),
+            "{client}"
+        );
+    }
+}
+
+/// With a terminal, the client's EOF (stdin a pipe, `-tt`) does not end
+/// the session: sshd keeps the pty open and the shell reads on, until it
+/// exits. The agent does the same: the command still runs after the EOF,
+/// prints and gives its status.
+#[test]
+fn with_a_terminal_the_clients_eof_leaves_the_shell_running_as_under_sshd() {
+    let input = "sleep 1; echo af''ter; exit 5\n";
+    let sshd = crate::openssh::Sshd::start();
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    for client in [
+        ssh_to_sshd(&sshd, "-tt"),
+        format!("{} -tt {}", mn_ssh().display(), agent.host),
+        openssh_client(&agent, dir.path()),
+    ] {
+        let (out, code) = piped(&client, input);
+        assert_eq!(code, Some(5), "{client}: {out}");
+        assert!(out.contains("after\r\n"), "{client}: {out}");
+    }
 }
