@@ -10,7 +10,7 @@
 //! - the same exit status (or signal), first, on different nodes in two
 //!   attempts in a row, with no node-level cause, is the program's fault:
 //!   the run stops;
-//! - any other failure (an OOM kill, a signal, NCCL's timeout) is
+//! - any other failure (an OOM kill, a signal, a hang, NCCL's timeout) is
 //!   run again without excluding anyone: a repeat then decides which of
 //!   the two rules above it was;
 //! - never after success, the user's SIGINT/SIGTERM or `--timeout`; never
@@ -30,6 +30,8 @@ pub(crate) enum Cause {
     HealthCheck,
     /// The program ended with this shell exit code (128+N for a signal).
     Exited(i32),
+    /// No node printed anything for `--hang-timeout`.
+    Hung,
 }
 
 impl Cause {
@@ -46,6 +48,7 @@ impl fmt::Display for Cause {
             Cause::Lost => f.write_str("lost"),
             Cause::HealthCheck => f.write_str("failed the health check"),
             Cause::Exited(code) => write!(f, "exit {code}"),
+            Cause::Hung => f.write_str("hung"),
         }
     }
 }
@@ -449,11 +452,11 @@ mod tests {
     }
 
     #[test]
-    fn failures_of_no_known_node_and_user_stops_exclude_no_one() {
+    fn hangs_and_user_stops_exclude_no_one() {
         let mut pool = Pool::new(3, 1, None, 1).unwrap();
         let nowhere = AttemptEnd::Failed {
             node: None,
-            cause: Cause::Exited(1),
+            cause: Cause::Hung,
         };
         assert_eq!(pool.after(&nowhere), Decision::Restart { excluded: vec![] });
         assert_eq!(pool.after(&nowhere), Decision::Stop(Stop::NoRestartsLeft));

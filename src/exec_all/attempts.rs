@@ -23,6 +23,8 @@ use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
 
 /// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
 pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
+/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
+pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
 /// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
 pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
 
@@ -93,6 +95,26 @@ impl Restarts {
     }
 }
 
+/// `--hang-timeout`, else `MULTINODE_HANG_TIMEOUT`; `None` when neither is set.
+pub(crate) fn hang_timeout(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Duration>, Error> {
+    if args.hang_timeout.is_some() {
+        return Ok(args.hang_timeout);
+    }
+    env.get(HANG_TIMEOUT_VAR)
+        .map(|v| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| {
+                    Error::usage(format!(
+                        "{HANG_TIMEOUT_VAR}='{v}' is not a number of seconds > 0; fix it or unset it"
+                    ))
+                })
+        })
+        .transpose()
+}
+
 /// One attempt in `--report`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptReport {
@@ -104,6 +126,9 @@ pub struct AttemptReport {
     #[serde(default)]
     pub health_failed: Vec<String>,
     pub exit_code: i32,
+    /// How it failed, in a few words (`rank 2 (node3) lost`, `hung ...`);
+    /// `null` when it succeeded.
+    pub failure: Option<String>,
     pub verdict: Option<Verdict>,
     /// What every node was doing when the attempt was ended as hung.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,8 +221,11 @@ pub(crate) fn run(
             hosts: active.iter().map(|&i| host(job, i)).collect(),
             health_failed,
             exit_code: result.exit_code,
+            failure: (result.exit_code != 0).then(|| failure(&result)),
             verdict: verdict::build(&result),
-            snapshot: None,
+            snapshot: (result.cancelled == Some(CancelReason::Hung))
+                .then(|| result.snapshot.clone())
+                .flatten(),
             excluded: excluded
                 .iter()
                 .map(|(i, why)| Excluded {
@@ -259,6 +287,12 @@ fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
         return AttemptEnd::Succeeded;
     }
     match result.cancelled {
+        Some(CancelReason::Hung) => {
+            return AttemptEnd::Failed {
+                node: None,
+                cause: Cause::Hung,
+            };
+        }
         Some(
             CancelReason::Signal(_)
             | CancelReason::SecondSignal
@@ -339,6 +373,9 @@ fn restart_line(
 
 /// `rank 2 (node3) lost`, `rank 1 (node2) exit 3`, or why it ended.
 fn failure(result: &RunResult) -> String {
+    if result.cancelled == Some(CancelReason::Hung) {
+        return "hung (no output for --hang-timeout)".into();
+    }
     match verdict::build(result) {
         Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),
         None => format!("exit {}", result.exit_code),
@@ -370,11 +407,7 @@ fn summary(records: &[AttemptReport]) -> String {
     let parts: Vec<String> = records
         .iter()
         .map(|r| {
-            let what = match &r.verdict {
-                None if r.exit_code == 0 => "succeeded".to_string(),
-                None => format!("exit {}", r.exit_code),
-                Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),
-            };
+            let what = r.failure.as_deref().unwrap_or("succeeded");
             let mut part = format!("attempt {}: {what}", r.attempt);
             for x in &r.excluded {
                 let _ = write!(part, ", {} excluded", x.host);

@@ -23,6 +23,10 @@ pub struct Dispatch {
     /// ends the run when `snapshot_on_timeout`.
     pub snapshot: Option<RunNodes>,
     pub snapshot_on_timeout: bool,
+    /// `--hang-timeout`: no output from any node for this long ends the
+    /// run as hung, after a snapshot of every node.
+    pub hang_timeout: Option<Duration>,
+    pub progress_seen: std::sync::Arc<super::progress::Progress>,
 }
 
 /// Escalation once the run is ending: signal, then SIGKILL, then abandon.
@@ -93,6 +97,15 @@ pub async fn run(
         let timed_out = async {
             match timeout_at {
                 Some(at) if cancelled.is_none() => tokio::time::sleep_until(at).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let quiet = async {
+            match spec.hang_timeout {
+                Some(limit) if cancelled.is_none() => {
+                    tokio::time::sleep_until(Instant::from_std(spec.progress_seen.last() + limit))
+                        .await;
+                }
                 _ => std::future::pending().await,
             }
         };
@@ -179,6 +192,13 @@ pub async fn run(
                 });
             }
             () = timed_out => reason = Some(CancelReason::Timeout),
+            // Output may have come while this slept: then it is armed again.
+            () = quiet => {
+                let limit = spec.hang_timeout.unwrap_or_default();
+                if spec.progress_seen.last().elapsed() >= limit {
+                    reason = Some(CancelReason::Hung);
+                }
+            }
             Some(()) = output_closed.recv() => reason = Some(CancelReason::OutputClosed),
             () = escalate => {
                 phase = match phase {
@@ -226,17 +246,33 @@ pub async fn run(
                     }
                 }
                 _ if first => {
-                    if reason == CancelReason::Timeout
-                        && spec.snapshot_on_timeout
-                        && let Some(run_nodes) = &spec.snapshot
-                    {
-                        // The nodes still run: this is what the timeout caught them doing.
-                        info!("--timeout: taking a snapshot of every node before ending the run");
+                    let caught = match reason {
+                        CancelReason::Timeout if spec.snapshot_on_timeout => Some((
+                            "--timeout",
+                            format!(
+                                "--timeout {}s expired",
+                                spec.timeout.unwrap_or_default().as_secs_f64()
+                            ),
+                        )),
+                        CancelReason::Hung => Some((
+                            "--hang-timeout",
+                            format!(
+                                "no node printed anything for {}s (--hang-timeout): the run is hung",
+                                spec.hang_timeout.unwrap_or_default().as_secs_f64()
+                            ),
+                        )),
+                        _ => None,
+                    };
+                    if let (Some((flag, said)), Some(run_nodes)) = (caught, &spec.snapshot) {
+                        // The nodes still run: this is what the limit caught them doing.
+                        info!("{flag}: taking a snapshot of every node before ending the run");
                         let (table, json) = render_both(&run_nodes.take().await);
-                        let secs = spec.timeout.unwrap_or_default().as_secs_f64();
-                        writer.text(Stream::Err, format!(
-                            "mn-exec-all: --timeout {secs}s expired; what every node was doing:\n{table}"
-                        )).await;
+                        writer
+                            .text(
+                                Stream::Err,
+                                format!("mn-exec-all: {said}; what every node was doing:\n{table}"),
+                            )
+                            .await;
                         snapshot = Some(json);
                     }
                     info!(?reason, "ending the run: SIGTERM to every node");
@@ -275,7 +311,7 @@ pub async fn run(
 /// signal; SIGPIPE for closed output); else 0.
 fn run_exit_code(cancelled: Option<CancelReason>, failure_code: Option<i32>) -> i32 {
     match cancelled {
-        Some(CancelReason::Timeout) => exit_code::TIMEOUT,
+        Some(CancelReason::Timeout | CancelReason::Hung) => exit_code::TIMEOUT,
         Some(CancelReason::Signal(signo)) => failure_code.unwrap_or(exit_code::from_signal(signo)),
         Some(CancelReason::SecondSignal) => {
             failure_code.unwrap_or(exit_code::from_signal(libc::SIGKILL))
@@ -315,6 +351,8 @@ mod tests {
             progress: false,
             snapshot: None,
             snapshot_on_timeout: false,
+            hang_timeout: None,
+            progress_seen: std::sync::Arc::new(super::super::progress::Progress::new()),
         }
     }
 

@@ -37,6 +37,7 @@ mod node;
 mod options;
 mod plan;
 mod process_leg;
+mod progress;
 mod reach;
 mod record;
 mod relay;
@@ -81,7 +82,14 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     } else {
         attempts::Restarts::from_args(&args, &env)?
     };
-    let options = RunOptions::from_args(&args, job.topology.nodes.len())?;
+    let options = RunOptions {
+        // A relay's output reaches the head, which watches for hangs.
+        hang_timeout: match args.relay_report {
+            true => None,
+            false => attempts::hang_timeout(&args, &env)?,
+        },
+        ..RunOptions::from_args(&args, job.topology.nodes.len())?
+    };
     let grouped = options.group;
     let (mut result, attempts) = if restarts.is_none() && job.spares == 0 {
         (run_blocking(&job, &env, options)?, None)
@@ -169,6 +177,8 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         // Only a run that prints its output: `collect` (check) gathers it.
         snapshot: options.forward_output.then_some(snapshot),
         snapshot_on_timeout: options.snapshot_on_timeout,
+        hang_timeout: options.hang_timeout,
+        progress_seen: ctx.progress.clone(),
     };
     let node::Started {
         handles,

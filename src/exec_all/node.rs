@@ -92,8 +92,14 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
                 }
             },
             msg = leg.next() => match msg {
-                Some(LegMsg::Out(data)) => task.sink.feed(Stream::Out, &data).await,
-                Some(LegMsg::Err(data)) => task.sink.feed(Stream::Err, &data).await,
+                Some(LegMsg::Out(data)) => {
+                    ctx.progress.touch();
+                    task.sink.feed(Stream::Out, &data).await;
+                }
+                Some(LegMsg::Err(data)) => {
+                    ctx.progress.touch();
+                    task.sink.feed(Stream::Err, &data).await;
+                }
                 Some(LegMsg::ExitInfo(info)) => exit_info = Some(info),
                 Some(LegMsg::Exit(outcome)) => status = Some(outcome),
                 Some(LegMsg::Relayed(record)) => relayed = Some(record),

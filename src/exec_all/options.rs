@@ -61,6 +61,9 @@ pub(crate) struct RunOptions {
     /// Variables every node gets, the head too, whatever `--export` says
     /// (an attempt's `MULTINODE_RESTART_COUNT`, ...).
     pub attempt_env: Vec<(String, String)>,
+    /// `--hang-timeout`: end the run, as hung, when no node printed
+    /// anything for this long.
+    pub hang_timeout: Option<Duration>,
 }
 
 impl RunOptions {
@@ -89,6 +92,7 @@ impl RunOptions {
             show_local_to_agent: true,
             shell_hint: false,
             attempt_env: Vec::new(),
+            hang_timeout: None,
         }
     }
 

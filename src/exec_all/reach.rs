@@ -163,6 +163,8 @@ pub(crate) struct RunCtx {
     /// (`snapshot::survey::show_in_agent`): only when exec_all reaches
     /// agents itself and no agent runs it already.
     pub local_agent: Option<Target>,
+    /// When a node last printed anything (`--hang-timeout`).
+    pub progress: std::sync::Arc<super::progress::Progress>,
 }
 
 impl RunCtx {
@@ -194,6 +196,7 @@ impl RunCtx {
             bin: PathBuf::from(&job.bin),
             connect_slots: Semaphore::new(options.max_connecting),
             local_agent,
+            progress: std::sync::Arc::new(super::progress::Progress::new()),
         }
     }
 }

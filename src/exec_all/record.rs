@@ -18,6 +18,8 @@ pub enum CancelReason {
     NodeFailed,
     /// stdout or stderr was closed (`| head`) or could not be written (`/dev/full`).
     OutputClosed,
+    /// No node printed anything for `--hang-timeout`.
+    Hung,
     /// `--timeout` expired.
     Timeout,
     /// exec_all got this signal, which it passed on.

@@ -332,3 +332,78 @@ fn restart_options_that_cannot_work_are_one_clear_line() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_hung_attempt_is_ended_with_its_snapshot_kept_and_run_again() {
+    let cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let script = format!(
+        "echo \"start $RANK $MULTINODE_RESTART_COUNT\"; \
+         [ \"$MULTINODE_RESTART_COUNT\" = 0 ] && exec sleep {tag}; echo \"done $RANK\""
+    );
+    let out = cluster.exec_all(&[
+        "--hang-timeout",
+        "1.5",
+        "--max-restarts",
+        "1",
+        "--grace",
+        "1",
+        "--report",
+        report_path.to_str().unwrap(),
+        "-c",
+        &script,
+    ]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
+    assert!(
+        err.contains("no node printed anything for 1.5s (--hang-timeout): the run is hung; what every node was doing:"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("sleep {tag}")),
+        "the snapshot names the sleepers: {err}"
+    );
+    assert!(
+        err.contains("attempt 0: hung (no output for --hang-timeout); restart 1 on 3 node(s)"),
+        "{err}"
+    );
+    for rank in 0..3 {
+        assert!(
+            text.contains(&format!("start {rank} 1")) && text.contains(&format!("done {rank}")),
+            "{text}"
+        );
+    }
+    let json = report(&report_path);
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{json}");
+    assert_eq!(attempts[0]["exit_code"], 124);
+    assert_eq!(attempts[0]["then"], "restart");
+    assert!(
+        attempts[0]["snapshot"].is_object(),
+        "the hang's snapshot is kept: {json}"
+    );
+    assert!(attempts[1]["snapshot"].is_null(), "{json}");
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+
+    // Without restarts, a hang ends the run: exit code 124, as --timeout.
+    let out = cluster.exec_all(&[
+        "--hang-timeout",
+        "1",
+        "--grace",
+        "1",
+        "-c",
+        &format!("exec sleep {tag}"),
+    ]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("hung: no node printed anything for --hang-timeout"),
+        "{}",
+        stderr(&out)
+    );
+}
