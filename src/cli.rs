@@ -147,7 +147,7 @@ with your keys",
     override_usage = "mn-ssh [OPTIONS] [USER@]HOST [COMMAND [ARGS...]]",
     after_help = "Also accepted, as mpirun, MPICH, scp, sftp, rsync and git pass them: -x, -T, \
 -F FILE and the other flags that change nothing here. Refused, with a message: forwarding \
-(-L, -R, -D, -W, -A, -X, -Y), -J, -N, -f, -O.\n\nExit code: the remote command's; 128+N \
+other than -L (-R, -D, -W, -A, -X, -Y), -J, -f, -O.\n\nExit code: the remote command's; 128+N \
 when it died of signal N; 255 when the connection failed."
 )]
 pub struct SshHelp {
@@ -164,6 +164,13 @@ pub struct SshHelp {
     /// UserKnownHostsFile, SendEnv, SetEnv.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     pub option: Vec<String>,
+    /// Forward a local port through the node: connections to [BIND:]PORT
+    /// go to HOST:HOSTPORT as the node sees it (its loopback, or a node of the job).
+    #[arg(short = 'L', value_name = "[BIND:]PORT:HOST:HOSTPORT")]
+    pub local_forward: Vec<String>,
+    /// No command: keep the connection and its forwards until a signal.
+    #[arg(short = 'N')]
+    pub no_command: bool,
     /// COMMAND names a subsystem (`mn-ssh -s HOST sftp`, as scp and sftp run it).
     #[arg(short = 's')]
     pub subsystem: bool,

@@ -7,6 +7,7 @@
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `env_limit`: how much environment a channel and a connection may send.
+//! - `forward`: `direct-tcpip` channels (`ssh -L`), to the node's loopback and the job's nodes.
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
 //! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
@@ -17,6 +18,7 @@
 mod command;
 mod control;
 mod env_limit;
+mod forward;
 mod init;
 mod keeper;
 mod lifecycle;
@@ -75,6 +77,8 @@ pub(crate) struct Shared {
     pub tracker: TaskTracker,
     /// The bounds the `sftp` sessions share (handles, file operations at once).
     pub sftp: sftp::Bounds,
+    /// Where `direct-tcpip` channels may go.
+    pub destinations: forward::Destinations,
     pub host: String,
     pub rank: Option<usize>,
     /// When a client of this job last authenticated (the head pinging a
@@ -148,8 +152,9 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
     // The job's topology is only needed for the lifecycle; a plain agent
     // serves alone, but says at once that a topology it was given is broken
     // (its commands would find out later, one by one).
+    let mut set_topology = None;
     let job = if args.job.is_empty() {
-        crate::topology::check_topology(&args.topology.inputs(), &env)?;
+        set_topology = crate::topology::check_topology(&args.topology.inputs(), &env)?;
         None
     } else {
         // The head may be starting too: wait for its name as long as it waits for us.
@@ -160,6 +165,12 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         )?)
     };
 
+    // Forwarded ports reach the job's nodes, as far as this agent knows them.
+    let destinations = {
+        let topology = job.as_ref().map(|j| &j.topology).or(set_topology.as_ref());
+        let hosts = topology.map(|t| t.nodes.as_slice()).unwrap_or_default();
+        forward::Destinations::new(hosts.iter().map(|n| n.host.as_str()))
+    };
     let bin = std::env::current_exe()
         .map_err(|e| Error::Failed(format!("cannot find this program's path: {e}")))?;
     // In a container the agent is often PID 1: keep a small init in front of it.
@@ -211,6 +222,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
             sftp: sftp::Bounds::new(),
+            destinations,
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),

@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 use super::command::{self, Request};
 use super::env_limit::{ChannelEnv, ConnectionEnv};
 use super::login::{Login, MAX_AUTH_TRIES};
-use super::{Shared, control, pty, sftp};
+use super::{Shared, control, forward, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
 use crate::tcp_state;
@@ -116,6 +116,7 @@ async fn connection(
         login: login.clone(),
         peer,
         env: ConnectionEnv::default(),
+        forwards: forward::slots(),
     };
     // Before the session runs, its future owns the stream: dropping it closes
     // the socket (after the penalty is recorded, so a reconnection pays it).
@@ -253,6 +254,8 @@ struct ConnHandler {
     peer: SocketAddr,
     /// The environment this connection's channels hold.
     env: ConnectionEnv,
+    /// Its forwarded (`direct-tcpip`) channels open at once.
+    forwards: Arc<tokio::sync::Semaphore>,
 }
 
 impl ConnHandler {
@@ -319,6 +322,68 @@ impl russh::server::Handler for ConnHandler {
         let env = self.env.channel();
         self.channels
             .spawn(async move { serve_channel(channel, handle, env, shared, conn).await });
+        Ok(())
+    }
+
+    async fn channel_open_direct_tcpip(
+        &mut self,
+        channel: Channel<Msg>,
+        host_to_connect: &str,
+        port_to_connect: u32,
+        originator_address: &str,
+        originator_port: u32,
+        reply: ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        let open = forward::Open {
+            channel,
+            host: host_to_connect.to_string(),
+            port: port_to_connect,
+            originator: format!("{originator_address}:{originator_port} via {}", self.peer),
+        };
+        let scope = forward::Scope {
+            destinations: &self.shared.destinations,
+            slots: &self.forwards,
+            tracker: &self.channels,
+            conn: &self.conn,
+            shutdown: &self.shared.shutdown,
+        };
+        forward::open(open, reply, scope).await;
+        Ok(())
+    }
+
+    // Remote forwarding (`ssh -R`), agent forwarding (`-A`) and X11 (`-X`)
+    // are refused: OpenSSH's ssh reports each refusal.
+    async fn tcpip_forward(
+        &mut self,
+        address: &str,
+        port: &mut u32,
+        _session: &mut Session,
+    ) -> Result<bool, Self::Error> {
+        info!(peer = %self.peer, address, port = *port, "remote forwarding refused");
+        Ok(false)
+    }
+
+    async fn agent_request(
+        &mut self,
+        _channel: ChannelId,
+        _session: &mut Session,
+    ) -> Result<bool, Self::Error> {
+        debug!(peer = %self.peer, "agent forwarding refused");
+        Ok(false)
+    }
+
+    async fn x11_request(
+        &mut self,
+        channel: ChannelId,
+        _single_connection: bool,
+        _x11_auth_protocol: &str,
+        _x11_auth_cookie: &str,
+        _x11_screen_number: u32,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        debug!(peer = %self.peer, "X11 forwarding refused");
+        session.channel_failure(channel)?;
         Ok(())
     }
 

@@ -49,7 +49,7 @@ pub(crate) use placement::{Placement, resolve_placement};
 pub(crate) fn check_topology(
     args: &Inputs,
     env: &crate::env_map::EnvMap,
-) -> Result<(), TopologyError> {
+) -> Result<Option<Topology>, TopologyError> {
     resolve::check_topology(args, env, &machine::System)
 }
 

@@ -77,11 +77,14 @@ pub(crate) fn check_topology(
     args: &Inputs,
     env: &EnvMap,
     machine: &dyn Machine,
-) -> Result<(), TopologyError> {
-    match from_sources(args, env, machine)? {
-        Some(topology) if !from_flags(args) => check_against_env(&topology, env),
-        _ => Ok(()),
+) -> Result<Option<Topology>, TopologyError> {
+    let topology = from_sources(args, env, machine)?;
+    if let Some(topology) = &topology
+        && !from_flags(args)
+    {
+        check_against_env(topology, env)?;
     }
+    Ok(topology)
 }
 
 /// The job's nodes from the first source that is set; `None` when none is.

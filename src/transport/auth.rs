@@ -52,7 +52,13 @@ pub struct ClientHandler {
     /// Why the session ended, once it has: russh answers an authentication
     /// whose session died with a plain failure, which is not a refused key.
     pub(super) ended: Arc<Mutex<Option<String>>>,
+    /// Channel open failures in OpenSSH's words, oldest first, for
+    /// `forward.rs` (russh's error has no description).
+    pub(super) open_failures: OpenFailures,
 }
+
+/// See [`ClientHandler::open_failures`].
+pub(super) type OpenFailures = Arc<Mutex<std::collections::VecDeque<String>>>;
 
 impl client::Handler for ClientHandler {
     type Error = russh::Error;
@@ -93,6 +99,34 @@ impl client::Handler for ClientHandler {
                 }
             }
         }
+    }
+
+    async fn channel_open_failure(
+        &mut self,
+        channel: russh::ChannelId,
+        reason: russh::ChannelOpenFailure,
+        description: &str,
+        _language: &str,
+        _session: &mut client::Session,
+    ) -> Result<(), Self::Error> {
+        // OpenSSH's names of RFC 4254's reason codes.
+        let name = match reason.code() {
+            1 => "administratively prohibited",
+            2 => "connect failed",
+            3 => "unknown channel type",
+            4 => "resource shortage",
+            _ => "unknown reason",
+        };
+        let line = match description {
+            "" => name.to_string(),
+            d => format!("{name}: {}", d.trim_end()),
+        };
+        debug!(target = %self.target, ?channel, %line, "channel open failed");
+        self.open_failures
+            .lock()
+            .expect("not poisoned: no panics while held")
+            .push_back(line);
+        Ok(())
     }
 
     async fn disconnected(

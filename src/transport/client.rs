@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tracing::debug;
 
 pub use super::auth::{Auth, HostKeyPolicy, OpenSshAuth};
-use super::auth::{ClientHandler, authenticate};
+use super::auth::{ClientHandler, OpenFailures, authenticate};
 pub use super::lost_after::{DEFAULT_LOST_AFTER, LOST_AFTER_VAR, lost_after};
 pub use super::target::{ConnectError, Target};
 use super::tcp_health::{abort_on_close, liveness, socket_state};
@@ -141,11 +141,13 @@ impl Connector {
             .map(Arc::new);
         let rejection = Arc::new(std::sync::Mutex::new(None));
         let ended = Arc::new(std::sync::Mutex::new(None));
+        let open_failures = OpenFailures::default();
         let handler = ClientHandler {
             auth: self.auth.clone(),
             target: target.clone(),
             rejection: rejection.clone(),
             ended: ended.clone(),
+            open_failures: open_failures.clone(),
         };
         let mut handle = match client::connect_stream(self.config.clone(), stream, handler).await {
             Ok(handle) => handle,
@@ -174,6 +176,7 @@ impl Connector {
             peer,
             packs_env: matches!(self.auth, Auth::Agent(_)),
             socket,
+            open_failures,
             _watch: watch.drop_guard(),
         })
     }
@@ -267,6 +270,8 @@ pub struct Connection {
     packs_env: bool,
     /// A descriptor of the socket russh owns, to read its state and reset it.
     socket: Option<Arc<std::os::fd::OwnedFd>>,
+    /// Why channels failed to open (`forward.rs` reads them).
+    pub(super) open_failures: OpenFailures,
     /// Ends the liveness watch with the connection.
     _watch: tokio_util::sync::DropGuard,
 }
@@ -385,7 +390,7 @@ impl Connection {
     }
 
     /// Closes the connection and waits until the disconnect is sent.
-    pub async fn close(self) {
+    pub async fn close(&self) {
         let _ = self
             .handle
             .disconnect(russh::Disconnect::ByApplication, "", "en")

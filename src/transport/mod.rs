@@ -1,11 +1,13 @@
 //! How a command reaches a node: `mn-ssh` and its option parsing, our own
-//! SSH client, and connection sharing through the head's agent (`mux`).
+//! SSH client, connection sharing through the head's agent (`mux`), and
+//! `mn-ssh -L`'s local port forwarding (`forward`).
 
 mod auth;
 pub mod channel;
 pub(crate) mod choice;
 pub mod client;
 mod control_requests;
+pub(crate) mod forward;
 mod lost_after;
 pub mod mux;
 pub mod mux_frames;

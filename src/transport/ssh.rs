@@ -9,6 +9,10 @@
 //! A terminal is asked for as OpenSSH does (`-t`, `-tt`, `-T`, a shell from a
 //! terminal): the local one is then in raw mode until `mn-ssh` returns, and
 //! its size changes (SIGWINCH) are sent on.
+//!
+//! `-L` forwards local ports through the same connection while the command
+//! runs; with `-N` there is no command, and the forwards last until a signal
+//! or the connection's end (`forward.rs`).
 
 use std::ffi::OsString;
 
@@ -21,6 +25,7 @@ use tracing::debug;
 use super::channel::{ChannelRx, ChannelTx};
 use super::choice::{ClientSpec, Route};
 use super::client::{Connector, Start, Target};
+use super::forward;
 use super::mux::{MuxClient, MuxError};
 use super::ssh_args::{self, RequestTty, SshInvocation};
 use super::tty::{self, PtyRequest, RawMode};
@@ -79,8 +84,10 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
     // `-o SendEnv`/`SetEnv`: sent as `env` requests, as OpenSSH does.
     let send = inv.env_to_send(env.0.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let stdin_is_terminal = !inv.no_stdin && tty::stdin_is_terminal();
-    let terminal = (!inv.subsystem && inv.tty.wanted(!inv.command.is_empty(), stdin_is_terminal))
-        .then(|| tty::request(env.get("TERM")));
+    let terminal = (!inv.subsystem
+        && !inv.no_command
+        && inv.tty.wanted(!inv.command.is_empty(), stdin_is_terminal))
+    .then(|| tty::request(env.get("TERM")));
     if inv.tty == RequestTty::Yes && !stdin_is_terminal && !inv.quiet {
         stdio::eprint("Pseudo-terminal will not be allocated because stdin is not a terminal.\n");
     }
@@ -130,8 +137,8 @@ fn client_spec(inv: &SshInvocation) -> Result<ClientSpec, Error> {
 ///
 /// With `mux` (inside `multinode agent -- JOB`), a command goes through the
 /// head agent's connection to the node; a shell, a subsystem, a command
-/// with a terminal, or a socket that does not answer, gets a connection of
-/// its own.
+/// with a terminal or forwards, or a socket that does not answer, gets a
+/// connection of its own.
 pub async fn run(
     inv: &SshInvocation,
     connector: &Connector,
@@ -150,8 +157,9 @@ pub async fn run(
     } else {
         Start::Exec(&inv.command)
     };
+    let forwarding = inv.no_command || !inv.forward.local.is_empty();
     let shared = match (mux, start) {
-        (Some(mux), Start::Exec(command)) if terminal.is_none() => {
+        (Some(mux), Start::Exec(command)) if terminal.is_none() && !forwarding => {
             match mux.exec(target, |_| (command.to_vec(), env.to_vec())).await {
                 Ok(shared) => shared,
                 Err(MuxError::Unreachable(e)) => return Err(Error::Connection(e)),
@@ -160,13 +168,31 @@ pub async fn run(
         }
         _ => None,
     };
+    // Served until this function returns.
+    let _forwarding;
     let (conn, mut rx, tx) = match shared {
         Some(s) => (None, s.rx, s.tx),
         None => {
-            let conn = connector
-                .connect(target)
-                .await
-                .map_err(|e| Error::Connection(e.to_string()))?;
+            let conn = Arc::new(
+                connector
+                    .connect(target)
+                    .await
+                    .map_err(|e| Error::Connection(e.to_string()))?,
+            );
+            if forwarding {
+                let listeners = match forward::listen(&inv.forward).await {
+                    Ok(listeners) => listeners,
+                    Err(e) => {
+                        conn.close().await;
+                        return Err(e);
+                    }
+                };
+                _forwarding = forward::serve(&conn, listeners);
+                if inv.no_command {
+                    let mut stops = Stops::new(forward::HOLD_SIGNALS)?;
+                    return forward::hold(&conn, target, &mut stops).await;
+                }
+            }
             let channel = conn
                 .start(start, env, terminal)
                 .await

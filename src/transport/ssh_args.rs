@@ -7,14 +7,17 @@
 //!
 //! What scp, sftp, rsync and git pass is understood (`-s` for a subsystem,
 //! `-G` to probe, `-o SendEnv=...`, `-oForwardX11 no`, ...); what asks for
-//! something `mn-ssh` does not do (port forwarding, agent or X11
-//! forwarding, a proxy, multiplexing, going to the background) is refused
-//! with a line that says so, rather than silently ignored.
+//! something `mn-ssh` does not do (remote or dynamic port forwarding, agent
+//! or X11 forwarding, a proxy, multiplexing, going to the background) is
+//! refused with a line that says so, rather than silently ignored. Local
+//! port forwarding (`-L`, `-N`) is `forward.rs`'s.
 
 use std::ffi::OsString;
 use std::net::IpAddr;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
+
+use super::forward::{self, ForwardOptions};
 
 /// Flags without a value (`ssh -46AaCfGgKkMNnqsTtVvXxYy`).
 const FLAGS: &[u8] = b"46AaCfGgKkMNnqsTtVvXxYy";
@@ -23,11 +26,9 @@ const REFUSED: &[(u8, &str)] = &[
     (b'A', "agent forwarding"),
     (b'X', "X11 forwarding"),
     (b'Y', "X11 forwarding"),
-    (b'N', "no remote command (a session for port forwarding)"),
     (b'f', "going to the background"),
-    (b'L', "port forwarding"),
-    (b'R', "port forwarding"),
-    (b'D', "port forwarding"),
+    (b'R', "remote port forwarding"),
+    (b'D', "dynamic port forwarding (SOCKS)"),
     (b'W', "stdio forwarding"),
     (b'J', "a jump host"),
     (b'O', "a control master"),
@@ -60,6 +61,10 @@ pub struct SshInvocation {
     pub set_env: Vec<(String, String)>,
     /// `-t`, `-tt`, `-T`, `-o RequestTTY=...`: whether to ask for a terminal.
     pub tty: RequestTty,
+    /// `-L`, `-g`, `-o LocalForward`, `-o ExitOnForwardFailure`.
+    pub forward: ForwardOptions,
+    /// `-N`, `-o SessionType=none`: no command, only the forwards.
+    pub no_command: bool,
     /// The remote command line: the words joined by spaces (may be empty).
     pub command: Vec<u8>,
 }
@@ -225,6 +230,8 @@ fn parse_option(
                     }
                 }
                 b'T' => inv.tty = RequestTty::No,
+                b'N' => inv.no_command = true,
+                b'g' => inv.forward.gateway_ports = true,
                 _ => {}
             }
             j += 1;
@@ -273,6 +280,10 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
         b'i' => inv
             .identities
             .push(PathBuf::from(OsString::from_vec(value))),
+        b'L' => inv
+            .forward
+            .local
+            .push(forward::parse_spec(&text()?).map_err(err)?),
         b'o' => {
             let t = text()?;
             let (k, v) =
@@ -325,9 +336,16 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
                 }
                 "sessiontype" => match v.to_ascii_lowercase().as_str() {
                     "subsystem" => inv.subsystem = true,
-                    "none" => return Err(refused("-o SessionType=none", "no remote command")),
+                    "none" => inv.no_command = true,
                     _ => {}
                 },
+                "localforward" => inv
+                    .forward
+                    .local
+                    .push(forward::parse_option(&v).map_err(err)?),
+                "gatewayports" => inv.forward.gateway_ports = is_yes(&v),
+                "exitonforwardfailure" => inv.forward.exit_on_failure = is_yes(&v),
+                "clearallforwardings" if is_yes(&v) => inv.forward.local.clear(),
                 _ => {
                     if let Some(what) = refused_option(&k, &v) {
                         return Err(refused(&format!("-o {k}={v}"), what));
@@ -344,7 +362,8 @@ fn apply_value(opt: u8, value: Vec<u8>, inv: &mut SshInvocation) -> Result<(), S
 
 fn refused(option: &str, what: &str) -> SshArgsError {
     err(format!(
-        "{option} asks for {what}, which mn-ssh does not do (it runs a command, a shell or a subsystem); \
+        "{option} asks for {what}, which mn-ssh does not do (it runs a command, a shell or a subsystem, \
+         and forwards local ports with -L); \
          use OpenSSH's ssh for that"
     ))
 }
@@ -360,7 +379,8 @@ fn refused_option(key: &str, value: &str) -> Option<&'static str> {
         "no" | "none" | "false" | ""
     );
     match key {
-        "localforward" | "remoteforward" | "dynamicforward" => Some("port forwarding"),
+        "remoteforward" => Some("remote port forwarding"),
+        "dynamicforward" => Some("dynamic port forwarding (SOCKS)"),
         "forwardagent" if !off => Some("agent forwarding"),
         "forwardx11" if !off => Some("X11 forwarding"),
         "proxycommand" | "proxyjump" if !off => Some("a proxy"),

@@ -96,19 +96,40 @@ fn git_probe_and_send_env() {
 #[test]
 fn forwarding_and_proxies_are_refused_by_name() {
     for args in [
-        &["-L", "8080:localhost:80", "h"][..],
-        &["-NR", "9:h:9", "h"],
+        &["-NR", "9:h:9", "h"][..],
+        &["-D", "1080", "h"],
+        &["-X", "h"],
         &["-A", "h", "true"],
         &["-J", "jump", "h", "true"],
         &["-o", "ProxyCommand=nc %h %p", "h", "true"],
         &["-oForwardAgent=yes", "h", "true"],
-        &["-o", "LocalForward 1 h:1", "h"],
+        &["-o", "RemoteForward 1 h:1", "h"],
         &["-f", "h", "true"],
     ] {
         let e = p(args).unwrap_err().to_string();
         assert!(e.contains("which mn-ssh does not do"), "{args:?}: {e}");
     }
     assert!(p(&["-o", "ProxyCommand=none", "-o", "ForwardX11=no", "h"]).is_ok());
+}
+
+#[test]
+fn local_forwards_and_no_command() {
+    let inv = p(&[
+        "-N",
+        "-L",
+        "6006:localhost:6006",
+        "-oLocalForward=7 h:8",
+        "h",
+    ])
+    .unwrap();
+    assert!(inv.no_command && inv.command.is_empty());
+    assert_eq!(inv.forward.local.len(), 2);
+    assert_eq!(
+        (inv.forward.local[1].port, inv.forward.local[1].host_port),
+        (7, 8)
+    );
+    let e = p(&["-L", "6006", "h"]).unwrap_err().to_string();
+    assert!(e.starts_with("bad -L \"6006\""), "{e}");
 }
 
 #[test]

@@ -438,24 +438,14 @@ fn openssh_scp_and_sftp_into_an_agent_with_the_keygen_key() {
     let agent = Agent::start(&fresh_loopback());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let key = d.join("id_job");
-    let kh = cmd(&multinode())
-        .args(["keygen", "--known-hosts", "-o"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(kh.status.success(), "{}", stderr(&kh));
-    std::fs::write(d.join("known_hosts"), &kh.stdout).unwrap();
+    let (key, known_hosts) = job_key_files(d);
     let options = |c: &mut Command| {
         c.arg("-i")
             .arg(&key)
             .args(["-P", &agent.port.to_string()])
             .args(["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"])
             .arg("-o")
-            .arg(format!(
-                "UserKnownHostsFile={}",
-                d.join("known_hosts").display()
-            ))
+            .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
             .args(["-o", "StrictHostKeyChecking=yes"])
             .stdin(Stdio::null());
     };

@@ -12,6 +12,7 @@ mod diagnose;
 mod docs;
 mod env;
 mod exec_all;
+mod forward;
 mod hardening;
 mod layers;
 mod lifecycle;

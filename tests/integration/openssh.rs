@@ -170,32 +170,11 @@ fn argv_through_mn_ssh_matches_openssh_byte_for_byte() {
 fn openssh_client_logs_in_to_the_agent_with_the_derived_key() {
     let agent = Agent::start(&fresh_loopback());
     let dir = tempfile::tempdir().unwrap();
+    let options = openssh_options(&agent, dir.path());
     let key = dir.path().join("id_job");
-    let kh = cmd(&multinode())
-        .args(["keygen", "--known-hosts", "-o"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(kh.status.success(), "{}", stderr(&kh));
-    std::fs::write(dir.path().join("known_hosts"), &kh.stdout).unwrap();
     let ssh = |command: &str| {
         let mut c = Command::new("ssh");
-        c.args(["-i"])
-            .arg(&key)
-            .args([
-                "-p",
-                &agent.port.to_string(),
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "BatchMode=yes",
-            ])
-            .arg("-o")
-            .arg(format!(
-                "UserKnownHostsFile={}",
-                dir.path().join("known_hosts").display()
-            ))
-            .args(["-o", "StrictHostKeyChecking=yes", &agent.host, command]);
+        c.args(&options).args([&agent.host, command]);
         c
     };
     let out = ssh("echo hi; echo err >&2; exit 5")

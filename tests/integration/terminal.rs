@@ -109,23 +109,12 @@ fn drive(client: &str) {
     assert_eq!(status.code(), Some(7), "{}", term.text());
 }
 
-/// `ssh -i KEY` into `agent` with the job's derived key, as openssh.rs does.
+/// `ssh -tt -i KEY` into `agent` with the job's derived key.
 fn openssh_client(agent: &Agent, dir: &Path) -> String {
-    let key = dir.join("id_job");
-    let kh = cmd(&multinode())
-        .args(["keygen", "--known-hosts", "-o"])
-        .arg(&key)
-        .output()
-        .unwrap();
-    assert!(kh.status.success());
-    std::fs::write(dir.join("known_hosts"), &kh.stdout).unwrap();
     format!(
-        "ssh -tt -i {key} -p {port} -o IdentitiesOnly=yes -o BatchMode=yes \
-         -o UserKnownHostsFile={kh} -o StrictHostKeyChecking=yes {host}",
-        key = key.display(),
-        port = agent.port,
-        kh = dir.join("known_hosts").display(),
-        host = agent.host
+        "ssh -tt {} {}",
+        openssh_options(agent, dir).join(" "),
+        agent.host
     )
 }
 

@@ -304,3 +304,41 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The job's derived client key and a known_hosts file with the agents'
+/// host key (`multinode keygen --known-hosts`), written into `dir`:
+/// `(dir/id_job, dir/known_hosts)`, for OpenSSH's clients.
+pub fn job_key_files(dir: &Path) -> (PathBuf, PathBuf) {
+    let key = dir.join("id_job");
+    let kh = cmd(&multinode())
+        .args(["keygen", "--known-hosts", "-o"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(kh.status.success(), "{}", stderr(&kh));
+    let known_hosts = dir.join("known_hosts");
+    std::fs::write(&known_hosts, &kh.stdout).unwrap();
+    (key, known_hosts)
+}
+
+/// OpenSSH's `ssh` options that log into `agent` with the job's derived key
+/// and check its host key ([`job_key_files`] in `dir`): `ssh OPTIONS HOST ...`.
+pub fn openssh_options(agent: &Agent, dir: &Path) -> Vec<String> {
+    let (key, known_hosts) = job_key_files(dir);
+    [
+        "-i",
+        &key.display().to_string(),
+        "-p",
+        &agent.port.to_string(),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        &format!("UserKnownHostsFile={}", known_hosts.display()),
+        "-o",
+        "StrictHostKeyChecking=yes",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
