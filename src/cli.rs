@@ -277,7 +277,7 @@ pub struct ExecAllArgs {
     /// (exit code 124) [env: MULTINODE_HANG_TIMEOUT].
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub hang_timeout: Option<Duration>,
-    /// Internal: this exec_all runs a group for a head; end stderr with the report.
+    /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
     #[arg(long, hide = true)]
     pub relay_report: bool,
     /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.

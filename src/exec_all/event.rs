@@ -1,10 +1,15 @@
 //! What node tasks and the dispatcher tell each other: a task's events
-//! (carrying its rank) and the dispatcher's orders.
+//! (carrying its rank) and the dispatcher's orders; and what a task's leg
+//! tells it (`LegMsg`, `Closed`).
 
 use std::time::SystemTime;
 
+use bytes::Bytes;
+
 use super::record::{NodeOutcome, NodeRecord, OutputStats};
+use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
+use crate::protocol::relay_record::RelayRecord;
 
 /// What a node task tells the dispatcher.
 #[derive(Debug)]
@@ -41,4 +46,26 @@ pub enum Order {
     Signal(i32),
     /// Give up on the node: close its connection or kill its local group.
     Abandon,
+}
+
+/// What a leg yields.
+#[derive(Debug)]
+pub enum LegMsg {
+    Out(Bytes),
+    Err(Bytes),
+    /// What the node saw of the command's end (OOM kills, a core).
+    ExitInfo(ExitInfo),
+    Exit(Outcome),
+    /// A relay's record of its group, taken out of its stderr.
+    Relayed(RelayRecord),
+}
+
+/// How a leg ended, beyond its messages.
+pub struct Closed {
+    /// How its command ended, when only closing could tell (a process killed
+    /// when abandoned).
+    pub status: Option<Outcome>,
+    pub exit_info: Option<ExitInfo>,
+    /// Why there is no exit status, if there is none.
+    pub lost: &'static str,
 }

@@ -5,8 +5,9 @@
 //! - `script`: what each node runs, and the environment it gets.
 //! - `plan`: one spec per node task (rank, host, leg, command, variables,
 //!   output settings, a relay's group); pure.
-//! - `leg`: how a node is reached, decided once (`Reach`), and a started
-//!   command's messages: a channel (agent, sshd); `process_leg`: a process here.
+//! - `reach`: how the other nodes are reached, decided once a run (`Reach`).
+//! - `leg`: a started command and its messages; `channel_leg`: over SSH (an
+//!   agent, sshd); `process_leg`: a process here (this node, a wrapper).
 //! - `node`: one task per node, one loop over any leg.
 //! - `sink`: a node's output cut into lines; `writer`: the one writer thread.
 //! - `files`: `--output DIR`, a file per rank and stream.
@@ -23,6 +24,7 @@
 //! - `finish`: what the user reads at the end: groups, the table, `--report FILE`.
 
 mod attempts;
+mod channel_leg;
 mod dispatch;
 mod error_line;
 mod event;
@@ -36,6 +38,7 @@ mod options;
 mod plan;
 mod process_leg;
 mod progress;
+mod reach;
 mod record;
 mod relay;
 mod report;
@@ -53,8 +56,8 @@ use tokio::sync::mpsc;
 use dispatch::Dispatch;
 pub(crate) use finish::finish_output;
 use finish::program_name;
-use leg::{Reach, RunCtx};
 pub(crate) use options::RunOptions;
+use reach::{Reach, RunCtx};
 use record::{NodeOutcome, NodeRecord, RunResult};
 use script::Script;
 
@@ -63,11 +66,6 @@ use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::process::Outcome;
-use crate::snapshot::survey::{Ask, RunNodes};
-
-/// A snapshot's connection to an agent gets this long (the nodes are up:
-/// they run the script).
-const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
@@ -106,8 +104,8 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         (result, Some(attempts))
     };
     if args.relay_report {
-        // This exec_all runs a group for a head: its report goes back on stderr.
-        relay::emit_report(&result);
+        // This exec_all runs a group for a head: its record goes back on stderr.
+        relay::emit_record(&result);
         return Ok(result.exit_code);
     }
     if let Some(path) = &args.report {
@@ -148,27 +146,8 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         files::prepare(dir).map_err(Error::Usage)?;
     }
     let host = |rank: usize| job.topology.nodes[rank].host.clone();
-    let here = plan
-        .ranks
-        .contains(&job.rank)
-        .then(|| (job.rank, host(job.rank)));
-    let runs_here = here.is_some();
-    let snapshot = RunNodes {
-        connector: reach
-            .agent_connector()
-            .map(|c| c.clone().with_timeout(SNAPSHOT_CONNECT_TIMEOUT)),
-        remote: plan
-            .ranks
-            .iter()
-            .filter(|&&r| r != job.rank)
-            .map(|&rank| Ask {
-                rank,
-                host: host(rank),
-                port: reach.port(),
-            })
-            .collect(),
-        local: here,
-    };
+    let runs_here = plan.ranks.contains(&job.rank);
+    let snapshot = reach.snapshot_nodes(job, &plan.ranks);
     // The agents outlive this run, unless it runs inside `multinode agent
     // -- JOB`, whose agents end with JOB.
     let agents_stay = options.shell_hint

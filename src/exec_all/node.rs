@@ -12,16 +12,19 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::dispatch::TaskHandle;
+use super::event::LegMsg;
 use super::event::{End, Event, Order};
 use super::files::NodeFiles;
-use super::leg::{Leg, LegMsg, RunCtx};
+use super::leg::Leg;
 use super::plan::NodeSpec;
+use super::reach::RunCtx;
 use super::record::NodeOutcome;
 use super::relay;
 use super::sink::NodeSink;
 use super::writer::{Stream, Writer};
 use crate::error::Error;
 use crate::protocol::exit_info::ExitInfo;
+use crate::protocol::relay_record::RelayRecord;
 
 /// Everything one node task needs.
 pub struct NodeTask {
@@ -38,15 +41,12 @@ impl NodeTask {
         let _ = self.events.send((self.spec.rank, event));
     }
 
-    fn end(self, outcome: NodeOutcome, exit_info: Option<ExitInfo>) {
-        let subtree = self.spec.relay.as_ref().map(|group| {
-            relay::subtree(
-                group,
-                &self.spec.host,
-                &outcome,
-                self.sink.stats.relay_report.as_deref(),
-            )
-        });
+    fn end(self, outcome: NodeOutcome, exit_info: Option<ExitInfo>, relayed: Option<RelayRecord>) {
+        let subtree = self
+            .spec
+            .relay
+            .as_ref()
+            .map(|group| relay::subtree(group, &self.spec.host, &outcome, relayed));
         let end = End {
             outcome,
             stats: self.sink.stats.clone(),
@@ -68,13 +68,14 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
     let started = Box::pin(Leg::start(&ctx, &mut task.spec, &mut task.orders, stdin)).await;
     let mut leg = match started {
         Ok(leg) => leg,
-        Err(outcome) => return task.end(outcome, None),
+        Err(outcome) => return task.end(outcome, None, None),
     };
     task.send(Event::Started {
         address: leg.address(),
     });
     let mut status = None;
     let mut exit_info = None;
+    let mut relayed = None;
     let mut abandoned = false;
     let mut timer = FlushTimer::new();
     loop {
@@ -101,6 +102,7 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
                 }
                 Some(LegMsg::ExitInfo(info)) => exit_info = Some(info),
                 Some(LegMsg::Exit(outcome)) => status = Some(outcome),
+                Some(LegMsg::Relayed(record)) => relayed = Some(record),
                 None => break,
             },
             () = timer.wait() => task.sink.flush_due().await,
@@ -112,7 +114,7 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
         Some(outcome) => NodeOutcome::Finished(outcome),
         None => NodeOutcome::Lost(closed.lost.into()),
     };
-    task.end(outcome, exit_info.or(closed.exit_info));
+    task.end(outcome, exit_info.or(closed.exit_info), relayed);
 }
 
 /// A run's node tasks, started.

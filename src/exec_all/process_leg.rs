@@ -15,8 +15,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::leg::{Closed, LegMsg, Reach, RunCtx};
+use super::event::{Closed, LegMsg};
 use super::plan::{LegKind, NodeSpec};
+use super::reach::{Reach, RunCtx};
 use super::record::NodeOutcome;
 use crate::exit_info::{self, ExitInfo};
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};

@@ -5,8 +5,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
-use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
+pub use crate::protocol::relay_record::NodeOutcome;
 
 /// Why the run is ending early. Ordered: the most serious reason wins.
 #[derive(
@@ -86,34 +86,6 @@ pub struct RunResult {
     pub agents_stay: bool,
 }
 
-/// How a node's part of the run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeOutcome {
-    Finished(Outcome),
-    /// Never connected.
-    Unreachable(String),
-    /// Connected, then lost (keepalive, reset, agent gone) without an exit status.
-    Lost(String),
-    /// Stopped before it started (the run was already ending).
-    NotStarted,
-}
-
-impl NodeOutcome {
-    pub fn success(&self) -> bool {
-        matches!(self, NodeOutcome::Finished(o) if o.success())
-    }
-
-    /// The code exec_all exits with when this is the first failure.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            NodeOutcome::Finished(o) => o.shell_code(),
-            NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_) | NodeOutcome::NotStarted => {
-                crate::exit_code::CONNECTION_FAILED
-            }
-        }
-    }
-}
-
 /// What the report keeps of one node's output.
 #[derive(Debug, Clone, Default)]
 pub struct OutputStats {
@@ -124,8 +96,6 @@ pub struct OutputStats {
     /// Everything, when the sink captures instead of relaying (up to `output::CAPTURE_MAX`).
     pub captured_out: Vec<u8>,
     pub captured_err: Vec<u8>,
-    /// A relay's report line (see `relay::REPORT_MARKER`), taken out of its stderr.
-    pub relay_report: Option<String>,
     /// The last line that looks like an NCCL warning or error (`nccl_line`).
     pub nccl_line: Option<String>,
     /// NCCL's cause: its first `NCCL WARN` line, or what PyTorch quotes

@@ -1,58 +1,27 @@
 //! The relay: past `--fanout` nodes, the other nodes are cut into runs of
 //! consecutive ranks, and the first node of each run (a relay) runs
 //! `multinode exec-all --relay-report` for its run. Here: the plan of the
-//! groups, the command a relay runs, the report line it ends its stderr
-//! with, and that report turned back into one record per node.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! groups, the command a relay runs, the record it ends its stderr with
+//! (`protocol::relay_record`), and that record back as the head's records.
 
 use super::event::Subtree;
 use super::options::RunOptions;
 use super::record::{NodeOutcome, NodeRecord, RunResult};
 use super::report;
 use super::script::{self, Script};
-use crate::process::Outcome;
+use crate::protocol::relay_record::{RelayRecord, RelayedNode};
 use crate::sh::quote as sh_quote;
 use crate::topology::nodeset::fold_ranks;
 
-/// The line a relay's exec_all ends its stderr with: this marker, then its
-/// report as JSON. The head takes it out of the output.
-pub const REPORT_MARKER: &str = "\u{1e}multinode-relay-report ";
-
-/// Ends this process's stderr with its report, for the head that runs it as a relay.
-pub fn emit_report(result: &RunResult) {
-    let report = report::build(result);
-    let json = serde_json::to_string(&report).expect("the report serialises");
-    crate::stdio::eprint(&format!("{REPORT_MARKER}{json}\n"));
-}
-
-/// Whether a partial stderr line may still become the report line (it is
-/// then held whole, however slowly it comes).
-pub fn may_be_report(partial: &[u8]) -> bool {
-    REPORT_MARKER
-        .as_bytes()
-        .starts_with(&partial[..partial.len().min(REPORT_MARKER.len())])
-}
-
-/// Takes the report line out of a relay's stderr block: the rest of the
-/// block, and the report's JSON if the block held it.
-pub fn take_report(block: Vec<u8>) -> (Vec<u8>, Option<String>) {
-    let marker = REPORT_MARKER.as_bytes();
-    if memchr::memmem::find(&block, marker).is_none() {
-        return (block, None);
-    }
-    let mut report = None;
-    let mut rest = Vec::with_capacity(block.len());
-    for line in block.split_inclusive(|b| *b == b'\n') {
-        match line.strip_prefix(marker) {
-            Some(json) => {
-                let json = json.strip_suffix(b"\n").unwrap_or(json);
-                report = Some(String::from_utf8_lossy(json).into_owned());
-            }
-            None => rest.extend_from_slice(line),
-        }
-    }
-    (rest, report)
+/// Ends this process's stderr with its record of its group, for the head
+/// that runs it as a relay.
+pub fn emit_record(result: &RunResult) {
+    let record = RelayRecord {
+        first_failure: result.first_failure,
+        nodes: result.nodes.iter().map(to_wire).collect(),
+    };
+    let line = String::from_utf8(record.to_line()).expect("JSON is UTF-8");
+    crate::stdio::eprint(&line);
 }
 
 /// Splits the selected ranks into what this process runs: one group per
@@ -140,46 +109,41 @@ pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, Strin
     cmd
 }
 
-fn from_epoch(secs: f64) -> SystemTime {
-    UNIX_EPOCH + std::time::Duration::try_from_secs_f64(secs).unwrap_or_default()
+/// A node's record as a relay sends it.
+fn to_wire(n: &NodeRecord) -> RelayedNode {
+    RelayedNode {
+        rank: n.rank,
+        host: n.host.clone(),
+        address: n.address.clone(),
+        started: n.started,
+        ended: n.ended,
+        outcome: n.outcome.clone(),
+        exit_info: n.exit_info.clone(),
+        bytes_out: n.stats.bytes_out,
+        bytes_err: n.stats.bytes_err,
+        tail: n.stats.tail.iter().cloned().collect(),
+        nccl_line: n.stats.nccl_line.clone(),
+        nccl_cause: n.stats.nccl_cause.clone(),
+        program_error: n.stats.program_error.clone(),
+        file_failure: n.stats.file_failure.clone(),
+    }
 }
 
-/// A node of a relay's report, back as the dispatcher's record.
-fn record(n: report::NodeReport) -> NodeRecord {
-    let error = n.error.unwrap_or_default();
-    let outcome = match n.status.as_str() {
-        "ok" | "failed" => NodeOutcome::Finished(Outcome::Exited(n.exit.unwrap_or(1))),
-        "killed" => NodeOutcome::Finished(Outcome::Signaled {
-            signal: n
-                .signal
-                .as_deref()
-                .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
-                .map_or(0, |s| s as i32),
-            core_dumped: false,
-        }),
-        "unreachable" => NodeOutcome::Unreachable(error),
-        "lost" => NodeOutcome::Lost(error),
-        _ => NodeOutcome::NotStarted,
-    };
+/// A node of a relay's record, back as the dispatcher's record.
+fn from_wire(n: RelayedNode) -> NodeRecord {
     let mut record = NodeRecord::new(n.rank, n.host);
     record.address = n.address;
-    record.started = n.started.map(from_epoch);
-    record.ended = n.ended.map(from_epoch);
-    record.outcome = Some(outcome);
+    record.started = n.started;
+    record.ended = n.ended;
+    record.outcome = n.outcome;
+    record.exit_info = n.exit_info;
     record.stats.bytes_out = n.bytes_out;
     record.stats.bytes_err = n.bytes_err;
-    record.stats.tail = n.last_lines.into();
+    record.stats.tail = n.tail.into();
     record.stats.nccl_line = n.nccl_line;
     record.stats.nccl_cause = n.nccl_cause;
     record.stats.program_error = n.program_error;
-    // The relay's report carries what each node of its group could tell.
-    if n.oom_kills.is_some() || n.core.is_some() {
-        record.exit_info = Some(crate::protocol::exit_info::ExitInfo {
-            oom_kills: n.oom_kills,
-            cgroup: n.cgroup,
-            core: n.core,
-        });
-    }
+    record.stats.file_failure = n.file_failure;
     record
 }
 
@@ -190,17 +154,16 @@ pub fn subtree(
     group: &[usize],
     host: &str,
     outcome: &NodeOutcome,
-    relay_report: Option<&str>,
+    record: Option<RelayRecord>,
 ) -> Subtree {
-    let report = relay_report.and_then(|json| serde_json::from_str::<report::Report>(json).ok());
-    match report {
-        Some(report) => Subtree {
-            first_failure: report.first_failure,
-            records: report
+    match record {
+        Some(record) => Subtree {
+            first_failure: record.first_failure,
+            records: record
                 .nodes
                 .into_iter()
                 .filter(|n| group.contains(&n.rank))
-                .map(record)
+                .map(from_wire)
                 .collect(),
         },
         None => Subtree {

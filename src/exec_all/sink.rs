@@ -22,7 +22,6 @@ use tokio::time::{Duration, Instant};
 use super::error_line::ErrorScan;
 use super::files::NodeFiles;
 use super::record::OutputStats;
-use super::relay;
 use super::writer::{Stream, Writer};
 
 /// A line longer than this is passed on in pieces instead of held whole.
@@ -50,8 +49,6 @@ pub struct NodeSink {
     hold: bool,
     /// End a partial last line with a newline (several nodes share the streams).
     end_partial: bool,
-    /// This node is a relay: look for its report in stderr.
-    relay: bool,
     /// `--timestamps`: every line starts with the time it came.
     timestamps: bool,
     /// `--output DIR`: the node's files.
@@ -103,7 +100,7 @@ pub struct SinkSettings {
     /// label, if any); lines are then cut as for labels.
     pub timestamps: bool,
     /// The node is a relay: its lines come labelled (and stamped) by its own
-    /// exec_all already, and its report is taken out of its stderr.
+    /// exec_all already (its record is taken out of its stderr by its leg).
     pub relay: bool,
 }
 
@@ -120,7 +117,6 @@ impl NodeSink {
         };
         let cut_lines = settings.shared || settings.label.is_some() || settings.timestamps;
         NodeSink {
-            relay,
             timestamps,
             files,
             hold: cut_lines || relay,
@@ -218,12 +214,6 @@ impl NodeSink {
             if partial.due().is_none_or(|due| due > now) {
                 continue;
             }
-            // A relay's report line is taken whole, however slowly it comes.
-            if self.relay && stream == Stream::Err && relay::may_be_report(&partial.bytes) {
-                partial.since = None;
-                partial.last = None;
-                continue;
-            }
             let block = partial.take();
             self.emit(stream, block).await;
         }
@@ -252,17 +242,7 @@ impl NodeSink {
         }
     }
 
-    async fn emit(&mut self, stream: Stream, mut block: Vec<u8>) {
-        if self.relay && stream == Stream::Err {
-            let (rest, report) = relay::take_report(block);
-            if report.is_some() {
-                self.stats.relay_report = report;
-            }
-            block = rest;
-            if block.is_empty() {
-                return;
-            }
-        }
+    async fn emit(&mut self, stream: Stream, block: Vec<u8>) {
         remember_tail(&mut self.stats.tail, &block);
         if let Some(line) = super::nccl_line::last_in(&block) {
             self.stats.nccl_line = Some(line);
@@ -580,28 +560,5 @@ mod tests {
         let got = blocks(&mut rx);
         assert_eq!(got.len(), 1);
         assert!(got[0].1.starts_with("0 h: ..."), "{got:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_relay_report_line_is_never_cut() {
-        let (tx, mut rx) = mpsc::channel(16);
-        let mut sink = NodeSink::new(
-            writer(tx),
-            &SinkSettings {
-                relay: true,
-                ..shared()
-            },
-            None,
-        );
-        let line = format!("{}{{\"nodes\":[]}}\n", relay::REPORT_MARKER);
-        let (a, b) = line.as_bytes().split_at(12);
-        sink.feed(Stream::Err, a).await;
-        tokio::time::sleep(MAX_HOLD * 2).await;
-        sink.flush_due().await;
-        assert!(blocks(&mut rx).is_empty());
-        sink.feed(Stream::Err, b).await;
-        sink.finish().await;
-        assert!(blocks(&mut rx).is_empty());
-        assert_eq!(sink.stats.relay_report.as_deref(), Some("{\"nodes\":[]}"));
     }
 }

@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use nix::sys::signal::Signal;
 
 /// How a process ended, kept whole: the signal is never folded into a code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     Exited(i32),
     Signaled { signal: i32, core_dumped: bool },

@@ -7,6 +7,7 @@
 //! - `exit_info`: what a node tells of its command's end (OOM kills, a core), and how.
 //! - `env_pack`: a node's variables in one `env` request.
 //! - `mux`: connection sharing through the head's agent (frames on a Unix socket).
+//! - `relay_record`: what a relay's exec_all tells the head of each node of its group.
 //! - `terminal`: a terminal's modes as `pty-req` carries them, to and from termios.
 //! - `algorithms`: key exchange and cipher preferences between two `multinode` ends.
 //! - here: the variables and constants both ends share, keepalive and channel settings.
@@ -16,6 +17,7 @@ pub mod control;
 pub mod env_pack;
 pub mod exit_info;
 pub mod mux;
+pub mod relay_record;
 pub mod signals;
 pub mod terminal;
 

@@ -259,6 +259,51 @@ fn the_verdict_names_the_signal_of_a_crash_and_its_core_file() {
     }
 }
 
+/// A relay's record of its group is lossless: a node of the group that
+/// dumped core is told as it ended (the signal, the core dump, the core
+/// file, the OOM count its agent read), and one that fail-fast ended keeps
+/// its signal (issue 29: the record was the user's report, re-read by its
+/// status words, and `core_dumped` was lost on the way).
+#[test]
+fn through_a_relay_a_crash_keeps_its_signal_core_dump_and_oom_count() {
+    let nodes = Nodes::start(4);
+    let work = tempfile::tempdir().unwrap();
+    let report_path = work.path().join("report.json");
+    // --fanout 1: rank 1 relays for ranks 1-3; rank 3's own shell dies of SIGSEGV.
+    let out = nodes
+        .exec_all()
+        .current_dir(work.path())
+        .args(["--fanout", "1", "--report"])
+        .arg(&report_path)
+        .args([
+            "-c",
+            "if [ $RANK = 3 ]; then sleep 0.3; ulimit -c unlimited; kill -SEGV $$; fi; exec sleep 100",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(139), "{err}");
+    let report = report(&report_path);
+    let v = &report["verdict"];
+    assert_eq!(v["rank"], 3, "{report}");
+    assert_eq!(v["how"], "killed by SIGSEGV (core dumped)", "{report}");
+    assert_eq!(v["signal"], "SIGSEGV", "{report}");
+    assert!(v["core"].is_string(), "no core: {report}");
+    let expected = if oom_counter_readable() {
+        serde_json::json!(0)
+    } else {
+        serde_json::Value::Null
+    };
+    assert_eq!(report["nodes"][3]["oom_kills"], expected, "{report}");
+    // Rank 2, in the relay's group, ended by its fail-fast.
+    let two = &report["nodes"][2];
+    assert_eq!(
+        (two["status"].as_str(), two["signal"].as_str()),
+        (Some("killed"), Some("SIGTERM")),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_node_behind_a_stock_sshd_cannot_tell_oom_kills() {
     let sshd = Sshd::start();

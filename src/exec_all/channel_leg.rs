@@ -1,0 +1,229 @@
+//! A node's command over SSH, in-process: to its agent (the variables as
+//! `env` requests) or to a stock sshd (the variables in the command line),
+//! on a connection of our own or, inside `multinode agent -- JOB`, on the
+//! head agent's shared one (`transport::mux`). Its channel's messages are
+//! the leg's.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use russh::ChannelMsg;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::event::{Closed, LegMsg, Order};
+use super::plan::{LegKind, NodeSpec};
+use super::reach::{Reach, RunCtx};
+use super::record::NodeOutcome;
+use crate::process::Outcome;
+use crate::protocol::CWD_VAR;
+use crate::protocol::exit_info::{self, ExitInfo};
+use crate::protocol::signals::exit_outcome;
+use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
+use crate::transport::client::{Connection, Target};
+use crate::transport::mux::MuxError;
+
+/// A command on a node reached over SSH: its channel, and the connection
+/// of our own it runs on (`None`: the head agent's shared one).
+pub struct ChannelLeg {
+    pub(super) peer: SocketAddr,
+    rx: ChannelRx,
+    pub(super) tx: Arc<ChannelTx>,
+    conn: Option<Connection>,
+    stdin: tokio::task::JoinHandle<()>,
+    /// The agent's report of the command's end (see `exit_info`), as it comes.
+    info: Vec<u8>,
+    /// The exit status, held while the exit info goes first.
+    exit: Option<Outcome>,
+}
+
+impl ChannelLeg {
+    pub(super) async fn start(
+        ctx: &RunCtx,
+        spec: &mut NodeSpec,
+        orders: &mut mpsc::UnboundedReceiver<Order>,
+        stdin: Option<mpsc::Receiver<Bytes>>,
+    ) -> Result<ChannelLeg, NodeOutcome> {
+        let (connector, port, user, mux) = match &ctx.reach {
+            Reach::Agent {
+                connector,
+                port,
+                user,
+                mux,
+            } => (connector, *port, user, mux.as_ref()),
+            Reach::Sshd {
+                connector,
+                port,
+                user,
+            } => (connector, *port, user, None),
+            Reach::Wrapper(_) => unreachable!("a wrapper's nodes are processes here"),
+        };
+        let target = Target {
+            host: spec.host.clone(),
+            port,
+            user: user.clone(),
+        };
+        // The node's variables leave the spec: sent once, not held for the run.
+        let node_env = std::mem::take(&mut spec.env);
+        // Inside `multinode agent -- JOB`: through the head agent's connection.
+        if let Some(mux) = mux {
+            let vars = agent_vars(ctx, node_env.clone());
+            let command = spec.command.to_vec();
+            let shared = tokio::select! {
+                shared = mux.exec(&target, |peer| (command, with_address(vars, peer))) => shared,
+                order = orders.recv() => {
+                    debug!(rank = spec.rank, ?order, "stopped before connecting");
+                    return Err(NodeOutcome::NotStarted);
+                }
+            };
+            match shared {
+                Ok(Some(s)) => return Ok(ChannelLeg::new(ctx, s.peer, s.rx, s.tx, None, stdin)),
+                Ok(None) => {}
+                Err(MuxError::Unreachable(e)) => return Err(NodeOutcome::Unreachable(e)),
+                Err(MuxError::Failed(e)) => {
+                    return Err(NodeOutcome::Lost(format!("cannot start the script: {e}")));
+                }
+            }
+        }
+        let connected = {
+            let _slot = tokio::select! {
+                slot = ctx.connect_slots.acquire() => slot.expect("the semaphore is never closed"),
+                order = orders.recv() => {
+                    debug!(rank = spec.rank, ?order, "stopped before connecting");
+                    return Err(NodeOutcome::NotStarted);
+                }
+            };
+            tokio::select! {
+                // Boxed: the handshake's state (~3 KB) is freed once connected.
+                conn = Box::pin(connector.connect(&target)) => conn,
+                order = orders.recv() => {
+                    debug!(rank = spec.rank, ?order, "stopped while connecting");
+                    return Err(NodeOutcome::NotStarted);
+                }
+            }
+        };
+        let conn = connected.map_err(|e| NodeOutcome::Unreachable(e.to_string()))?;
+        let peer = conn.peer();
+        // An agent takes the variables and the directory as `env` requests; a
+        // stock sshd drops those (AcceptEnv), so they go in the command line.
+        let vars = match spec.leg {
+            LegKind::Agent => with_address(agent_vars(ctx, node_env), peer),
+            _ => with_address(node_env, peer),
+        };
+        let channel = match spec.leg {
+            LegKind::Agent => Box::pin(conn.exec(&spec.command, &vars)).await,
+            _ => {
+                let command =
+                    super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &vars);
+                Box::pin(conn.exec(&command, &[])).await
+            }
+        };
+        // Sent: not held for the command's whole run (a node's variables can
+        // be tens of KB, times every node).
+        drop(vars);
+        let channel =
+            channel.map_err(|e| NodeOutcome::Lost(format!("cannot start the script: {e}")))?;
+        let (rx, tx) = channel.split();
+        Ok(ChannelLeg::new(
+            ctx,
+            peer,
+            ChannelRx::Ssh(rx),
+            ChannelTx::Ssh(tx),
+            Some(conn),
+            stdin,
+        ))
+    }
+
+    fn new(
+        ctx: &RunCtx,
+        peer: SocketAddr,
+        rx: ChannelRx,
+        tx: ChannelTx,
+        conn: Option<Connection>,
+        input: Option<mpsc::Receiver<Bytes>>,
+    ) -> ChannelLeg {
+        let tx = Arc::new(tx);
+        let stdin = {
+            let tx = tx.clone();
+            let prefix = ctx.script.stdin_prefix().map(Bytes::copy_from_slice);
+            tokio::spawn(async move { send_input(&tx, prefix, input).await })
+        };
+        ChannelLeg {
+            peer,
+            rx,
+            tx,
+            conn,
+            stdin,
+            info: Vec::new(),
+            exit: None,
+        }
+    }
+
+    pub(super) async fn next(&mut self) -> Option<LegMsg> {
+        if let Some(outcome) = self.exit.take() {
+            return Some(LegMsg::Exit(outcome));
+        }
+        loop {
+            match self.rx.wait().await? {
+                ChannelMsg::Data { data } => return Some(LegMsg::Out(data)),
+                ChannelMsg::ExtendedData {
+                    data,
+                    ext: exit_info::EXT_EXIT_INFO,
+                } => {
+                    if self.info.len() + data.len() <= exit_info::MAX_MESSAGE {
+                        self.info.extend_from_slice(&data);
+                    }
+                }
+                ChannelMsg::ExtendedData { data, .. } => return Some(LegMsg::Err(data)),
+                ChannelMsg::Close => return None,
+                msg => {
+                    let Some(outcome) = exit_outcome(&msg) else {
+                        continue;
+                    };
+                    match ExitInfo::from_message(&std::mem::take(&mut self.info)) {
+                        Some(info) => {
+                            self.exit = Some(outcome);
+                            return Some(LegMsg::ExitInfo(info));
+                        }
+                        None => return Some(LegMsg::Exit(outcome)),
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) async fn close(self, abandoned: bool) -> Closed {
+        self.stdin.abort();
+        match self.conn {
+            Some(conn) => {
+                let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+            }
+            None => self.tx.close().await,
+        }
+        Closed {
+            status: self.exit,
+            exit_info: ExitInfo::from_message(&self.info),
+            lost: if abandoned {
+                "abandoned: it did not end after SIGKILL"
+            } else {
+                "connection lost (no keepalive answer, or the agent ended)"
+            },
+        }
+    }
+}
+
+/// The variables for an agent, which takes the directory and the request
+/// for exit info as `env` requests too ([`with_address`] completes them).
+fn agent_vars(ctx: &RunCtx, mut vars: Vec<(String, String)>) -> Vec<(String, String)> {
+    vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
+    vars.push((exit_info::REQUEST_VAR.to_string(), "1".to_string()));
+    vars
+}
+
+/// The variables with the node's address as it was reached.
+fn with_address(mut vars: Vec<(String, String)>, peer: SocketAddr) -> Vec<(String, String)> {
+    crate::env::fill_reached_address(&mut vars, peer.ip());
+    vars
+}
