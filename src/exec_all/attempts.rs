@@ -210,7 +210,10 @@ pub(crate) fn run(
         let end = attempt_end(&result, &active);
         let decision = pool.after(&end);
         let restart_s = failed_at.and_then(|at| all_started(&result).map(|s| s - at));
-        failed_at = verdict::build(&result).map(|v| v.at);
+        // Built once: it reads every node's record and last lines.
+        let verdict = verdict::build(&result);
+        failed_at = verdict.as_ref().map(|v| v.at);
+        let failure = (result.exit_code != 0).then(|| failure(&result, verdict.as_ref()));
         let excluded = match &decision {
             Decision::Restart { excluded } => excluded.clone(),
             Decision::Stop(Stop::HeadFailed(why)) => vec![(0, why.clone())],
@@ -221,8 +224,8 @@ pub(crate) fn run(
             hosts: active.iter().map(|&i| host(job, i)).collect(),
             health_failed,
             exit_code: result.exit_code,
-            failure: (result.exit_code != 0).then(|| failure(&result)),
-            verdict: verdict::build(&result),
+            failure: failure.clone(),
+            verdict,
             snapshot: (result.cancelled == Some(CancelReason::Hung))
                 .then(|| result.snapshot.clone())
                 .flatten(),
@@ -243,7 +246,13 @@ pub(crate) fn run(
             Decision::Restart { excluded } => {
                 // What the user would have read had the run ended here.
                 crate::stdio::eprint(&report::table(&result));
-                say(&restart_line(job, attempt, &result, &excluded, &pool));
+                say(&restart_line(
+                    job,
+                    attempt,
+                    failure.as_deref().unwrap_or_default(),
+                    &excluded,
+                    &pool,
+                ));
             }
             Decision::Stop(stop) => {
                 if attempt > 0 || stop != Stop::Succeeded {
@@ -344,11 +353,11 @@ fn host(job: &Job, node: usize) -> String {
 fn restart_line(
     job: &Job,
     attempt: u32,
-    result: &RunResult,
+    failure: &str,
     excluded: &[(usize, Exclusion)],
     pool: &Pool,
 ) -> String {
-    let mut line = format!("attempt {attempt}: {}", failure(result));
+    let mut line = format!("attempt {attempt}: {failure}");
     for (node, why) in excluded {
         let _ = write!(line, "; {} excluded ({why})", host(job, *node));
     }
@@ -372,11 +381,11 @@ fn restart_line(
 }
 
 /// `rank 2 (node3) lost`, `rank 1 (node2) exit 3`, or why it ended.
-fn failure(result: &RunResult) -> String {
+fn failure(result: &RunResult, verdict: Option<&Verdict>) -> String {
     if result.cancelled == Some(CancelReason::Hung) {
         return "hung (no output for --hang-timeout)".into();
     }
-    match verdict::build(result) {
+    match verdict {
         Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),
         None => format!("exit {}", result.exit_code),
     }
