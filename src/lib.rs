@@ -14,6 +14,7 @@
 //! - `check`: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
 //! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
+//! - `heartbeat`: a command's heartbeat file, watched for progress without output, and passed on.
 //! - `process`: spawning commands as group leaders and ending their whole group.
 //! - `signals`: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
@@ -41,6 +42,7 @@ pub(crate) mod error;
 pub(crate) mod exec_all;
 pub(crate) mod exit_code;
 pub(crate) mod exit_info;
+pub(crate) mod heartbeat;
 mod helper;
 pub mod keys;
 pub(crate) mod process;
