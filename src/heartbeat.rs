@@ -18,9 +18,13 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::env_map::EnvMap;
 use crate::protocol::heartbeat::FILE_VAR;
 
-/// How often the file's modification time is looked at: a stat a second
-/// per command, and a heartbeat reaches its watcher within a second.
-pub(crate) const POLL: Duration = Duration::from_secs(1);
+/// How often the file's modification time is looked at (a `stat`, a few
+/// microseconds): a touch is seen within this.
+pub(crate) const POLL: Duration = Duration::from_millis(250);
+/// Heartbeats of one file are at least this far apart: a program that
+/// touches its file in a tight loop costs its watcher two messages a
+/// second, and a tree of relays adds little delay at each level.
+pub(crate) const MIN_GAP: Duration = Duration::from_millis(500);
 
 /// Heartbeats passed on are at least this far apart.
 const PASS_UP_EVERY: Duration = Duration::from_millis(250);
@@ -66,19 +70,21 @@ impl HeartbeatFile {
         false
     }
 
-    /// Resolves at the next look that finds the file touched. Cancel-safe:
-    /// a look happens within the poll that sees the timer fire.
+    /// Resolves at the next look that finds the file touched, at least
+    /// [`MIN_GAP`] after the last. Cancel-safe: a look happens within the
+    /// poll that sees the timer fire.
     pub(crate) async fn beat(&mut self) {
         loop {
-            self.tick
-                .get_or_insert_with(|| {
-                    let mut tick = tokio::time::interval(POLL);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    tick
-                })
-                .tick()
-                .await;
+            let tick = self.tick.get_or_insert_with(|| {
+                let mut tick = tokio::time::interval(POLL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick
+            });
+            tick.tick().await;
             if self.touched() {
+                if let Some(tick) = &mut self.tick {
+                    tick.reset_after(MIN_GAP);
+                }
                 return;
             }
         }
@@ -187,6 +193,18 @@ mod tests {
         tokio::time::timeout(POLL * 2, file.beat())
             .await
             .expect("the touch is seen at the next look");
+        let again = modified(file.path()) + Duration::from_secs(1);
+        std::fs::File::options()
+            .write(true)
+            .open(file.path())
+            .unwrap()
+            .set_modified(again)
+            .unwrap();
+        let soon = tokio::time::timeout(MIN_GAP - POLL, file.beat()).await;
+        assert!(soon.is_err(), "heartbeats are MIN_GAP apart at least");
+        tokio::time::timeout(POLL * 2, file.beat())
+            .await
+            .expect("the next one comes once the gap is over");
     }
 
     #[test]
