@@ -130,3 +130,41 @@ fn clients_that_did_not_ask_see_no_heartbeat() {
     assert_eq!(stdout(&ours), "[]\n");
     assert_eq!(stderr(&ours), "");
 }
+
+/// docs/restarts.md's training loop, as written, run by the page's two
+/// commands as written on a cluster of three (rank 0 here, two agents):
+/// with its heartbeat it ends 0 after its 6 s of silence; the same loop
+/// with the variable removed is hung.
+#[test]
+fn the_restarts_pages_heartbeat_example_runs_as_written() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let program = crate::docs::doc_block("docs/restarts.md", "heartbeat-python").join("\n");
+    std::fs::write(dir.path().join("train.py"), program).unwrap();
+    let commands = crate::docs::doc_block("docs/restarts.md", "heartbeat-run");
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    let path = format!(
+        "{}:{}",
+        mn_exec_all().parent().unwrap().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let run = |line: &str| {
+        let start = Instant::now();
+        let out = cluster
+            .command(Path::new("sh"))
+            .env("PATH", &path)
+            .args(["-c", line])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out, start.elapsed())
+    };
+    let (out, took) = run(&commands[0]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "", "the loop prints nothing");
+    assert!(took >= Duration::from_secs(5), "it ran its 6 s: {took:?}");
+    let (out, took) = run(&commands[1]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(6), "ended as hung: {took:?}");
+}
