@@ -107,9 +107,7 @@ pub(crate) async fn run(
         }
     }
     // Removed when this function returns: after the command's group ended.
-    let mut heartbeat = wants_heartbeat
-        .then(|| heartbeat_file(&shared))
-        .flatten();
+    let mut heartbeat = wants_heartbeat.then(|| heartbeat_file(&shared)).flatten();
     let build = |direct: Option<&plain::Direct<'_>>| {
         let mut cmd = match (direct, &req.command) {
             (Some(d), _) => {

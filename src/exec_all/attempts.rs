@@ -8,11 +8,9 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-
 use super::options::RunOptions;
 use super::record::{CancelReason, NodeOutcome, RunResult};
-use super::report;
+use super::report::{self, AttemptReport, Excluded};
 use super::script::Script;
 use super::verdict::{self, Verdict};
 use crate::cli::ExecAllArgs;
@@ -23,8 +21,6 @@ use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
 
 /// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
 pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
-/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
-pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
 /// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
 pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
 
@@ -93,59 +89,6 @@ impl Restarts {
             health_timeout,
         }))
     }
-}
-
-/// `--hang-timeout`, else `MULTINODE_HANG_TIMEOUT`; `None` when neither is set.
-pub(crate) fn hang_timeout(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Duration>, Error> {
-    if args.hang_timeout.is_some() {
-        return Ok(args.hang_timeout);
-    }
-    env.get(HANG_TIMEOUT_VAR)
-        .map(|v| {
-            v.parse::<f64>()
-                .ok()
-                .filter(|s| *s > 0.0)
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                .ok_or_else(|| {
-                    Error::usage(format!(
-                        "{HANG_TIMEOUT_VAR}='{v}' is not a number of seconds > 0; fix it or unset it"
-                    ))
-                })
-        })
-        .transpose()
-}
-
-/// One attempt in `--report`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AttemptReport {
-    /// 0 for the first attempt.
-    pub attempt: u32,
-    /// The attempt's nodes, by rank.
-    pub hosts: Vec<String>,
-    /// Nodes that failed the health check before it, excluded.
-    #[serde(default)]
-    pub health_failed: Vec<String>,
-    pub exit_code: i32,
-    /// How it failed, in a few words (`rank 2 (node3) lost`, `hung ...`);
-    /// `null` when it succeeded.
-    pub failure: Option<String>,
-    pub verdict: Option<Verdict>,
-    /// What every node was doing when the attempt was ended as hung.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<serde_json::Value>,
-    /// Nodes excluded after it, with why.
-    pub excluded: Vec<Excluded>,
-    /// From the failure of the attempt before to every node of this one
-    /// running its script (seconds); `null` for the first.
-    pub restart_s: Option<f64>,
-    /// What was decided after it: `restart`, `succeeded`, or why the run stopped.
-    pub then: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Excluded {
-    pub host: String,
-    pub why: String,
 }
 
 /// Runs `base` over the pool's nodes until success, a stop, or the

@@ -4,12 +4,39 @@
 use std::path::Path;
 
 use super::record::RunResult;
+use crate::cli::ExecAllArgs;
 use crate::error::Error;
 
+/// The end of exec-all's run: a relay's record back to its head on
+/// stderr; else `--report FILE`, `--group`'s outputs, and the last lines.
+/// Returns the exit code.
+pub(super) fn end(
+    mut result: RunResult,
+    attempts: Option<Vec<super::report::AttemptReport>>,
+    args: &ExecAllArgs,
+) -> Result<i32, Error> {
+    if args.relay_report {
+        // This exec_all runs a group for a head: its record goes back on stderr.
+        super::relay::emit_record(&result);
+        return Ok(result.exit_code);
+    }
+    if let Some(path) = &args.report {
+        write_report(&result, attempts, path)?;
+    }
+    if args.group
+        && let Err(code) = print_groups(&result)
+        && result.exit_code == 0
+    {
+        result.exit_code = code;
+    }
+    finish_output(&result);
+    Ok(result.exit_code)
+}
+
 /// `--report FILE`: the run's report as JSON.
-pub(super) fn write_report(
+fn write_report(
     result: &RunResult,
-    attempts: Option<Vec<super::attempts::AttemptReport>>,
+    attempts: Option<Vec<super::report::AttemptReport>>,
     path: &Path,
 ) -> Result<(), Error> {
     let mut report = super::report::build(result);
@@ -25,7 +52,7 @@ pub(super) fn write_report(
 
 /// `--group`: every node's gathered stdout, then stderr, grouped by content.
 /// A stdout that cannot be written is exit code 141, as for live output.
-pub(super) fn print_groups(result: &RunResult) -> Result<(), i32> {
+fn print_groups(result: &RunResult) -> Result<(), i32> {
     use crate::stdio::{Fd, write_all};
     let nodes = |err: bool| -> Vec<super::group::NodeOutput<'_>> {
         result

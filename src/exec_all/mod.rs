@@ -82,16 +82,8 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     } else {
         attempts::Restarts::from_args(&args, &env)?
     };
-    let options = RunOptions {
-        // A relay's output reaches the head, which watches for hangs.
-        hang_timeout: match args.relay_report {
-            true => None,
-            false => attempts::hang_timeout(&args, &env)?,
-        },
-        ..RunOptions::from_args(&args, job.topology.nodes.len())?
-    };
-    let grouped = options.group;
-    let (mut result, attempts) = if restarts.is_none() && job.spares == 0 {
+    let options = RunOptions::from_args(&args, &env, job.topology.nodes.len())?;
+    let (result, attempts) = if restarts.is_none() && job.spares == 0 {
         (run_blocking(&job, &env, options)?, None)
     } else {
         if args.nodes.is_some() || args.exclude.is_some() {
@@ -103,22 +95,7 @@ pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
         let (result, attempts) = attempts::run(&job, &env, &restarts.unwrap_or_default(), options)?;
         (result, Some(attempts))
     };
-    if args.relay_report {
-        // This exec_all runs a group for a head: its record goes back on stderr.
-        relay::emit_record(&result);
-        return Ok(result.exit_code);
-    }
-    if let Some(path) = &args.report {
-        finish::write_report(&result, attempts, path)?;
-    }
-    if grouped
-        && let Err(code) = finish::print_groups(&result)
-        && result.exit_code == 0
-    {
-        result.exit_code = code;
-    }
-    finish_output(&result);
-    Ok(result.exit_code)
+    finish::end(result, attempts, &args)
 }
 
 /// Plans and runs on a fresh runtime; returns when every node has ended.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
 use crate::cli::ExecAllArgs;
+use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::topology::nodeset;
@@ -97,9 +98,15 @@ impl RunOptions {
     }
 
     /// exec-all's arguments for a job of `n` nodes.
-    pub fn from_args(args: &ExecAllArgs, n: usize) -> Result<Self, Error> {
+    pub fn from_args(args: &ExecAllArgs, env: &EnvMap, n: usize) -> Result<Self, Error> {
+        // A relay's output reaches the head, which watches for hangs.
+        let hang_timeout = match args.relay_report {
+            true => None,
+            false => hang_timeout(args, env)?,
+        };
         let (script, rest) = read_script(args)?;
         Ok(RunOptions {
+            hang_timeout,
             forward_stdin: matches!(script, Script::Inline(_)),
             args: rest,
             label: args.label,
@@ -132,6 +139,29 @@ impl RunOptions {
             ..RunOptions::new(script)
         })
     }
+}
+
+/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
+pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
+
+/// `--hang-timeout`, else `MULTINODE_HANG_TIMEOUT`; `None` when neither is set.
+fn hang_timeout(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Duration>, Error> {
+    if args.hang_timeout.is_some() {
+        return Ok(args.hang_timeout);
+    }
+    env.get(HANG_TIMEOUT_VAR)
+        .map(|v| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| {
+                    Error::usage(format!(
+                        "{HANG_TIMEOUT_VAR}='{v}' is not a number of seconds > 0; fix it or unset it"
+                    ))
+                })
+        })
+        .transpose()
 }
 
 /// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.

@@ -76,7 +76,40 @@ pub struct Report {
     pub snapshot: Option<serde_json::Value>,
     /// With restarts or spares: every attempt, the last one's nodes above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempts: Option<Vec<super::attempts::AttemptReport>>,
+    pub attempts: Option<Vec<AttemptReport>>,
+}
+
+/// One attempt in `--report`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptReport {
+    /// 0 for the first attempt.
+    pub attempt: u32,
+    /// The attempt's nodes, by rank.
+    pub hosts: Vec<String>,
+    /// Nodes that failed the health check before it, excluded.
+    #[serde(default)]
+    pub health_failed: Vec<String>,
+    pub exit_code: i32,
+    /// How it failed, in a few words (`rank 2 (node3) lost`, `hung ...`);
+    /// `null` when it succeeded.
+    pub failure: Option<String>,
+    pub verdict: Option<Verdict>,
+    /// What every node was doing when the attempt was ended as hung.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<serde_json::Value>,
+    /// Nodes excluded after it, with why.
+    pub excluded: Vec<Excluded>,
+    /// From the failure of the attempt before to every node of this one
+    /// running its script (seconds); `null` for the first.
+    pub restart_s: Option<f64>,
+    /// What was decided after it: `restart`, `succeeded`, or why the run stopped.
+    pub then: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Excluded {
+    pub host: String,
+    pub why: String,
 }
 
 fn epoch(t: SystemTime) -> f64 {

@@ -50,7 +50,10 @@ fn check_paths(dir: &Path, ranks: std::ops::Range<usize>) {
     for rank in ranks {
         let written = std::fs::read_to_string(dir.join(format!("path.{rank}"))).unwrap();
         let path = written.trim();
-        assert!(!path.is_empty(), "rank {rank} got no MULTINODE_HEARTBEAT_FILE");
+        assert!(
+            !path.is_empty(),
+            "rank {rank} got no MULTINODE_HEARTBEAT_FILE"
+        );
         assert!(
             !Path::new(path).exists(),
             "rank {rank}'s heartbeat file {path} is left"

@@ -406,12 +406,6 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     search.found
 }
 
-/// Folders whose cycles are not counted yet: exec_all/ is being rebuilt as
-/// plan -> legs -> one node loop (issue 29, task archexec), and has two
-/// circles while it is (`leg.rs` <-> `process_leg.rs`, `attempts.rs` <->
-/// `report.rs`). Empty this list when they are opened.
-const REBUILT: &[&str] = &["exec_all/"];
-
 #[test]
 fn no_import_cycle_between_files() {
     let src = root().join("src");
@@ -433,14 +427,7 @@ fn no_import_cycle_between_files() {
         edges > 300,
         "too few imports found ({edges}): the scan is broken"
     );
-    let found: Vec<Vec<String>> = cycles(&graph)
-        .into_iter()
-        .filter(|files| {
-            !files
-                .iter()
-                .all(|f| REBUILT.iter().any(|folder| f.starts_with(folder)))
-        })
-        .collect();
+    let found = cycles(&graph);
     let shown: Vec<String> = found
         .iter()
         .map(|files| {
