@@ -23,14 +23,15 @@ IMAGE=${MULTINODE_BASE_IMAGE:-multinode-base:bookworm}
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What the cluster tests need: both MPI stacks (side by side through Debian's
-# alternatives), a C compiler for MPI test programs, process and network tools,
+# alternatives), a C compiler for MPI test programs, process and network tools
+# (curl: the forward scenario fetches through `mn-ssh -L`),
 # and Slurm with its authentication service (the slurm-* scenarios run
 # slurmctld and slurmd in containers of this image; no daemon is started here).
 PACKAGES=(
     openmpi-bin libopenmpi-dev
     mpich libmpich-dev
     gcc libc6-dev
-    procps iproute2 iputils-ping
+    procps iproute2 iputils-ping curl
     python3
     slurm-wlm munge
 )

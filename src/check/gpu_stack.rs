@@ -135,6 +135,7 @@ pub(super) fn toolkits(probe: &dyn Probe, env: &EnvMap) -> Vec<Toolkit> {
     let version_json = cuda_home.join("version.json");
     if let Some(v) = probe
         .read_file(&version_json)
+        .ok()
         .as_deref()
         .and_then(parse_version_json)
     {
@@ -174,7 +175,7 @@ pub(super) fn parse_torch_release(text: &str) -> Option<String> {
 /// `python3` on `PATH` (`ROOT/bin/python3`), then `$VIRTUAL_ENV` and `$CONDA_PREFIX`.
 fn torch_cuda(probe: &dyn Probe, env: &EnvMap) -> Option<(PathBuf, CudaVersion)> {
     let file = torch_packages(probe, env)?.join("torch/version.py");
-    let text = probe.read_file(&file)?;
+    let text = probe.read_file(&file).ok()?;
     parse_torch_version_py(&text).map(|v| (file, v))
 }
 

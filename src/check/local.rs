@@ -14,7 +14,7 @@ use tracing::debug;
 
 use super::facts::*;
 use super::gpu_stack::{gpus, parse_torch_release, toolkits, torch_packages};
-use super::probe::Probe;
+use super::probe::{Probe, group_interfaces};
 use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
 use crate::env_map::EnvMap;
@@ -149,11 +149,12 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
     let facts = NodeFacts {
         schema: SCHEMA,
         version: env!("CARGO_PKG_VERSION").to_string(),
-        hostname: probe.hostname(),
+        hostname: probe.hostname().unwrap_or_default(),
         time_ms: 0,
         machine: MachineIdentity {
             boot_id: probe
                 .read_file(Path::new("/proc/sys/kernel/random/boot_id"))
+                .ok()
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty()),
             netns: probe.read_link(Path::new("/proc/self/ns/net")),
@@ -190,6 +191,7 @@ fn fabric(probe: &dyn Probe, env: &EnvMap) -> Fabric {
                     let read = |file: &str| {
                         probe
                             .read_file(&ports_dir.join(&p).join(file))
+                            .ok()
                             .unwrap_or_default()
                     };
                     // `4: ACTIVE`
@@ -213,7 +215,7 @@ fn fabric(probe: &dyn Probe, env: &EnvMap) -> Fabric {
     Fabric {
         dev_infiniband: probe.list_dir(Path::new("/dev/infiniband")),
         ib_devices,
-        interfaces: probe.interfaces(),
+        interfaces: group_interfaces(probe.interfaces()),
         env: FABRIC_VARS
             .iter()
             .filter_map(|k| Some((k.to_string(), env.get(k)?.to_string())))
@@ -229,6 +231,7 @@ fn settings(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> Settings {
     if let Some(packages) = torch_packages(probe, env) {
         if let Some(v) = probe
             .read_file(&packages.join("torch/version.py"))
+            .ok()
             .as_deref()
             .and_then(parse_torch_release)
         {
@@ -261,6 +264,7 @@ fn settings(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> Settings {
         versions,
         dev_shm: probe
             .read_file(Path::new("/proc/mounts"))
+            .ok()
             .map(|text| parse_dev_shm(&text)),
     }
 }

@@ -2,7 +2,8 @@
 //! trait so that the gathering is tested with fixtures. [`SystemProbe`] is
 //! the real machine; every call is bounded in time.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
@@ -11,20 +12,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::facts::{Limit, Memlock, NetInterface, Rendezvous, Resolution};
 pub(crate) use crate::process::{RunOutput, run_bounded};
-use crate::topology::machine::{Machine, System};
+use crate::topology::machine::{Interface, Machine, System, lookup_each};
 
-/// The facts of this machine that the checks need; each is I/O.
-pub(crate) trait Probe: Sync {
+/// The facts of this machine that the checks need beyond those resolution
+/// needs ([`Machine`]: files, the host name, interfaces, name lookups);
+/// each is I/O.
+pub(crate) trait Probe: Machine {
     /// UNIX time in milliseconds.
     fn now_ms(&self) -> u64;
-    fn hostname(&self) -> String;
-    fn read_file(&self, path: &Path) -> Option<String>;
     fn read_link(&self, path: &Path) -> Option<String>;
     /// The names in a folder, sorted; `None` when it does not exist.
     fn list_dir(&self, path: &Path) -> Option<Vec<String>>;
     fn exists(&self, path: &Path) -> bool;
     fn memlock(&self) -> Memlock;
-    fn interfaces(&self) -> Vec<NetInterface>;
     /// Runs `program args` with no stdin, for at most `timeout`.
     fn run(&self, program: &str, args: &[&str], timeout: Duration) -> RunOutput;
     /// Resolves every host; those not done within `deadline` are left out.
@@ -45,14 +45,6 @@ pub(crate) fn unix_ms() -> u64 {
 impl Probe for SystemProbe {
     fn now_ms(&self) -> u64 {
         unix_ms()
-    }
-
-    fn hostname(&self) -> String {
-        System.hostname().unwrap_or_default()
-    }
-
-    fn read_file(&self, path: &Path) -> Option<String> {
-        std::fs::read_to_string(path).ok()
     }
 
     fn read_link(&self, path: &Path) -> Option<String> {
@@ -98,16 +90,12 @@ impl Probe for SystemProbe {
         }
     }
 
-    fn interfaces(&self) -> Vec<NetInterface> {
-        group_interfaces(System.interfaces())
-    }
-
     fn run(&self, program: &str, args: &[&str], timeout: Duration) -> RunOutput {
         run_bounded(program, args, timeout)
     }
 
     fn resolve_all(&self, hosts: &[String], deadline: Duration) -> BTreeMap<String, Resolution> {
-        resolve_parallel(hosts, Arc::new(|h: &str| System.lookup(h)), 16, deadline)
+        resolve_within(hosts, Arc::new(|h: &str| System.lookup(h)), deadline)
     }
 
     fn connect(&self, addr: SocketAddr, timeout: Duration) -> Rendezvous {
@@ -115,8 +103,36 @@ impl Probe for SystemProbe {
     }
 }
 
+/// The real machine's facts are [`System`]'s.
+impl Machine for SystemProbe {
+    fn read_file(&self, path: &Path) -> io::Result<String> {
+        System.read_file(path)
+    }
+    fn hostname(&self) -> Result<String, String> {
+        System.hostname()
+    }
+    fn fqdn(&self) -> Option<String> {
+        System.fqdn()
+    }
+    fn nvidia_gpus(&self) -> Option<u32> {
+        System.nvidia_gpus()
+    }
+    fn interfaces(&self) -> Vec<Interface> {
+        System.interfaces()
+    }
+    fn route_table(&self) -> Option<String> {
+        System.route_table()
+    }
+    fn route6_table(&self) -> Option<String> {
+        System.route6_table()
+    }
+    fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+        System.lookup(host)
+    }
+}
+
 /// One entry per interface (in the kernel's order), its addresses together.
-fn group_interfaces(addrs: Vec<crate::topology::machine::Interface>) -> Vec<NetInterface> {
+pub(crate) fn group_interfaces(addrs: Vec<Interface>) -> Vec<NetInterface> {
     let mut out: Vec<NetInterface> = Vec::new();
     for a in addrs {
         match out.iter_mut().find(|i| i.name == a.name) {
@@ -136,49 +152,38 @@ fn group_interfaces(addrs: Vec<crate::topology::machine::Interface>) -> Vec<NetI
 
 type Lookup = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>, String> + Send + Sync>;
 
-/// Resolves `hosts` on up to `workers` threads; what is not resolved within
-/// `deadline` is left out (its threads finish in the background: getaddrinfo
-/// cannot be cancelled).
-pub(crate) fn resolve_parallel(
+/// Resolves `hosts` through topology's lookup pool ([`lookup_each`]) on a
+/// thread of its own; what is not resolved within `deadline` is left out
+/// (its lookups finish in the background: getaddrinfo cannot be cancelled).
+pub(crate) fn resolve_within(
     hosts: &[String],
     lookup: Lookup,
-    workers: usize,
     deadline: Duration,
 ) -> BTreeMap<String, Resolution> {
     let end = Instant::now() + deadline;
-    let queue: Arc<Mutex<VecDeque<String>>> = Arc::new(Mutex::new(hosts.iter().cloned().collect()));
-    let (tx, rx) = mpsc::channel::<(String, Resolution)>();
-    for _ in 0..workers.clamp(1, hosts.len().max(1)) {
-        let queue = Arc::clone(&queue);
-        let lookup = Arc::clone(&lookup);
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            loop {
-                let next = match queue.lock() {
-                    Ok(mut q) => q.pop_front(),
-                    Err(_) => None,
-                };
-                let Some(host) = next else { break };
-                let res = match lookup(&host) {
-                    Ok(addrs) => Resolution { addrs, error: None },
-                    Err(e) => Resolution {
-                        addrs: Vec::new(),
-                        error: Some(e),
-                    },
-                };
-                if tx.send((host, res)).is_err() {
-                    break;
-                }
-            }
+    let (tx, rx) = mpsc::channel::<(usize, Resolution)>();
+    let names = hosts.to_vec();
+    std::thread::spawn(move || {
+        let hosts: Vec<&str> = names.iter().map(String::as_str).collect();
+        let tx = Mutex::new(tx);
+        lookup_each(&*lookup, &hosts, &|i, answer| {
+            let res = match answer {
+                Ok(addrs) => Resolution { addrs, error: None },
+                Err(e) => Resolution {
+                    addrs: Vec::new(),
+                    error: Some(e),
+                },
+            };
+            // The receiver is gone past the deadline: nothing to tell.
+            let _ = tx.lock().map(|tx| tx.send((i, res)));
         });
-    }
-    drop(tx);
+    });
     let mut out = BTreeMap::new();
     while out.len() < hosts.len() {
         let wait = end.saturating_duration_since(Instant::now());
         match rx.recv_timeout(wait) {
-            Ok((host, res)) => {
-                out.insert(host, res);
+            Ok((i, res)) => {
+                out.insert(hosts[i].clone(), res);
             }
             Err(_) => break,
         }
@@ -195,8 +200,12 @@ pub(crate) mod fake {
     use std::path::Path;
     use std::time::Duration;
 
+    use std::io;
+    use std::net::IpAddr;
+
     use super::{Probe, RunOutput};
     use crate::check::facts::{Memlock, NetInterface, Rendezvous, Resolution};
+    use crate::topology::machine::{Interface, Machine};
 
     #[derive(Debug, Default)]
     pub(crate) struct FakeProbe {
@@ -241,15 +250,53 @@ pub(crate) mod fake {
         }
     }
 
+    impl Machine for FakeProbe {
+        fn read_file(&self, path: &Path) -> io::Result<String> {
+            path.to_str()
+                .and_then(|p| self.files.get(p))
+                .cloned()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        }
+        fn hostname(&self) -> Result<String, String> {
+            Ok(self.hostname.clone())
+        }
+        fn fqdn(&self) -> Option<String> {
+            None
+        }
+        fn nvidia_gpus(&self) -> Option<u32> {
+            None
+        }
+        /// Each of `interfaces`' addresses, as the kernel lists them.
+        fn interfaces(&self) -> Vec<Interface> {
+            self.interfaces
+                .iter()
+                .flat_map(|i| {
+                    i.addrs.iter().map(|&addr| Interface {
+                        name: i.name.clone(),
+                        addr,
+                        up: i.up,
+                    })
+                })
+                .collect()
+        }
+        fn route_table(&self) -> Option<String> {
+            None
+        }
+        fn route6_table(&self) -> Option<String> {
+            None
+        }
+        fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+            match self.dns.get(host) {
+                Some(Resolution { error: Some(e), .. }) => Err(e.clone()),
+                Some(r) => Ok(r.addrs.clone()),
+                None => Err("Name or service not known".into()),
+            }
+        }
+    }
+
     impl Probe for FakeProbe {
         fn now_ms(&self) -> u64 {
             self.now_ms
-        }
-        fn hostname(&self) -> String {
-            self.hostname.clone()
-        }
-        fn read_file(&self, path: &Path) -> Option<String> {
-            self.files.get(path.to_str()?).cloned()
         }
         fn read_link(&self, path: &Path) -> Option<String> {
             self.links.get(path.to_str()?).cloned()
@@ -265,9 +312,6 @@ pub(crate) mod fake {
         }
         fn memlock(&self) -> Memlock {
             self.memlock.clone()
-        }
-        fn interfaces(&self) -> Vec<NetInterface> {
-            self.interfaces.clone()
         }
         fn run(&self, program: &str, args: &[&str], _timeout: Duration) -> RunOutput {
             let mut key = program.to_string();
@@ -368,7 +412,7 @@ mod tests {
             Ok(vec!["10.0.0.1".parse().expect("ip")])
         });
         let start = Instant::now();
-        let got = resolve_parallel(&hosts, lookup, 4, Duration::from_millis(300));
+        let got = resolve_within(&hosts, lookup, Duration::from_millis(300));
         assert!(start.elapsed() < Duration::from_secs(2));
         assert_eq!(got.keys().collect::<Vec<_>>(), ["fast1", "fast2"]);
         assert_eq!(
@@ -384,25 +428,22 @@ mod tests {
     #[test]
     fn many_lookups_share_few_threads() {
         let hosts: Vec<String> = (0..300).map(|i| format!("n{i}")).collect();
-        let got = resolve_parallel(&hosts, Arc::new(|_| Ok(vec![])), 16, Duration::from_secs(5));
+        let got = resolve_within(&hosts, Arc::new(|_| Ok(vec![])), Duration::from_secs(5));
         assert_eq!(got.len(), 300);
-        assert!(
-            resolve_parallel(&[], Arc::new(|_| Ok(vec![])), 16, Duration::from_secs(1)).is_empty()
-        );
+        assert!(resolve_within(&[], Arc::new(|_| Ok(vec![])), Duration::from_secs(1)).is_empty());
     }
 
     #[test]
     fn the_real_machine_answers() {
         let p = SystemProbe;
         assert!(p.now_ms() > 1_600_000_000_000);
-        assert!(!p.hostname().is_empty());
+        assert!(!p.hostname().expect("a host name").is_empty());
         let m = p.memlock();
         assert!(
             m.soft.is_some() && m.hard.is_some() && m.error.is_none(),
             "{m:?}"
         );
-        let lo = p
-            .interfaces()
+        let lo = group_interfaces(p.interfaces())
             .into_iter()
             .find(|i| i.name == "lo")
             .expect("lo");

@@ -21,10 +21,12 @@ pub(crate) struct Interface {
     pub up: bool,
 }
 
-/// The facts about this machine that resolution needs; each is I/O.
-/// `Sync`: names are looked up from several threads at once ([`lookup_all`]).
+/// The facts about this machine that resolution needs (and `check`'s probe
+/// builds on); each is I/O. `Sync`: names are looked up from several
+/// threads at once ([`lookup_all`]).
 pub(crate) trait Machine: Sync {
-    /// A hostfile's text, at most [`MAX_HOSTFILE_LEN`] bytes of UTF-8.
+    /// A text file (a hostfile, a `/proc` file), at most
+    /// [`MAX_HOSTFILE_LEN`] bytes of UTF-8.
     fn read_file(&self, path: &Path) -> io::Result<String>;
     /// `gethostname()`.
     fn hostname(&self) -> Result<String, String>;
@@ -136,15 +138,35 @@ pub(crate) type Lookup = Result<Vec<IpAddr>, String>;
 /// takes 50 ms a name would cost 50 s at 1,000 nodes; at once, under 1 s.
 pub(crate) fn lookup_all(machine: &dyn Machine, hosts: &[&str]) -> Vec<Lookup> {
     use std::sync::Mutex;
+    let answers: Mutex<Vec<Option<Lookup>>> = Mutex::new(vec![None; hosts.len()]);
+    lookup_each(&|host| machine.lookup(host), hosts, &|i, answer| {
+        answers.lock().expect("not poisoned: no panics while held")[i] = Some(answer);
+    });
+    answers
+        .into_inner()
+        .expect("not poisoned: no panics while held")
+        .into_iter()
+        .map(|a| a.expect("every name was looked up"))
+        .collect()
+}
+
+/// The one pool of name lookups: `lookup` of every name, at most
+/// [`MAX_LOOKUPS`] at once; each answer is handed to `answer` (with the
+/// name's index in `hosts`) as soon as it comes. Returns when every name
+/// is answered: a caller with a deadline runs it on a thread of its own
+/// (getaddrinfo cannot be cancelled) and takes what came in time.
+pub(crate) fn lookup_each(
+    lookup: &(dyn Fn(&str) -> Lookup + Sync),
+    hosts: &[&str],
+    answer: &(dyn Fn(usize, Lookup) + Sync),
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let next = AtomicUsize::new(0);
-    let answers: Mutex<Vec<Option<Lookup>>> = Mutex::new(vec![None; hosts.len()]);
     let work = || {
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(host) = hosts.get(i) else { break };
-            let answer = machine.lookup(host);
-            answers.lock().expect("not poisoned: no panics while held")[i] = Some(answer);
+            answer(i, lookup(host));
         }
     };
     let threads = hosts.len().min(MAX_LOOKUPS);
@@ -157,12 +179,6 @@ pub(crate) fn lookup_all(machine: &dyn Machine, hosts: &[&str]) -> Vec<Lookup> {
             }
         });
     }
-    answers
-        .into_inner()
-        .expect("not poisoned: no panics while held")
-        .into_iter()
-        .map(|a| a.expect("every name was looked up"))
-        .collect()
 }
 
 /// getaddrinfo's canonical name for `host` (its FQDN), if it has one.
