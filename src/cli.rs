@@ -421,6 +421,10 @@ pub struct SuperviseArgs {
     /// Seconds between SIGTERM and SIGKILL when the parent died.
     #[arg(long, default_value = "3", value_parser = seconds)]
     pub grace: Duration,
+    /// A file of the command's (its heartbeat file), removed when the parent
+    /// died, just before the group's SIGKILL.
+    #[arg(long, value_name = "FILE")]
+    pub remove: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,

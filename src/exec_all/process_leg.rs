@@ -69,21 +69,28 @@ impl ProcessLeg {
         // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
         let watch =
             local.then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
-        let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
+        // The node run here gets a heartbeat file when heartbeats are
+        // watched; its supervisor removes it if this process is killed.
+        let heartbeat = match (local, ctx.heartbeat_dir.as_deref()) {
+            (true, Some(dir)) => HeartbeatFile::create(dir)
+                .inspect_err(|e| {
+                    tracing::warn!(dir = %dir.display(), error = %e, "no heartbeat file for this node's command");
+                })
+                .ok(),
+            _ => None,
+        };
+        let supervised = crate::supervise::wrap(
+            &ctx.bin,
+            ctx.grace,
+            heartbeat.as_ref().map(HeartbeatFile::path),
+            &argv,
+        );
         let mut cmd = Spawn::from_std(&supervised);
-        let mut heartbeat = None;
         if local {
             cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
-            heartbeat = ctx.heartbeat_dir.as_deref().and_then(|dir| {
-                HeartbeatFile::create(dir)
-                    .inspect_err(|e| {
-                        tracing::warn!(dir = %dir.display(), error = %e, "no heartbeat file for this node's command")
-                    })
-                    .ok()
-            });
-            if let Some(file) = &heartbeat {
-                cmd.env(crate::protocol::heartbeat::FILE_VAR, file.path());
-            }
+        }
+        if let Some(file) = &heartbeat {
+            cmd.env(crate::protocol::heartbeat::FILE_VAR, file.path());
         }
         cmd.stdio(Stdio::Piped);
         let mut child = GroupChild::spawn(&cmd).map_err(|e| {

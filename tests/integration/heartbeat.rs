@@ -171,3 +171,50 @@ fn the_restarts_pages_heartbeat_example_runs_as_written() {
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     assert!(took < Duration::from_secs(6), "ended as hung: {took:?}");
 }
+
+/// exec_all killed with SIGKILL: its own node's supervisor and the agent
+/// end the commands and remove their heartbeat files all the same.
+#[test]
+fn the_heartbeat_files_go_when_exec_all_is_killed() {
+    let cluster = Cluster::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let tag = sleep_tag();
+    let script = format!(
+        "echo \"$MULTINODE_HEARTBEAT_FILE\" > {}/path.$RANK; exec sleep {tag}",
+        dir.path().display()
+    );
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--hang-timeout", "60", "--grace", "1", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || sleepers(&tag).len() == 2),
+        "both nodes run"
+    );
+    let paths: Vec<String> = (0..2)
+        .map(|rank| {
+            let written = std::fs::read_to_string(dir.path().join(format!("path.{rank}")));
+            written.unwrap().trim().to_string()
+        })
+        .collect();
+    for path in &paths {
+        assert!(Path::new(path).exists(), "{path} is there while it runs");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || paths
+            .iter()
+            .all(|p| !Path::new(p).exists())),
+        "left: {paths:?}"
+    );
+}
