@@ -257,7 +257,7 @@ pub async fn run(
                         CancelReason::Hung => Some((
                             "--hang-timeout",
                             format!(
-                                "no node printed anything for {}s (--hang-timeout): the run is hung",
+                                "no node printed anything or touched its heartbeat file for {}s (--hang-timeout): the run is hung",
                                 spec.hang_timeout.unwrap_or_default().as_secs_f64()
                             ),
                         )),
