@@ -38,7 +38,7 @@ impl Options {
             window: WINDOW,
             tool_timeout: TOOL_TIMEOUT,
             py_spy: pystack::find(std::env::var_os("PATH").as_deref()),
-            nvidia_smi: "nvidia-smi".to_string(),
+            nvidia_smi: crate::nvidia_smi::PROGRAM.to_string(),
             proc_root: PathBuf::from("/proc"),
         }
     }
