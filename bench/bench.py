@@ -56,6 +56,8 @@ STATE = os.environ.get("BENCH_STATE") or os.path.join(
     os.environ.get("TMPDIR") or "/tmp", "mn-bench")
 RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
 SSHD_PORT = int(os.environ.get("BENCH_SSHD_PORT", "2222"))
+# The peers' login user (lib/common.sh's BENCH_USER).
+BENCH_USER = os.environ.get("BENCH_USER", "mnbench")
 AGENT_PORT = int(os.environ.get("BENCH_AGENT_PORT", "29990"))
 # Names this bench's cpuacct groups (lib/common.sh).
 BENCH_NAME = os.environ.get("BENCH_NAME", "mn_bench")
@@ -662,8 +664,8 @@ def suite_latency(ctx, a, run_id):
         ("ssh HOST true (ControlMaster)", "ssh -F %s %s true" % (CFG_CM, h)),
     ] + ([("mn-ssh HOST true (agent, base)", "%s %s true" % (BASE_SSH, h))] if BASE else []) + [
         ("mn-ssh HOST true (to sshd)",
-         "env MULTINODE_TRANSPORT=openssh %s -p %d -l mnbench -i %s "
-         "-o StrictHostKeyChecking=no %s true" % (MN_SSH, SSHD_PORT, key, h)),
+         "env MULTINODE_TRANSPORT=openssh %s -p %d -l %s -i %s "
+         "-o StrictHostKeyChecking=no %s true" % (MN_SSH, SSHD_PORT, BENCH_USER, key, h)),
     ]
     try:
         for rnd in range(a.latency_rounds):

@@ -272,8 +272,8 @@ pub struct ExecAllArgs {
     /// The most a health check may take on a node (seconds) [env: MULTINODE_HEALTH_TIMEOUT].
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub health_timeout: Option<Duration>,
-    /// An attempt in which no node printed anything for SECONDS is hung: a
-    /// snapshot of every node is taken, and the attempt ends as a failure
+    /// An attempt in which no node printed anything or touched its heartbeat
+    /// file ($MULTINODE_HEARTBEAT_FILE) for SECONDS is hung: a snapshot of every node is taken, and the attempt ends as a failure
     /// (exit code 124) [env: MULTINODE_HANG_TIMEOUT].
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub hang_timeout: Option<Duration>,
@@ -421,6 +421,10 @@ pub struct SuperviseArgs {
     /// Seconds between SIGTERM and SIGKILL when the parent died.
     #[arg(long, default_value = "3", value_parser = seconds)]
     pub grace: Duration,
+    /// A file of the command's (its heartbeat file), removed when the parent
+    /// died, just before the group's SIGKILL.
+    #[arg(long, value_name = "FILE")]
+    pub remove: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,

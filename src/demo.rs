@@ -194,7 +194,7 @@ impl Agents {
                 "--listen".into(),
                 addr.to_string().into(),
             ];
-            let mut cmd = crate::supervise::wrap(bin, Duration::from_secs(2), &agent);
+            let mut cmd = crate::supervise::wrap(bin, Duration::from_secs(2), None, &agent);
             cmd.env("MULTINODE_SECRET", secret)
                 .env("MULTINODE_AGENT_PORT", port.to_string())
                 .env_remove("MULTINODE_HOSTLIST")

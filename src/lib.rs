@@ -13,7 +13,9 @@
 //! - `helper`: `multinode install-helper`, the generic-helper built into the binary.
 //! - `check`: `multinode check`, the preflight of every node for multi-node pitfalls.
 //! - `read_limit`: reading files and streams with a size limit (`/dev/zero` must not fill the memory).
+//! - `nvidia_smi`: running `nvidia-smi` and reading it, for topology, `check` and `snapshot`.
 //! - `exit_info`: what a node saw of a command's end (OOM kills in its cgroup, a core file).
+//! - `heartbeat`: a command's heartbeat file, watched for progress without output, and passed on.
 //! - `process`: spawning commands as group leaders and ending their whole group.
 //! - `signals`: the signals a command handles, as one stream.
 //! - `stdio`: this process's stdout and stderr, written unbuffered and without panics.
@@ -41,8 +43,10 @@ pub(crate) mod error;
 pub(crate) mod exec_all;
 pub(crate) mod exit_code;
 pub(crate) mod exit_info;
+pub(crate) mod heartbeat;
 mod helper;
 pub mod keys;
+pub(crate) mod nvidia_smi;
 pub(crate) mod process;
 pub(crate) mod protocol;
 mod restart;

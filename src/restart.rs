@@ -30,7 +30,7 @@ pub(crate) enum Cause {
     HealthCheck,
     /// The program ended with this shell exit code (128+N for a signal).
     Exited(i32),
-    /// No node printed anything for `--hang-timeout`.
+    /// No node printed anything or beat its heartbeat for `--hang-timeout`.
     Hung,
 }
 

@@ -28,14 +28,23 @@ use crate::signals::FORWARDED_SIGNALS;
 /// the parent-death signal was lost (the parent thread ended earlier).
 const PARENT_CHECK: Duration = Duration::from_millis(500);
 
-/// The argv that runs `command` under a supervisor.
-pub fn wrap(bin: &std::path::Path, grace: Duration, command: &[OsString]) -> Command {
+/// The argv that runs `command` under a supervisor; `remove`: a file of the
+/// command's that its caller removes, which the supervisor removes when
+/// the caller died (`--remove`).
+pub fn wrap(
+    bin: &std::path::Path,
+    grace: Duration,
+    remove: Option<&std::path::Path>,
+    command: &[OsString],
+) -> Command {
     let mut cmd = Command::new(bin);
     cmd.arg("supervise")
         .arg("--grace")
-        .arg(format!("{:.3}", grace.as_secs_f64()))
-        .arg("--")
-        .args(command);
+        .arg(format!("{:.3}", grace.as_secs_f64()));
+    if let Some(path) = remove {
+        cmd.arg("--remove").arg(path);
+    }
+    cmd.arg("--").args(command);
     cmd
 }
 
@@ -104,10 +113,10 @@ pub fn main(args: SuperviseArgs) -> Result<i32, Error> {
                     return Ok(code);
                 }
             }
-            Some(sig) if sig == pdeath => end_group(child, grace),
+            Some(sig) if sig == pdeath => end_group(child, grace, args.remove.as_deref()),
             _ => {
                 if getppid() != parent {
-                    end_group(child, grace);
+                    end_group(child, grace, args.remove.as_deref());
                 }
             }
         }
@@ -150,12 +159,19 @@ fn reap(child: Pid) -> Option<i32> {
     }
 }
 
-/// The caller is gone: end the whole group, this process last.
-fn end_group(child: Pid, grace: Duration) -> ! {
+/// The caller is gone: end the whole group, this process last. `remove`
+/// goes just before the SIGKILL, which ends this process too (a command
+/// still ending could have touched it, and `touch` makes a file again).
+fn end_group(child: Pid, grace: Duration, remove: Option<&std::path::Path>) -> ! {
     let group = getpgrp();
     // This process is in the group too: the command's exit is what counts.
     crate::process::end_blocking(
         |sig| {
+            if sig == signal::Signal::SIGKILL
+                && let Some(path) = remove
+            {
+                let _ = std::fs::remove_file(path);
+            }
             let _ = signal::killpg(group, sig);
         },
         || {

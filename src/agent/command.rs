@@ -22,6 +22,7 @@ use tracing::debug;
 use super::pty::{self, Terminal};
 use super::{Shared, plain};
 use crate::exit_info;
+use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{signal_number, signal_to_sig};
 use crate::protocol::{self, CWD_VAR};
@@ -54,10 +55,13 @@ pub(crate) async fn run(
     let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let mut cwd_set = false;
     let mut wants_exit_info = false;
+    let mut wants_heartbeat = false;
     let mut vars = Vec::with_capacity(env.len());
     for (name, value) in env {
         if name == protocol::exit_info::REQUEST_VAR {
             wants_exit_info = value == "1";
+        } else if name == protocol::heartbeat::REQUEST_VAR {
+            wants_heartbeat = value == "1";
         } else if name == CWD_VAR {
             if std::path::Path::new(&value).is_dir() {
                 cwd = value.into();
@@ -102,6 +106,8 @@ pub(crate) async fn run(
             cwd_set = true;
         }
     }
+    // Removed when this function returns: after the command's group ended.
+    let mut heartbeat = wants_heartbeat.then(|| heartbeat_file(&shared)).flatten();
     let build = |direct: Option<&plain::Direct<'_>>| {
         let mut cmd = match (direct, &req.command) {
             (Some(d), _) => {
@@ -126,6 +132,9 @@ pub(crate) async fn run(
         shared.keeper.register_on_spawn(&mut cmd);
         cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
         cmd.envs(vars.iter().map(|(k, v)| (k, v)));
+        if let Some(file) = &heartbeat {
+            cmd.env(protocol::heartbeat::FILE_VAR, file.path());
+        }
         match (&terminal, &req.terminal) {
             (Some(opened), Some(asked)) => {
                 cmd.stdio(Stdio::Terminal(opened.slave.as_raw_fd()));
@@ -245,6 +254,7 @@ pub(crate) async fn run(
         () = peer_closed.cancelled() => None,
         () = conn.cancelled() => None,
         () = shared.shutdown.cancelled() => None,
+        never = send_heartbeats(heartbeat.as_mut(), &tx) => match never {},
     };
 
     match ended {
@@ -342,8 +352,41 @@ async fn pump(
     }
 }
 
-/// What the node saw of the command's end (OOM kills, a core), for a client
-/// that asked: one message on its own extended data stream (see `exit_info`).
+/// The command's heartbeat file, in the agent's private directory; `None`
+/// (the command runs without one) when it cannot be made.
+fn heartbeat_file(shared: &Shared) -> Option<HeartbeatFile> {
+    let Some(dir) = shared.wire.dir() else {
+        debug!("no private directory: the command gets no heartbeat file");
+        return None;
+    };
+    HeartbeatFile::create(dir)
+        .inspect_err(|e| debug!(error = %e, "no heartbeat file for the command"))
+        .ok()
+}
+
+/// Tells the client of each heartbeat of the command (one message on its
+/// own extended data stream, see `protocol::heartbeat`), for as long as it
+/// is polled: until the command ends.
+async fn send_heartbeats(
+    file: Option<&mut HeartbeatFile>,
+    tx: &ChannelWriteHalf<Msg>,
+) -> std::convert::Infallible {
+    let Some(file) = file else {
+        return std::future::pending().await;
+    };
+    loop {
+        file.beat().await;
+        let beat = bytes::Bytes::from_static(protocol::heartbeat::MESSAGE);
+        if tx
+            .extended_data_bytes(protocol::heartbeat::EXT_HEARTBEAT, beat)
+            .await
+            .is_err()
+        {
+            return std::future::pending().await;
+        }
+    }
+}
+
 /// Ends a channel whose command did not run: `message` on its stderr, exit
 /// status `status`, EOF, close.
 pub(crate) async fn end_unrun(tx: &ChannelWriteHalf<Msg>, message: String, status: i32) {
@@ -353,6 +396,8 @@ pub(crate) async fn end_unrun(tx: &ChannelWriteHalf<Msg>, message: String, statu
     let _ = tx.close().await;
 }
 
+/// What the node saw of the command's end (OOM kills, a core), for a client
+/// that asked: one message on its own extended data stream (see `exit_info`).
 async fn send_exit_info(tx: &ChannelWriteHalf<Msg>, watch: &exit_info::Watch, outcome: &Outcome) {
     let info = watch.finish(exit_info::may_have_dumped(outcome));
     debug!(channel = %tx.id(), ?info, "exit info");

@@ -122,6 +122,7 @@ async fn head(shared: &Arc<Shared>, plan: &JobRun, connector: &Connector) -> Res
     let mut cmd = Spawn::from_std(&crate::supervise::wrap(
         &shared.bin,
         shared.grace,
+        None,
         &plan.argv,
     ));
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use super::nvidia_smi::parse_dotted;
+use crate::nvidia_smi::parse_dotted;
 
 /// A CUDA version, major.minor (the patch level does not change what it supports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

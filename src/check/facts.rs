@@ -10,6 +10,8 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use crate::nvidia_smi::Gpu;
+
 /// The version of this report's layout; a new field does not change it, a
 /// field whose meaning changes does.
 pub(crate) const SCHEMA: u32 = 1;
@@ -211,16 +213,6 @@ pub(crate) struct Gpus {
     /// The newest CUDA version the driver supports (`CUDA Version: 13.0` in the header).
     pub cuda_version: Option<String>,
     pub devices: Vec<Gpu>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Gpu {
-    pub index: u32,
-    pub name: String,
-    pub driver_version: String,
-    /// `9.0`; `None` when the driver is too old to report it.
-    pub compute_cap: Option<String>,
 }
 
 /// A CUDA toolkit the job's code may be built with.

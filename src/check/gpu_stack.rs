@@ -8,48 +8,18 @@ use std::time::Duration;
 
 use super::cuda::{CudaVersion, parse_nvcc, parse_torch_version_py, parse_version_json};
 use super::facts::{Gpus, SmiStatus, Toolkit};
-use super::nvidia_smi::{QUERY, QUERY_OLD, first_line, parse_header, parse_query, visible};
 use super::probe::{Probe, RunOutput};
 use crate::env_map::EnvMap;
+use crate::nvidia_smi::{Inventory, first_line, inventory, parse_header, parse_query, visible};
 
-/// `nvidia-smi` may take this long (it takes seconds on a node without
-/// persistence mode; a hung GPU makes it hang).
-pub(crate) const SMI_TIMEOUT: Duration = Duration::from_secs(super::checks::SMI_TIMEOUT_S);
 /// `nvcc --version`.
 const NVCC_TIMEOUT: Duration = Duration::from_secs(5);
-/// `nvidia-smi --query-gpu` (retried without `compute_cap` for old drivers)
-/// and plain `nvidia-smi` for the versions, at once; the devices narrowed to
-/// those `CUDA_VISIBLE_DEVICES` leaves the job.
+/// The GPUs and versions `nvidia-smi` gives ([`inventory`], through the
+/// probe's runner); the devices narrowed to those `CUDA_VISIBLE_DEVICES`
+/// leaves the job.
 pub(super) fn gpus(probe: &dyn Probe, cuda_visible_devices: Option<&str>) -> Gpus {
-    let query_args = |fields: &'static str| -> [String; 2] {
-        [
-            format!("--query-gpu={fields}"),
-            "--format=csv,noheader".to_string(),
-        ]
-    };
-    let run_query = |fields: &'static str| {
-        let args = query_args(fields);
-        probe.run(
-            "nvidia-smi",
-            &[args[0].as_str(), args[1].as_str()],
-            SMI_TIMEOUT,
-        )
-    };
-    let (query, header) = std::thread::scope(|s| {
-        let header = s.spawn(|| probe.run("nvidia-smi", &[], SMI_TIMEOUT));
-        let mut query = run_query(QUERY);
-        if let RunOutput::Exited {
-            code: Some(c),
-            stdout,
-            stderr,
-        } = &query
-            && *c != 0
-            && (stdout.contains("compute_cap") || stderr.contains("compute_cap"))
-        {
-            query = run_query(QUERY_OLD);
-        }
-        (query, header.join().unwrap_or(RunOutput::TimedOut))
-    });
+    let Inventory { query, header } =
+        inventory(&|program, args, timeout| probe.run(program, args, timeout));
     let mut gpus = match query {
         RunOutput::NotFound => return Gpus::default(),
         RunOutput::TimedOut => Gpus {

@@ -2,7 +2,7 @@
 //! [`Probe`]. The slow parts (`nvidia-smi`, `nvcc`, name lookups, the
 //! rendezvous connection) run at once, each with its own time limit, so a
 //! report takes as long as the slowest of them: well under a second on a
-//! healthy node, [`super::gpu_stack::SMI_TIMEOUT`] at worst. The GPU
+//! healthy node, [`crate::nvidia_smi::TIMEOUT`] at worst. The GPU
 //! stack's facts: [`super::gpu_stack`].
 
 use std::collections::BTreeMap;

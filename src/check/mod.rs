@@ -13,8 +13,8 @@
 //! - `checks`: facts in, one result a check out.
 //! - `report`: the table and the JSON.
 //! - `head`: `multinode check` on the head.
-//! - `nvidia_smi`, `cuda`: pure parsers (nvidia-smi's
-//!   output, CUDA versions and architectures, NCCL's and Gloo's lists,
+//! - `cuda`: pure parsers (nvidia-smi's output is `crate::nvidia_smi`'s;
+//!   CUDA versions and architectures, NCCL's and Gloo's lists,
 //!   host names folded as `node[01-04]`).
 
 mod checks;
@@ -23,7 +23,6 @@ mod facts;
 mod gpu_stack;
 mod head;
 mod local;
-mod nvidia_smi;
 mod probe;
 mod rendezvous;
 mod report;

@@ -206,19 +206,25 @@ pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String>
     WireCache::new(Ok(std::env::temp_dir())).expand_wire(env)
 }
 
-/// Makes an agent's own directory for its hostfiles: mode 0700, under an
-/// unpredictable name, in `$XDG_RUNTIME_DIR` when it is set (a directory of
-/// this user's), else in the system's temporary directory. The agent
-/// removes it when it ends (its group keeper, if it is killed).
-pub(crate) fn private_dir(env: &crate::env_map::EnvMap) -> Result<PathBuf, String> {
-    let base = env
-        .get("XDG_RUNTIME_DIR")
+/// Where this user's private files of a run go: `$XDG_RUNTIME_DIR` when it
+/// is set and a directory of this user's, else the system's temporary
+/// directory (files there get unpredictable names and mode 0600).
+pub(crate) fn runtime_base(env: &crate::env_map::EnvMap) -> PathBuf {
+    env.get("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|dir| {
             std::fs::metadata(dir)
                 .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw())
         })
-        .unwrap_or_else(std::env::temp_dir);
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// Makes an agent's own directory for its hostfiles: mode 0700, under an
+/// unpredictable name, in `$XDG_RUNTIME_DIR` when it is set (a directory of
+/// this user's), else in the system's temporary directory. The agent
+/// removes it when it ends (its group keeper, if it is killed).
+pub(crate) fn private_dir(env: &crate::env_map::EnvMap) -> Result<PathBuf, String> {
+    let base = runtime_base(env);
     let dir = tempfile::Builder::new()
         .prefix("multinode-agent-")
         .permissions(std::fs::Permissions::from_mode(0o700))

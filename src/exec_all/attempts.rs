@@ -326,7 +326,7 @@ fn restart_line(
 /// `rank 2 (node3) lost`, `rank 1 (node2) exit 3`, or why it ended.
 fn failure(result: &RunResult, verdict: Option<&Verdict>) -> String {
     if result.cancelled == Some(CancelReason::Hung) {
-        return "hung (no output for --hang-timeout)".into();
+        return "hung (no output or heartbeat for --hang-timeout)".into();
     }
     match verdict {
         Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),

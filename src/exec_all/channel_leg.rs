@@ -20,6 +20,7 @@ use super::record::NodeOutcome;
 use crate::process::Outcome;
 use crate::protocol::CWD_VAR;
 use crate::protocol::exit_info::{self, ExitInfo};
+use crate::protocol::heartbeat;
 use crate::protocol::signals::exit_outcome;
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
 use crate::transport::client::{Connection, Target};
@@ -176,6 +177,10 @@ impl ChannelLeg {
                         self.info.extend_from_slice(&data);
                     }
                 }
+                ChannelMsg::ExtendedData {
+                    ext: heartbeat::EXT_HEARTBEAT,
+                    ..
+                } => return Some(LegMsg::Heartbeat),
                 ChannelMsg::ExtendedData { data, .. } => return Some(LegMsg::Err(data)),
                 ChannelMsg::Close => return None,
                 msg => {
@@ -214,11 +219,15 @@ impl ChannelLeg {
     }
 }
 
-/// The variables for an agent, which takes the directory and the request
-/// for exit info as `env` requests too ([`with_address`] completes them).
+/// The variables for an agent, which takes the directory and the requests
+/// for exit info and (when watched) heartbeats as `env` requests too
+/// ([`with_address`] completes them).
 fn agent_vars(ctx: &RunCtx, mut vars: Vec<(String, String)>) -> Vec<(String, String)> {
     vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
     vars.push((exit_info::REQUEST_VAR.to_string(), "1".to_string()));
+    if ctx.heartbeat_dir.is_some() {
+        vars.push((heartbeat::REQUEST_VAR.to_string(), "1".to_string()));
+    }
     vars
 }
 

@@ -23,8 +23,8 @@ pub struct Dispatch {
     /// ends the run when `snapshot_on_timeout`.
     pub snapshot: Option<RunNodes>,
     pub snapshot_on_timeout: bool,
-    /// `--hang-timeout`: no output from any node for this long ends the
-    /// run as hung, after a snapshot of every node.
+    /// `--hang-timeout`: no output and no heartbeat from any node for this
+    /// long ends the run as hung, after a snapshot of every node.
     pub hang_timeout: Option<Duration>,
     pub progress_seen: std::sync::Arc<super::progress::Progress>,
 }
@@ -257,7 +257,7 @@ pub async fn run(
                         CancelReason::Hung => Some((
                             "--hang-timeout",
                             format!(
-                                "no node printed anything for {}s (--hang-timeout): the run is hung",
+                                "no node printed anything or touched its heartbeat file for {}s (--hang-timeout): the run is hung",
                                 spec.hang_timeout.unwrap_or_default().as_secs_f64()
                             ),
                         )),
@@ -352,7 +352,7 @@ mod tests {
             snapshot: None,
             snapshot_on_timeout: false,
             hang_timeout: None,
-            progress_seen: std::sync::Arc::new(super::super::progress::Progress::new()),
+            progress_seen: std::sync::Arc::new(super::super::progress::Progress::new(None)),
         }
     }
 

@@ -56,6 +56,8 @@ pub enum LegMsg {
     /// What the node saw of the command's end (OOM kills, a core).
     ExitInfo(ExitInfo),
     Exit(Outcome),
+    /// The command touched its heartbeat file: progress without output.
+    Heartbeat,
     /// A relay's record of its group, taken out of its stderr.
     Relayed(RelayRecord),
 }

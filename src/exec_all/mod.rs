@@ -130,7 +130,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
     let agents_stay = options.shell_hint
         && reach.agent_connector().is_some()
         && env.get(crate::protocol::mux::SOCKET_VAR).is_none();
-    let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here));
+    let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here, env));
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
     let (writer, writer_thread) = writer::start(closed_tx);

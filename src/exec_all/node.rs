@@ -100,6 +100,7 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
                     ctx.progress.touch();
                     task.sink.feed(Stream::Err, &data).await;
                 }
+                Some(LegMsg::Heartbeat) => ctx.progress.beat(),
                 Some(LegMsg::ExitInfo(info)) => exit_info = Some(info),
                 Some(LegMsg::Exit(outcome)) => status = Some(outcome),
                 Some(LegMsg::Relayed(record)) => relayed = Some(record),

@@ -3,7 +3,8 @@
 //! Either runs under `multinode supervise`, so it ends if exec_all is
 //! killed, in its own group; its pipes are read by two pumps, and its end
 //! is the agent's (`process::settle`): the pipes get their grace, then what
-//! is left of the group is ended.
+//! is left of the group is ended. This node's command gets a heartbeat file
+//! when heartbeats are watched, looked at as an agent does.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -20,6 +21,7 @@ use super::plan::{LegKind, NodeSpec};
 use super::reach::{Reach, RunCtx};
 use super::record::NodeOutcome;
 use crate::exit_info::{self, ExitInfo};
+use crate::heartbeat::{self, HeartbeatFile};
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
 use crate::snapshot::survey::show_in_agent;
 
@@ -38,6 +40,10 @@ pub struct ProcessLeg {
     stdin: JoinHandle<()>,
     /// The exit, once the supervisor told it (yielded after the output).
     ended: Option<(Option<Outcome>, Option<ExitInfo>)>,
+    /// Both pumps reached EOF (the command may still run).
+    output_done: bool,
+    /// This node's heartbeat file, until its group has ended.
+    heartbeat: Option<HeartbeatFile>,
 }
 
 impl ProcessLeg {
@@ -63,10 +69,28 @@ impl ProcessLeg {
         // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
         let watch =
             local.then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
-        let supervised = crate::supervise::wrap(&ctx.bin, ctx.grace, &argv);
+        // The node run here gets a heartbeat file when heartbeats are
+        // watched; its supervisor removes it if this process is killed.
+        let heartbeat = match (local, ctx.heartbeat_dir.as_deref()) {
+            (true, Some(dir)) => HeartbeatFile::create(dir)
+                .inspect_err(|e| {
+                    tracing::warn!(dir = %dir.display(), error = %e, "no heartbeat file for this node's command");
+                })
+                .ok(),
+            _ => None,
+        };
+        let supervised = crate::supervise::wrap(
+            &ctx.bin,
+            ctx.grace,
+            heartbeat.as_ref().map(HeartbeatFile::path),
+            &argv,
+        );
         let mut cmd = Spawn::from_std(&supervised);
         if local {
             cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+        }
+        if let Some(file) = &heartbeat {
+            cmd.env(crate::protocol::heartbeat::FILE_VAR, file.path());
         }
         cmd.stdio(Stdio::Piped);
         let mut child = GroupChild::spawn(&cmd).map_err(|e| {
@@ -109,18 +133,28 @@ impl ProcessLeg {
             abandon,
             stdin,
             ended: None,
+            output_done: false,
+            heartbeat,
         })
     }
 
-    /// The output as it comes; then the exit info and the exit, once the
-    /// group has settled.
+    /// The output and the heartbeats as they come; then the exit info and
+    /// the exit, once the group has settled.
     pub async fn next(&mut self) -> Option<LegMsg> {
-        if self.ended.is_none() {
-            if let Some(msg) = self.output.recv().await {
-                return Some(msg);
+        while self.ended.is_none() {
+            tokio::select! {
+                biased;
+                msg = self.output.recv(), if !self.output_done => match msg {
+                    Some(msg) => return Some(msg),
+                    None => self.output_done = true,
+                },
+                ended = &mut self.supervisor, if self.output_done => {
+                    self.ended = Some(ended.unwrap_or((None, None)));
+                    // The group is gone: nothing touches the file any more.
+                    self.heartbeat = None;
+                }
+                () = heartbeat::next_beat(self.heartbeat.as_mut()) => return Some(LegMsg::Heartbeat),
             }
-            let ended = (&mut self.supervisor).await.unwrap_or((None, None));
-            self.ended = Some(ended);
         }
         let (status, info) = self.ended.as_mut().expect("set above");
         if let Some(info) = info.take() {

@@ -163,13 +163,26 @@ pub(crate) struct RunCtx {
     /// (`snapshot::survey::show_in_agent`): only when exec_all reaches
     /// agents itself and no agent runs it already.
     pub local_agent: Option<Target>,
-    /// When a node last printed anything (`--hang-timeout`).
+    /// When a node last printed anything or beat its heartbeat (`--hang-timeout`).
     pub progress: std::sync::Arc<super::progress::Progress>,
+    /// Where the node run here gets its heartbeat file, when heartbeats are
+    /// watched: with `--hang-timeout`, or when this exec_all passes them on
+    /// (it runs under a watcher: a relay). Agents are then asked for theirs.
+    pub heartbeat_dir: Option<PathBuf>,
 }
 
 impl RunCtx {
     /// `runs_here`: this node is one of the run's.
-    pub fn new(reach: Reach, job: &Job, options: &RunOptions, runs_here: bool) -> Self {
+    pub fn new(
+        reach: Reach,
+        job: &Job,
+        options: &RunOptions,
+        runs_here: bool,
+        env: &EnvMap,
+    ) -> Self {
+        let pass_up = crate::heartbeat::PassUp::from_env(env);
+        let heartbeat_dir = (options.hang_timeout.is_some() || pass_up.is_some())
+            .then(|| crate::env::hostlists::runtime_base(env));
         // Inside `multinode agent -- JOB` (the mux), the head's agent runs this
         // exec_all and so shows its node already.
         let local_agent = match &reach {
@@ -196,7 +209,8 @@ impl RunCtx {
             bin: PathBuf::from(&job.bin),
             connect_slots: Semaphore::new(options.max_connecting),
             local_agent,
-            progress: std::sync::Arc::new(super::progress::Progress::new()),
+            progress: std::sync::Arc::new(super::progress::Progress::new(pass_up)),
+            heartbeat_dir,
         }
     }
 }

@@ -18,7 +18,7 @@ pub enum CancelReason {
     NodeFailed,
     /// stdout or stderr was closed (`| head`) or could not be written (`/dev/full`).
     OutputClosed,
-    /// No node printed anything for `--hang-timeout`.
+    /// No node printed anything or beat its heartbeat for `--hang-timeout`.
     Hung,
     /// `--timeout` expired.
     Timeout,

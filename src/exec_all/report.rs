@@ -198,7 +198,9 @@ pub fn table(result: &RunResult) -> String {
         .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
         .count();
     let headline = match (result.cancelled, result.first_failure) {
-        (Some(CancelReason::Hung), _) => "hung: no node printed anything for --hang-timeout".into(),
+        (Some(CancelReason::Hung), _) => {
+            "hung: no output or heartbeat from any node for --hang-timeout".into()
+        }
         (_, Some(rank)) => {
             let node = result.nodes.iter().find(|n| n.rank == rank);
             format!(

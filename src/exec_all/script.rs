@@ -57,6 +57,8 @@ pub const PER_HOST_VARS: &[&str] = &[
     "JOB_COMPLETION_INDEX",
     "PET_NODE_RANK",
     "K_MPI_JOB_ROLE",
+    // A file of the command run on this node (its heartbeat): a path here.
+    crate::protocol::heartbeat::FILE_VAR,
     // The job secret stays where it is: every agent already has its own.
     "MULTINODE_SECRET",
     "MULTINODE_SECRET_FILE",

@@ -5,6 +5,7 @@
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, `wait-release`).
 //! - `signals`: signals by their SSH names, and a channel's exit message as an `Outcome`.
 //! - `exit_info`: what a node tells of its command's end (OOM kills, a core), and how.
+//! - `heartbeat`: a command's progress without output (its heartbeat file), and how it is told.
 //! - `env_pack`: a node's variables in one `env` request.
 //! - `mux`: connection sharing through the head's agent (frames on a Unix socket).
 //! - `relay_record`: what a relay's exec_all tells the head of each node of its group.
@@ -16,6 +17,7 @@ pub mod algorithms;
 pub mod control;
 pub mod env_pack;
 pub mod exit_info;
+pub mod heartbeat;
 pub mod mux;
 pub mod relay_record;
 pub mod signals;

@@ -4,7 +4,6 @@
 //! - `procfs`: this node's processes from `/proc` (pure parsers, then the
 //!   readers): the trees under given roots, CPU % over a short window, RSS,
 //!   wchan or the current syscall, elapsed time, command line.
-//! - `gpu`: `nvidia-smi`'s compute processes and GPUs (memory, utilisation).
 //! - `pystack`: Python stacks through `py-spy dump`, when py-spy is installed.
 //! - `take`: one node's snapshot, the three above at once, bounded in time.
 //! - `fold`: nodes whose processes do the same thing folded into one entry,
@@ -18,7 +17,6 @@
 //! `--snapshot-on-timeout` gather and print it.
 
 mod fold;
-mod gpu;
 mod procfs;
 mod pystack;
 mod render;
@@ -26,6 +24,8 @@ pub(crate) mod survey;
 mod take;
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::nvidia_smi::GpuUse;
 
 pub(crate) use fold::fold;
 pub(crate) use procfs::pid_namespace;
@@ -91,18 +91,6 @@ pub struct Proc {
     /// Why a Python process has no stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_note: Option<String>,
-}
-
-/// One process's use of a GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuUse {
-    /// The GPU's index as `nvidia-smi` numbers it on the node.
-    pub index: Option<u32>,
-    /// GPU memory this process holds.
-    pub memory_mib: Option<u64>,
-    /// The whole GPU's utilisation (NVML has no per-process figure without
-    /// accounting mode): what the GPU this process is on is doing.
-    pub utilization_pct: Option<u32>,
 }
 
 /// One Python frame.

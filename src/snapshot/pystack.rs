@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::Frame;
+use crate::process::{RunOutput, run_bounded_async};
 
 /// What py-spy found for one process.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,24 +103,28 @@ fn first_error(stdout: &[u8], stderr: &[u8]) -> String {
     s
 }
 
-/// Runs `py-spy dump` on `pid`, at most `timeout`.
+/// Runs `py-spy dump` on `pid`, at most `timeout` (the bounded runner:
+/// its group killed on timeout).
 pub(crate) async fn dump(py_spy: &Path, pid: i32, timeout: Duration) -> PyStack {
-    let mut cmd = tokio::process::Command::new(py_spy);
-    cmd.args(["dump", "--json", "--pid", &pid.to_string()])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    match tokio::time::timeout(timeout, cmd.output()).await {
-        Err(_) => PyStack::Note(format!(
+    let pid_arg = pid.to_string();
+    let args = ["dump", "--json", "--pid", pid_arg.as_str()];
+    match run_bounded_async(py_spy.as_os_str(), &args, timeout).await {
+        RunOutput::TimedOut => PyStack::Note(format!(
             "py-spy did not answer within {:.1} s",
             timeout.as_secs_f64()
         )),
-        Ok(Err(e)) => PyStack::Note(format!("cannot run py-spy: {e}")),
-        Ok(Ok(out)) if out.status.success() => match parse(&out.stdout, pid) {
+        RunOutput::NotFound => PyStack::Note("cannot run py-spy: not found".to_string()),
+        RunOutput::SpawnError(e) => PyStack::Note(format!("cannot run py-spy: {e}")),
+        RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } => match parse(stdout.as_bytes(), pid) {
             Ok((frames, idle)) => PyStack::Stack { frames, idle },
             Err(e) => PyStack::Note(e),
         },
-        Ok(Ok(out)) => {
-            let why = first_error(&out.stdout, &out.stderr);
+        RunOutput::Exited { stdout, stderr, .. } => {
+            let why = first_error(stdout.as_bytes(), stderr.as_bytes());
             let hint = if why.contains("ermission")
                 || why.contains("not permitted")
                 || why.contains("ptrace")

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 
 use super::procfs::{self, Stat};
 use super::pystack::{self, PyStack};
-use super::{NodeSnapshot, Proc, gpu, unix_ms};
+use super::{NodeSnapshot, Proc, unix_ms};
 
 /// CPU % is measured over this window (two samples of `/proc/PID/stat`).
 pub(crate) const WINDOW: Duration = Duration::from_millis(200);
@@ -38,7 +38,7 @@ impl Options {
             window: WINDOW,
             tool_timeout: TOOL_TIMEOUT,
             py_spy: pystack::find(std::env::var_os("PATH").as_deref()),
-            nvidia_smi: "nvidia-smi".to_string(),
+            nvidia_smi: crate::nvidia_smi::PROGRAM.to_string(),
             proc_root: PathBuf::from("/proc"),
         }
     }
@@ -64,7 +64,7 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         .collect();
 
     // Meanwhile: the GPUs and the Python stacks.
-    let gpus = gpu::read(&opts.nvidia_smi, opts.tool_timeout);
+    let gpus = crate::nvidia_smi::processes(&opts.nvidia_smi, opts.tool_timeout);
     let python: Vec<i32> = first
         .iter()
         .zip(&cmdlines)

@@ -48,10 +48,6 @@ pub(crate) trait Machine: Sync {
 /// memory): 16 MiB hold a million nodes' lines.
 pub(crate) const MAX_HOSTFILE_LEN: u64 = 16 * 1024 * 1024;
 
-/// `nvidia-smi -L` may take this long (seconds on a node without
-/// persistence mode); then the GPUs are unknown.
-pub(crate) const NVIDIA_SMI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// The machine this process runs on.
 pub(crate) struct System;
 
@@ -72,18 +68,7 @@ impl Machine for System {
     }
 
     fn nvidia_gpus(&self) -> Option<u32> {
-        // The same bounded runner as `multinode check`'s: a GPU that fell off
-        // the bus can hang nvidia-smi, which must not hang the launcher.
-        let crate::process::RunOutput::Exited {
-            code: Some(0),
-            stdout,
-            ..
-        } = crate::process::run_bounded("nvidia-smi", &["-L"], NVIDIA_SMI_TIMEOUT)
-        else {
-            return None;
-        };
-        let gpus = stdout.lines().filter(|l| l.starts_with("GPU ")).count();
-        u32::try_from(gpus).ok().filter(|n| *n > 0)
+        crate::nvidia_smi::count_gpus()
     }
 
     fn interfaces(&self) -> Vec<Interface> {

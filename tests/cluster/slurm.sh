@@ -1,17 +1,21 @@
 # shellcheck shell=bash
 # Sourced after lib.sh by the slurm-* scenarios: a real Slurm cluster made of
 # containers of the test image (Debian's slurm-wlm and munge are in the base
-# image). slurmctld runs on "ctl", slurmd on node1 to node4, each under
-# `docker run --init` (tini reaps and forwards), with one munge key made for
-# the cluster and fixtures/slurm/slurm.conf. Jobs are submitted on ctl with
-# sbatch, from /results (the shared scratch folder), so a job's output file
-# and ./job.sh are /results/... on every node.
+# image). slurmctld runs on "ctl", slurmd on node1 to nodeN (N is
+# MN_SLURM_NODES, 4 unless the scenario sets it before sourcing this file),
+# each under `docker run --init` (tini reaps and forwards), with one munge
+# key made for the cluster and fixtures/slurm/slurm.conf, its `NodeName=`
+# line naming node[1-N]. Jobs are submitted on ctl with sbatch, from
+# /results (the shared scratch folder), so a job's output file and ./job.sh
+# are /results/... on every node.
 
+MN_SLURM_NODES=${MN_SLURM_NODES:-4}
 # shellcheck disable=SC2034 # lib.sh reads them
-MN_NODES=(node1 node2 node3 node4)
+mapfile -t MN_NODES < <(seq -f 'node%g' 1 "$MN_SLURM_NODES")
 # shellcheck disable=SC2034
 MN_EXTRA_HOSTS=(ctl)
-MN_SLURM_CONF=$MN_FIXTURES/slurm/slurm.conf
+# The fixture's slurm.conf, with the cluster's nodes (mn_slurm_cluster writes it).
+MN_SLURM_CONF=$MN_TMP/slurm.conf
 # The PATH jobs are submitted with (sbatch passes it on to the job and srun to
 # the steps): the stand-in torchrun first.
 MN_SLURM_PATH=/fixtures/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -38,11 +42,17 @@ mn_slurm_states() {
 }
 mn_slurm_all_idle() { [[ $(mn_slurm_states) == "${#MN_NODES[@]} idle" ]]; }
 
-# mn_slurm_cluster: the network, a munge key, the controller and the four
-# slurmd; waits until every node is idle (60 s at most).
+# mn_slurm_cluster: the network, a munge key, slurm.conf, the controller and
+# the MN_SLURM_NODES slurmd; waits until every node is idle (60 s at most).
 mn_slurm_cluster() {
     local host t0
     t0=$(mn_now)
+    if ! grep -q '^NodeName=node\[1-4\] ' "$MN_FIXTURES/slurm/slurm.conf"; then
+        check_fail "fixtures/slurm/slurm.conf has no 'NodeName=node[1-4] ' line to set the nodes in"
+        finish
+    fi
+    sed "s/^NodeName=node\[1-4\] /NodeName=node[1-$MN_SLURM_NODES] /" \
+        "$MN_FIXTURES/slurm/slurm.conf" >"$MN_SLURM_CONF"
     mn_cluster_network
     head -c 1024 /dev/urandom >"$MN_TMP/munge.key"
     mn_slurm_host ctl ctl

@@ -14,6 +14,7 @@ mod env;
 mod exec_all;
 mod forward;
 mod hardening;
+mod heartbeat;
 mod layers;
 mod lifecycle;
 mod lifecycle_join;

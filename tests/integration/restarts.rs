@@ -358,7 +358,7 @@ fn a_hung_attempt_is_ended_with_its_snapshot_kept_and_run_again() {
     let (text, err) = (stdout(&out), stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
     assert!(
-        err.contains("no node printed anything for 1.5s (--hang-timeout): the run is hung; what every node was doing:"),
+        err.contains("no node printed anything or touched its heartbeat file for 1.5s (--hang-timeout): the run is hung; what every node was doing:"),
         "{err}"
     );
     assert!(
@@ -366,7 +366,9 @@ fn a_hung_attempt_is_ended_with_its_snapshot_kept_and_run_again() {
         "the snapshot names the sleepers: {err}"
     );
     assert!(
-        err.contains("attempt 0: hung (no output for --hang-timeout); restart 1 on 3 node(s)"),
+        err.contains(
+            "attempt 0: hung (no output or heartbeat for --hang-timeout); restart 1 on 3 node(s)"
+        ),
         "{err}"
     );
     for rank in 0..3 {
@@ -402,7 +404,7 @@ fn a_hung_attempt_is_ended_with_its_snapshot_kept_and_run_again() {
     ]);
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("hung: no node printed anything for --hang-timeout"),
+        stderr(&out).contains("hung: no output or heartbeat from any node for --hang-timeout"),
         "{}",
         stderr(&out)
     );

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::{HeadContext, Inputs, NodeReport};
 use crate::check::facts::*;
-use crate::check::nvidia_smi::{parse_header, parse_query};
+use crate::nvidia_smi::{parse_header, parse_query};
 
 pub(crate) const H200_QUERY: &str =
     include_str!("../../../tests/fixtures/nvidia-smi/h200-8gpu/query.csv");

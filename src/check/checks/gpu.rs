@@ -13,10 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{CheckResult, Inputs, Tally};
 use crate::check::cuda::{CudaVersion, Support, sm, supports};
 use crate::check::facts::{NodeFacts, SmiStatus};
-use crate::check::nvidia_smi::parse_dotted;
-
-/// How long `nvidia-smi` may take before a node's GPUs count as hung (seconds).
-pub(crate) const SMI_TIMEOUT_S: u64 = 10;
+use crate::nvidia_smi::{TIMEOUT_S as SMI_TIMEOUT_S, parse_dotted};
 
 const FIX_NO_GPU: &str = "give the job its GPUs on that node (`docker run --gpus all`, the platform's GPU request) or leave the node out of the hostlist";
 

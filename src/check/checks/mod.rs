@@ -20,8 +20,6 @@ mod launch;
 mod limits;
 mod reach;
 
-pub(crate) use gpu::SMI_TIMEOUT_S;
-
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 

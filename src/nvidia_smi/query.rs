@@ -1,8 +1,19 @@
-//! Reading `nvidia-smi`: the CSV of
+//! Reading `nvidia-smi` for `check`: the CSV of
 //! `--query-gpu=index,name,driver_version,compute_cap --format=csv,noheader`
 //! and the driver and CUDA versions of its header. Pure: text in, data out.
 
-use super::facts::Gpu;
+use serde::{Deserialize, Serialize};
+
+/// One GPU as `--query-gpu` lists it (a fact `check` reports).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub driver_version: String,
+    /// `9.0`; `None` when the driver is too old to report it.
+    pub compute_cap: Option<String>,
+}
 
 /// The fields asked of `nvidia-smi --query-gpu`, in order.
 pub(crate) const QUERY: &str = "index,name,driver_version,compute_cap";

@@ -1,12 +1,22 @@
-//! GPU memory and utilisation of the job's processes, from `nvidia-smi`:
-//! its compute processes (pid, memory, GPU) and its GPUs (index,
-//! utilisation). Both queries run at once, each bounded by a timeout (a
-//! hung GPU makes `nvidia-smi` hang).
+//! Reading `nvidia-smi` for `snapshot`: GPU memory and utilisation of the
+//! job's processes, from its compute processes (pid, memory, GPU) and its
+//! GPUs (index, utilisation). Pure: text in, data out.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use super::GpuUse;
+use serde::{Deserialize, Serialize};
+
+/// One process's use of a GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuUse {
+    /// The GPU's index as `nvidia-smi` numbers it on the node.
+    pub index: Option<u32>,
+    /// GPU memory this process holds.
+    pub memory_mib: Option<u64>,
+    /// The whole GPU's utilisation (NVML has no per-process figure without
+    /// accounting mode): what the GPU this process is on is doing.
+    pub utilization_pct: Option<u32>,
+}
 
 /// `nvidia-smi --query-compute-apps`.
 pub(crate) const APPS_QUERY: &str = "--query-compute-apps=pid,used_memory,gpu_uuid";
@@ -60,52 +70,6 @@ pub(crate) fn parse(apps: &str, gpus: &str) -> BTreeMap<i32, GpuUse> {
     out
 }
 
-/// Runs both queries, at most `timeout` each.
-pub(crate) async fn read(program: &str, timeout: Duration) -> GpuReading {
-    let query = |q: &'static str| {
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args([q, "--format=csv,noheader,nounits"])
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true);
-        async move { tokio::time::timeout(timeout, cmd.output()).await }
-    };
-    let (apps, gpus) = tokio::join!(query(APPS_QUERY), query(GPUS_QUERY));
-    let secs = timeout.as_secs_f64();
-    match (apps, gpus) {
-        (Ok(Err(e)), _) if e.kind() == std::io::ErrorKind::NotFound => GpuReading::default(),
-        (Err(_), _) | (_, Err(_)) => GpuReading {
-            by_pid: BTreeMap::new(),
-            note: Some(format!("nvidia-smi did not answer within {secs:.1} s")),
-        },
-        (Ok(Err(e)), _) | (_, Ok(Err(e))) => GpuReading {
-            by_pid: BTreeMap::new(),
-            note: Some(format!("cannot run nvidia-smi: {e}")),
-        },
-        (Ok(Ok(apps)), Ok(Ok(gpus))) => {
-            if !apps.status.success() {
-                let first = String::from_utf8_lossy(&apps.stdout)
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string();
-                return GpuReading {
-                    by_pid: BTreeMap::new(),
-                    note: Some(format!("nvidia-smi failed ({}): {first}", apps.status)),
-                };
-            }
-            GpuReading {
-                by_pid: parse(
-                    &String::from_utf8_lossy(&apps.stdout),
-                    &String::from_utf8_lossy(&gpus.stdout),
-                ),
-                note: None,
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,27 +105,5 @@ mod tests {
         );
         assert_eq!(by_pid.len(), 3);
         assert!(parse("", gpus).is_empty());
-    }
-
-    #[tokio::test]
-    async fn no_nvidia_smi_is_no_note() {
-        let r = read("/nonexistent/nvidia-smi", Duration::from_secs(1)).await;
-        assert_eq!(r, GpuReading::default());
-    }
-
-    #[tokio::test]
-    async fn a_hung_nvidia_smi_is_a_note() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let fake = dir.path().join("nvidia-smi");
-        std::fs::write(&fake, "#!/bin/sh\nexec sleep 30\n").expect("write");
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
-        let t = std::time::Instant::now();
-        let r = read(fake.to_str().expect("utf-8"), Duration::from_millis(300)).await;
-        assert!(t.elapsed() < Duration::from_secs(5));
-        assert_eq!(
-            r.note.as_deref(),
-            Some("nvidia-smi did not answer within 0.3 s")
-        );
     }
 }

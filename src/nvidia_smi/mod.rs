@@ -1,0 +1,163 @@
+//! `nvidia-smi`: the one module that runs it and reads what it prints,
+//! for topology (how many GPUs this machine has), `check` (the GPUs, the
+//! driver and CUDA versions) and `snapshot` (GPU memory and utilisation by
+//! process). Every run goes through the bounded runner
+//! ([`crate::process::run_bounded`]): a GPU that fell off the bus can hang
+//! `nvidia-smi`, which must not hang `multinode`.
+//!
+//! - `query`: `--query-gpu`'s CSV and the header's versions (pure).
+//! - `apps`: `--query-compute-apps` joined with `--query-gpu`'s utilisation (pure).
+//! - here: the invocations.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use crate::process::{RunOutput, run_bounded, run_bounded_async};
+
+mod apps;
+mod query;
+
+pub use apps::GpuUse;
+pub(crate) use apps::{APPS_QUERY, GPUS_QUERY, GpuReading};
+pub(crate) use query::{
+    Gpu, QUERY, QUERY_OLD, first_line, parse_dotted, parse_header, parse_query, visible,
+};
+
+/// The program, found on `PATH`.
+pub(crate) const PROGRAM: &str = "nvidia-smi";
+
+/// How long `nvidia-smi` may take in topology and `check` (seconds on a
+/// node without persistence mode); then its GPUs are unknown, or hung.
+pub(crate) const TIMEOUT_S: u64 = 10;
+/// [`TIMEOUT_S`] as a duration.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(TIMEOUT_S);
+
+/// A bounded runner: [`run_bounded`], or a probe's (faked in tests).
+pub(crate) type Run<'a> = &'a (dyn Fn(&str, &[&str], Duration) -> RunOutput + Sync);
+
+/// GPUs listed by `nvidia-smi -L`, if it runs and lists any.
+pub(crate) fn count_gpus() -> Option<u32> {
+    let RunOutput::Exited {
+        code: Some(0),
+        stdout,
+        ..
+    } = run_bounded(PROGRAM, &["-L"], TIMEOUT)
+    else {
+        return None;
+    };
+    let gpus = stdout.lines().filter(|l| l.starts_with("GPU ")).count();
+    u32::try_from(gpus).ok().filter(|n| *n > 0)
+}
+
+/// What `check` asks: `--query-gpu` ([`QUERY`], again without
+/// `compute_cap` when an old driver refuses it) and plain `nvidia-smi`
+/// for the header's versions, at once, through `run`.
+pub(crate) struct Inventory {
+    /// `--query-gpu=... --format=csv,noheader`.
+    pub query: RunOutput,
+    /// Plain `nvidia-smi`.
+    pub header: RunOutput,
+}
+
+/// Runs [`Inventory`]'s two invocations at once, each within [`TIMEOUT`].
+pub(crate) fn inventory(run: Run<'_>) -> Inventory {
+    let run_query = |fields: &str| {
+        let query = format!("--query-gpu={fields}");
+        run(PROGRAM, &[query.as_str(), "--format=csv,noheader"], TIMEOUT)
+    };
+    std::thread::scope(|s| {
+        let header = s.spawn(|| run(PROGRAM, &[], TIMEOUT));
+        let mut query = run_query(QUERY);
+        if let RunOutput::Exited {
+            code: Some(c),
+            stdout,
+            stderr,
+        } = &query
+            && *c != 0
+            && (stdout.contains("compute_cap") || stderr.contains("compute_cap"))
+        {
+            query = run_query(QUERY_OLD);
+        }
+        Inventory {
+            query,
+            header: header.join().unwrap_or(RunOutput::TimedOut),
+        }
+    })
+}
+
+/// What `snapshot` asks: the compute processes and the GPUs, both queries
+/// at once, at most `timeout` each; `program` is `nvidia-smi` (a fake in tests).
+pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
+    let query = |q: &'static str| {
+        run_bounded_async(
+            OsStr::new(program),
+            &[q, "--format=csv,noheader,nounits"],
+            timeout,
+        )
+    };
+    let (apps, gpus) = tokio::join!(query(APPS_QUERY), query(GPUS_QUERY));
+    let secs = timeout.as_secs_f64();
+    match (apps, gpus) {
+        (RunOutput::NotFound, _) => GpuReading::default(),
+        (RunOutput::TimedOut, _) | (_, RunOutput::TimedOut) => GpuReading {
+            by_pid: BTreeMap::new(),
+            note: Some(format!("nvidia-smi did not answer within {secs:.1} s")),
+        },
+        (RunOutput::SpawnError(e), _) | (_, RunOutput::SpawnError(e)) => GpuReading {
+            by_pid: BTreeMap::new(),
+            note: Some(format!("cannot run nvidia-smi: {e}")),
+        },
+        (_, RunOutput::NotFound) => GpuReading {
+            by_pid: BTreeMap::new(),
+            note: Some("cannot run nvidia-smi: not found".to_string()),
+        },
+        (
+            RunOutput::Exited {
+                code, stdout: apps, ..
+            },
+            RunOutput::Exited { stdout: gpus, .. },
+        ) => {
+            if code != Some(0) {
+                let first = apps.lines().next().unwrap_or_default().trim().to_string();
+                let how =
+                    code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"));
+                return GpuReading {
+                    by_pid: BTreeMap::new(),
+                    note: Some(format!("nvidia-smi failed ({how}): {first}")),
+                };
+            }
+            GpuReading {
+                by_pid: apps::parse(&apps, &gpus),
+                note: None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_nvidia_smi_is_no_note() {
+        let r = processes("/nonexistent/nvidia-smi", Duration::from_secs(1)).await;
+        assert_eq!(r, GpuReading::default());
+    }
+
+    #[tokio::test]
+    async fn a_hung_nvidia_smi_is_a_note() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("nvidia-smi");
+        std::fs::write(&fake, "#!/bin/sh\nexec sleep 30\n").expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let t = std::time::Instant::now();
+        let r = processes(fake.to_str().expect("utf-8"), Duration::from_millis(300)).await;
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            r.note.as_deref(),
+            Some("nvidia-smi did not answer within 0.3 s")
+        );
+    }
+}

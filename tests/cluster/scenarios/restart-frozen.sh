@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# A node frozen mid-run, with restarts (docs/restarts.md): 5 containers,
+# node4 the spare; the head's JOB runs `mn-exec-all --spares 1
+# --max-restarts 2 --hang-timeout 10` whose first attempt sleeps, silent,
+# on node0-node3. node2 is frozen (`docker pause`: its kernel still
+# acknowledges TCP, no process of it runs) once the attempt runs everywhere.
+# The hang timeout is set above the client liveness (a node silent for 4 s
+# is lost), as docs/restarts.md says to set it: exec_all must find node2
+# lost, not the run hung (no snapshot), end the attempt, exclude node2 and
+# run attempt 1 on node0, node1, node3 and the spare node4, which ends 0.
+# Nothing of the job may be left on the others; and once node2 is thawed
+# (`docker unpause`), its agent must find its client gone and end the
+# attempt's `sleep` there too.
+# shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC2317 # functions run through mn_poll
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+MN_NODES=(node0 node1 node2 node3 node4)
+MN_HOSTLIST='node[0-4]:1'
+MN_JOB_ENV=(-e "MULTINODE_HOSTLIST=$MN_HOSTLIST")
+frozen=node2
+hang=10
+# However the scenario ends, the frozen node is thawed (a paused container
+# keeps its processes).
+trap 'docker unpause "$(mn_ctr "$frozen")" >/dev/null 2>&1 || true' EXIT
+
+# shellcheck disable=SC2016 # expanded on the nodes
+mn_cluster -- --idle-timeout 60 -- /fixtures/hold.sh execall \
+    mn-exec-all --spares 1 --max-restarts 2 --hang-timeout "$hang" --grace 2 \
+    --report /results/report.json -c \
+    'echo "attempt=$MULTINODE_RESTART_COUNT rank=$RANK host=$(hostname)" >>/results/ran
+     [ "$MULTINODE_RESTART_COUNT" = 0 ] && exec sleep 1234; exit 0'
+if ! mn_poll 30 mn_all_have '^ *[0-9]+ sleep 1234$' node0 node1 node2 node3; then
+    check_fail "attempt 0 did not start on node0-node3 within 30 s"
+    finish
+fi
+check_ok "attempt 0: sleep 1234 runs on node0-node3"
+
+t_pause=$(mn_now)
+docker pause "$(mn_ctr "$frozen")" >/dev/null
+if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
+    check_fail "exec_all still runs 60 s after $frozen froze"
+    finish
+fi
+read -r rc t_end <"$MN_RESULTS/execall.done"
+check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$rc"
+check_within "from the freeze to the end of attempt 1" 8 "$(mn_since "$t_pause" "$t_end")"
+check_eq "what attempt 1 ran, by rank" \
+    "attempt=1 rank=0 host=node0;attempt=1 rank=1 host=node1;attempt=1 rank=2 host=node3;attempt=1 rank=3 host=node4;" \
+    "$(grep '^attempt=1 ' "$MN_RESULTS/ran" | sort | tr '\n' ';')"
+
+while IFS= read -r line; do
+    case $line in
+    ok\ *) check_ok "${line#ok }" ;;
+    *) check_fail "${line#fail }" ;;
+    esac
+done < <(python3 - "$MN_RESULTS/report.json" "$frozen" "$t_pause" <<'PY'
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print(f"fail no readable report: {e}")
+    sys.exit()
+frozen, t_pause = sys.argv[2], float(sys.argv[3])
+attempts = report.get("attempts") or []
+def check(what, got, want):
+    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
+check("attempts", len(attempts), 2)
+if len(attempts) == 2:
+    a0, a1 = attempts
+    v = a0["verdict"] or {}
+    check("attempt 0's hosts", a0["hosts"], ["node0", "node1", "node2", "node3"])
+    check("attempt 0's first failure", (v.get("host"), v.get("how")), (frozen, "lost"))
+    check("attempt 0 has a hang snapshot (the watchdog fired)", "snapshot" in a0, False)
+    check("excluded after attempt 0", a0["excluded"], [{"host": frozen, "why": "lost"}])
+    check("attempt 1's hosts", a1["hosts"], ["node0", "node1", "node3", "node4"])
+    check("attempt 1", a1["then"], "succeeded")
+    at = v.get("at")
+    if isinstance(at, float):
+        lost = at - t_pause
+        print(f"{'ok' if 2.5 <= lost <= 6 else 'fail'} {frozen} found lost {lost:.1f} s after the freeze (client liveness: 4 s from the last sign of life; limit 2.5-6 s)")
+    rs = a1.get("restart_s")
+    print(f"{'ok' if isinstance(rs, float) and rs > 0 else 'fail'} report: from {frozen}'s loss to attempt 1 running: {rs} s")
+check("exit code", report["exit_code"], 0)
+PY
+)
+
+for host in node0 node1 node3 node4; do
+    if mn_has_proc "$host" '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )'; then
+        check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
+    else
+        check_ok "no job process left on $host"
+    fi
+done
+
+t_thaw=$(mn_now)
+docker unpause "$(mn_ctr "$frozen")" >/dev/null
+if mn_poll 20 eval "! mn_has_proc $frozen '^ *[0-9]+ (sleep 1234$|[^ ]*multinode supervise )'"; then
+    check_ok "$frozen thawed: its agent ended attempt 0's commands within $(mn_since "$t_thaw") s"
+else
+    check_fail "$frozen thawed: attempt 0's commands still run 20 s later: $(mn_procs "$frozen" | tr '\n' ';')"
+fi
+
+touch "$MN_RESULTS/release"
+code=$(mn_wait_exit node0 30) || code="still running 30 s later"
+check_eq "the head's exit status (exec_all's)" 0 "$code"
+for host in node1 node2 node3 node4; do
+    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
+    check_eq "$host released, exit status" 0 "$code"
+done
+finish
