@@ -152,15 +152,17 @@ fn mn_ssh_tt_relays_the_terminal_on_its_own_thread_and_leaves_it_blocking() {
         ),
     )
     .unwrap();
-    let mut term = Term::start(&format!("sh {}", script.display()), &dir.path().join("never"));
+    let mut term = Term::start(
+        &format!("sh {}", script.display()),
+        &dir.path().join("never"),
+    );
     term.send("echo st''art\r");
     term.expect("start\r\n", 1);
     let pids: Vec<u32> = pids_matching(&client)
         .into_iter()
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == client
-            })
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == client)
         })
         .collect();
     assert_eq!(pids.len(), 1, "{client}: {pids:?}");
