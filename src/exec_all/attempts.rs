@@ -115,7 +115,29 @@ pub(crate) fn run(
         let attempt = pool.restarts();
         let mut health_failed = Vec::new();
         if let Some(cmd) = &restarts.health_check {
-            let failing = health(job, env, &pool, cmd, restarts.health_timeout)?;
+            let failing = match health(job, env, &pool, cmd, restarts.health_timeout)? {
+                Checked::Failing(nodes) => nodes,
+                // A signal or closed output while the check ran: the run
+                // stops there, as it would in an attempt; no node failed.
+                Checked::Stopped(result) => {
+                    let failure = "not started: stopped during the health check".to_string();
+                    say(&format!("attempt {attempt}: {failure}"));
+                    records.push(AttemptReport {
+                        attempt,
+                        hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
+                        health_failed: Vec::new(),
+                        exit_code: result.exit_code,
+                        failure: Some(failure),
+                        verdict: None,
+                        snapshot: None,
+                        excluded: Vec::new(),
+                        restart_s: None,
+                        then: stop_line(job, &Stop::Stopped),
+                    });
+                    say(&summary(&records));
+                    return Ok((result, records));
+                }
+            };
             health_failed = failing.iter().map(|&i| host(job, i)).collect();
             if !failing.is_empty() {
                 say(&format!(
@@ -207,15 +229,25 @@ pub(crate) fn run(
     }
 }
 
-/// The nodes that fail `cmd` (or do not end it within `timeout`), among
-/// every node still in the run, spares included.
+/// What the health check before an attempt found.
+enum Checked {
+    /// These nodes failed it, or did not end it within its timeout.
+    Failing(Vec<usize>),
+    /// exec_all was stopped while it ran (a signal, its output closed):
+    /// the check's run, which says how.
+    Stopped(RunResult),
+}
+
+/// Runs `cmd` on every node still in the run, spares included: the nodes
+/// that fail it (or do not end it within `timeout`), unless exec_all was
+/// stopped meanwhile.
 fn health(
     job: &Job,
     env: &EnvMap,
     pool: &Pool,
     cmd: &str,
     timeout: Duration,
-) -> Result<Vec<usize>, Error> {
+) -> Result<Checked, Error> {
     let mut candidates = pool.active();
     candidates.extend(pool.spares());
     let options = RunOptions {
@@ -225,12 +257,21 @@ fn health(
         ..RunOptions::new(Script::Inline(cmd.as_bytes().to_vec()))
     };
     let result = super::run_blocking(&job.attempt(&candidates), env, options)?;
-    Ok(result
-        .nodes
-        .iter()
-        .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
-        .map(|n| candidates[n.rank])
-        .collect())
+    // `--health-timeout` is the check's own `Timeout`: the nodes still in it fail.
+    if matches!(
+        result.cancelled,
+        Some(CancelReason::Signal(_) | CancelReason::SecondSignal | CancelReason::OutputClosed)
+    ) {
+        return Ok(Checked::Stopped(result));
+    }
+    Ok(Checked::Failing(
+        result
+            .nodes
+            .iter()
+            .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
+            .map(|n| candidates[n.rank])
+            .collect(),
+    ))
 }
 
 /// How the attempt ended, for the pool; `nodes[rank]` is a rank's node.

@@ -409,3 +409,67 @@ fn a_hung_attempt_is_ended_with_its_snapshot_kept_and_run_again() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
+    // Found by the slurm-restart cluster scenario: scancel while a restart's
+    // health check ran was read as every node failing the check ("the
+    // head failed the health check", exit 1, no report).
+    let cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--spares", "1", "--max-restarts", "2", "--grace", "1"])
+        .args(["--health-check", &format!("exec sleep {tag}")])
+        .args(["--report", report_path.to_str().unwrap(), "-c", "echo ran"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The check runs on every node, the spare too.
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(15)).expect("exec_all must end");
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(code, 143, "128 + SIGTERM, as any run it ends: {err}");
+    assert!(!err.contains("failed the health check"), "{err}");
+    assert!(
+        err.contains("attempt 0: not started: stopped during the health check"),
+        "{err}"
+    );
+    assert!(!out.contains("ran"), "no attempt ran: {out}");
+    let json = report(&report_path);
+    assert_eq!(json["exit_code"], 143, "{json}");
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{json}");
+    assert_eq!(
+        attempts[0]["then"],
+        "stopped (a signal, --timeout or closed output): not restarted"
+    );
+    assert_eq!(attempts[0]["health_failed"], serde_json::json!([]));
+    assert_eq!(hosts_of(&attempts[0]), cluster.hosts[..2].to_vec());
+    assert!(
+        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+}

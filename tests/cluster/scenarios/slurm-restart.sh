@@ -10,7 +10,8 @@
 # check on the 5 nodes, spare included; then `scancel`. Checks: the job
 # ends CANCELLED; nothing the job started (agents, exec_all, health checks,
 # the attempt's programs) is left on any node, within a few seconds and at
-# the end.
+# the end; exec_all's report says attempt 1 was stopped in its health check
+# (exit 143), no node failing it.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC2317 # functions run through mn_poll
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 MN_SLURM_NODES=5
@@ -24,7 +25,7 @@ cat >"$MN_RESULTS/job.sh" <<'EOF'
 #!/bin/sh
 export MULTINODE_SPARES=1
 . /multinode/generic-helper
-exec_all --max-restarts 2 --grace 2 \
+exec_all --max-restarts 2 --grace 2 --report /results/report.json \
     --health-check 'echo "$(hostname)" >>/results/checked; [ ! -e /results/slow-health ] || exec sleep 4500' \
     -c 'echo "attempt=$MULTINODE_RESTART_COUNT rank=$RANK host=$(hostname)" >>/results/ran; exec sleep 1234'
 EOF
@@ -83,6 +84,31 @@ if grep -q "attempt 0: rank 2 ($victim) killed by SIGKILL.*; restart 1 on 4 node
 else
     check_fail "the job's output does not say that attempt 0 failed on $victim and a restart began"
 fi
+# What exec_all recorded: scancel's SIGTERM reached it in the health check.
+while IFS= read -r line; do
+    case $line in
+    ok\ *) check_ok "${line#ok }" ;;
+    *) check_fail "${line#fail }" ;;
+    esac
+done < <(python3 - "$MN_RESULTS/report.json" <<'PY'
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print(f"fail no readable report from exec_all: {e}")
+    sys.exit()
+attempts = report.get("attempts") or []
+def check(what, got, want):
+    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
+check("attempts", [(a["attempt"], a["failure"]) for a in attempts],
+      [(0, "rank 2 (node3) killed by SIGKILL"), (1, "not started: stopped during the health check")])
+if len(attempts) == 2:
+    check("attempt 1's nodes", attempts[1]["hosts"], ["node1", "node2", "node3", "node4"])
+    check("no node failed the health check", attempts[1]["health_failed"], [])
+    check("after attempt 1", attempts[1]["then"], "stopped (a signal, --timeout or closed output): not restarted")
+check("exec_all's exit code (128 + SIGTERM)", report["exit_code"], 143)
+PY
+)
 if mn_poll 10 mn_slurm_clean "${MN_NODES[@]}"; then
     check_ok "nothing left on any node"
 else
