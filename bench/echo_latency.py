@@ -20,7 +20,9 @@ Usage: bench/echo_latency.py [--n 500]
 One JSON line a tool in bench/results/echo-latency.jsonl; a table on stdout.
 Needs python3, OpenSSH's ssh, sshd and ssh-keygen, root (the private sshd
 logs in as root with a key, as tests/integration/openssh.rs does), and a
-release build (BENCH_MULTINODE: another binary).
+release build (BENCH_MULTINODE: another binary). BENCH_MULTINODE_BEFORE:
+a second binary, measured in the same run as one more tool (its mn-ssh to
+its own agent on 127.0.0.3): a change's before and after side by side.
 """
 import argparse
 import json
@@ -41,7 +43,9 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
 MULTINODE = os.environ.get("BENCH_MULTINODE") or os.path.join(
     REPO, "target", "release", "multinode")
+BEFORE = os.environ.get("BENCH_MULTINODE_BEFORE")
 AGENT_HOST, AGENT_PORT = "127.0.0.2", 29967
+BEFORE_HOST = "127.0.0.3"
 SECRET = "bench-echo-latency-secret-0123456789"
 REMOTE = "stty raw -echo; echo READY; exec cat"
 
@@ -143,29 +147,45 @@ def main():
     ap.add_argument("--n", type=int, default=500)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="mn-echo-bench-")
-    bindir = os.path.join(tmp, "bin")
-    os.mkdir(bindir)
-    for name in ("multinode", "mn-ssh"):
-        os.symlink(os.path.abspath(MULTINODE), os.path.join(bindir, name))
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-           "USER": os.environ.get("USER", "root"), "TERM": "xterm",
-           "MULTINODE_SECRET": SECRET, "MULTINODE_AGENT_PORT": str(AGENT_PORT)}
-    agent = subprocess.Popen(["multinode", "agent", "--listen", f"{AGENT_HOST}:{AGENT_PORT}"],
-                             env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def environment(binary, name):
+        bindir = os.path.join(tmp, name)
+        os.mkdir(bindir)
+        for prog in ("multinode", "mn-ssh"):
+            os.symlink(os.path.abspath(binary), os.path.join(bindir, prog))
+        return {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+                "USER": os.environ.get("USER", "root"), "TERM": "xterm",
+                "MULTINODE_SECRET": SECRET, "MULTINODE_AGENT_PORT": str(AGENT_PORT)}
+
+    def start_agent(env, host):
+        return subprocess.Popen(["multinode", "agent", "--listen", f"{host}:{AGENT_PORT}"],
+                                env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    env = environment(MULTINODE, "bin")
+    agents = [start_agent(env, AGENT_HOST)]
+    if BEFORE:
+        env_before = environment(BEFORE, "bin-before")
+        agents.append(start_agent(env_before, BEFORE_HOST))
     server, sshd_port = sshd(tmp)
     sessions = []
     try:
         wait_port(AGENT_HOST, AGENT_PORT)
+        if BEFORE:
+            wait_port(BEFORE_HOST, AGENT_PORT)
         job_key = os.path.join(tmp, "id_job")
         subprocess.run(["multinode", "keygen", "-o", job_key], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         tools = [
-            ("mn-ssh -tt → agent", ["mn-ssh", "-tt", AGENT_HOST, REMOTE]),
-            ("ssh -tt → agent", openssh(job_key, AGENT_PORT, AGENT_HOST)),
-            ("ssh -tt → sshd", openssh(os.path.join(tmp, "client_key"), sshd_port, "127.0.0.1")),
+            ("mn-ssh -tt → agent", ["mn-ssh", "-tt", AGENT_HOST, REMOTE], env),
+            ("ssh -tt → agent", openssh(job_key, AGENT_PORT, AGENT_HOST), env),
+            ("ssh -tt → sshd", openssh(os.path.join(tmp, "client_key"), sshd_port, "127.0.0.1"),
+             env),
         ]
-        sessions = [Session(name, argv, env) for name, argv in tools]
+        if BEFORE:
+            tools.insert(1, ("mn-ssh -tt, before", ["mn-ssh", "-tt", BEFORE_HOST, REMOTE],
+                             env_before))
+        sessions = [Session(name, argv, e) for name, argv, e in tools]
         samples = {s.name: [] for s in sessions}
         for i in range(a.n):
             byte = bytes([ord("a") + i % 26])
@@ -190,7 +210,7 @@ def main():
     finally:
         for s in sessions:
             s.close()
-        for p in (agent, server):
+        for p in agents + [server]:
             p.terminate()
             p.wait()
         shutil.rmtree(tmp, ignore_errors=True)

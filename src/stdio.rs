@@ -11,10 +11,12 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
 use std::os::fd::{BorrowedFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
 
 /// One of this process's output streams.
@@ -130,6 +132,82 @@ pub(crate) fn stdin_chunks() -> mpsc::Receiver<Bytes> {
     rx
 }
 
+/// The terminal on `fd` (0, 1 or 2), opened anew: a file description of
+/// this process's own, non-blocking, so that it is read and written on the
+/// async runtime's thread, with no thread between a keystroke and the
+/// network (or the network and the screen). The description fds 0-2 share
+/// with the shell must stay blocking: the shell would get EAGAIN after we
+/// are gone. `None` when `fd` is not a terminal or its device cannot be
+/// opened (a terminal of another user's after `su`): the threads then.
+fn own_terminal(fd: i32) -> Option<File> {
+    // SAFETY: fds 0, 1 and 2 stay open for the life of the process.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let name = nix::unistd::ttyname(fd).ok()?;
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(name)
+        .ok()?;
+    // The same device, not another one that took its name.
+    let same =
+        nix::sys::stat::fstat(fd).ok()?.st_rdev == nix::sys::stat::fstat(&file).ok()?.st_rdev;
+    same.then_some(file)
+}
+
+/// [`own_terminal`] registered with the runtime (called within it).
+fn async_terminal(fd: i32) -> Option<AsyncFd<File>> {
+    let file = own_terminal(fd)?;
+    // SAFETY: the `File` is owned by the `AsyncFd` and never replaced: its
+    // descriptor stays open and the same until the `AsyncFd` is dropped.
+    unsafe { AsyncFd::register(file) }.ok()
+}
+
+/// Stdin's chunks as [`stdin_chunks`] gives them, read on the runtime from
+/// stdin's terminal (see [`own_terminal`]); `None` when stdin is not a
+/// terminal. Called within the runtime: the reader is a task of it, parked
+/// until a key comes (it ends with the runtime).
+pub(crate) fn terminal_chunks() -> Option<mpsc::Receiver<Bytes>> {
+    let tty = async_terminal(0)?;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let Ok(mut ready) = tty.readable().await else {
+                return;
+            };
+            match ready.try_io(|t| t.get_ref().read(&mut buf)) {
+                Ok(Ok(0)) => return,
+                Ok(Ok(n)) => {
+                    if tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                // EIO: the terminal hung up; as the thread, the input ends.
+                Ok(Err(_)) => return,
+                Err(_would_block) => {}
+            }
+        }
+    });
+    Some(rx)
+}
+
+/// Writes all of `data` to a terminal of our own, waiting for room on the runtime.
+async fn write_all_to(tty: &AsyncFd<File>, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        let mut ready = tty.writable().await?;
+        match ready.try_io(|t| t.get_ref().write(data)) {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => data = &data[n..],
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => {}
+        }
+    }
+    Ok(())
+}
+
 /// A message on stderr. A closed or failing stderr is ignored: there is
 /// nowhere else to say it.
 pub(crate) fn eprint(text: &str) {
@@ -194,6 +272,15 @@ pub(crate) struct StdioWriter {
     failed: oneshot::Receiver<(Fd, io::Error)>,
     failure: Option<(Fd, io::Error)>,
     thread: Option<JoinHandle<()>>,
+    /// Instead of the thread: stdout and stderr as terminals of our own.
+    terminals: Option<Terminals>,
+}
+
+/// Stdout's and stderr's terminals, written on the runtime (see
+/// [`own_terminal`]); stdout's is `None` once closed.
+struct Terminals {
+    out: Option<AsyncFd<File>>,
+    err: AsyncFd<File>,
 }
 
 /// Chunks queued for the thread before the sender waits (each at most an
@@ -224,19 +311,64 @@ impl StdioWriter {
             failed,
             failure: None,
             thread: Some(thread),
+            terminals: None,
         })
     }
 
-    /// Queues `data` for `fd`; waits while the queue is full. An error means
-    /// a write failed: [`StdioWriter::finish`] says which.
-    pub(crate) async fn write(&self, fd: Fd, data: Bytes) -> Result<(), ()> {
+    /// For a terminal session: when stdout and stderr are both terminals,
+    /// they are written on the runtime, each through a description of its
+    /// own (a keystroke's echo then crosses no thread); else [`Self::start`].
+    /// Called within the runtime.
+    pub(crate) fn start_for_terminal() -> io::Result<Self> {
+        let (Some(out), Some(err)) = (async_terminal(1), async_terminal(2)) else {
+            return Self::start();
+        };
+        // Never read: see `failed`.
+        let (_, failed) = oneshot::channel();
+        Ok(StdioWriter {
+            tx: None,
+            failed,
+            failure: None,
+            thread: None,
+            terminals: Some(Terminals {
+                out: Some(out),
+                err,
+            }),
+        })
+    }
+
+    /// Queues `data` for `fd` (waits while the queue is full), or writes it
+    /// to its terminal. An error means a write failed: [`StdioWriter::finish`]
+    /// says which.
+    pub(crate) async fn write(&mut self, fd: Fd, data: Bytes) -> Result<(), ()> {
+        if let Some(t) = &self.terminals {
+            if self.failure.is_some() {
+                return Err(());
+            }
+            let tty = match fd {
+                Fd::Out => match &t.out {
+                    Some(out) => out,
+                    // After EOF, as /dev/null.
+                    None => return Ok(()),
+                },
+                Fd::Err => &t.err,
+            };
+            if let Err(e) = write_all_to(tty, &data).await {
+                self.failure = Some((fd, e));
+                return Err(());
+            }
+            return Ok(());
+        }
         let tx = self.tx.as_ref().ok_or(())?;
         tx.send(Op::Write(fd, data)).await.map_err(|_| ())
     }
 
     /// After what is queued, stdout's reader sees EOF (see [`close_stdout`]).
-    pub(crate) async fn close_stdout(&self) {
-        if let Some(tx) = &self.tx {
+    pub(crate) async fn close_stdout(&mut self) {
+        if let Some(t) = &mut self.terminals {
+            t.out = None;
+            close_stdout();
+        } else if let Some(tx) = &self.tx {
             let _ = tx.send(Op::CloseStdout).await;
         }
     }
@@ -245,6 +377,10 @@ impl StdioWriter {
     pub(crate) async fn failed(&mut self) {
         if self.failure.is_some() {
             return;
+        }
+        if self.terminals.is_some() {
+            // No thread: a failed write is that write's answer.
+            return std::future::pending().await;
         }
         match (&mut self.failed).await {
             Ok(failure) => self.failure = Some(failure),

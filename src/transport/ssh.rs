@@ -214,13 +214,21 @@ pub async fn run(
 
     let stdin_task = {
         let tx = tx.clone();
-        let input = (!inv.no_stdin).then(stdio::stdin_chunks);
+        // A terminal session's keys are read on this thread (no hop a key).
+        let input = (!inv.no_stdin).then(|| {
+            terminal
+                .and_then(|_| stdio::terminal_chunks())
+                .unwrap_or_else(stdio::stdin_chunks)
+        });
         tokio::spawn(async move { super::channel::send_input(&tx, None, input).await })
     };
 
     let mut stops = Stops::new(FORWARDED_SIGNALS)?;
-    let mut out = StdioWriter::start()
-        .map_err(|e| Error::Failed(format!("cannot start the output thread: {e}")))?;
+    let mut out = match terminal {
+        Some(_) => StdioWriter::start_for_terminal(),
+        None => StdioWriter::start(),
+    }
+    .map_err(|e| Error::Failed(format!("cannot start the output thread: {e}")))?;
     let mut code: Option<i32> = None;
     let mut answered = false;
     let mut signals_sent = 0;

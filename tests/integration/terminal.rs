@@ -131,6 +131,60 @@ fn openssh_ssh_tt_gives_a_login_shell_with_a_terminal() {
     drive(&openssh_client(&agent, dir.path()));
 }
 
+/// A terminal session's keys and screen are read and written on mn-ssh's
+/// runtime thread, through descriptions of the terminal of its own (no
+/// `mn-stdin`/`mn-stdio` thread to hop through a keystroke, each way); a
+/// screenful too large for the terminal at once waits for room and comes
+/// whole; the description mn-ssh shares with its shell stays blocking.
+#[test]
+fn mn_ssh_tt_relays_the_terminal_on_its_own_thread_and_leaves_it_blocking() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let client = format!("{} -tt {}", mn_ssh().display(), agent.host);
+    let script = dir.path().join("session.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "{client}\n\
+             echo \"mn-ssh exited $?\"\n\
+             python3 -c 'import fcntl, os; \
+             print(\"after: nonblock=%d\" % bool(fcntl.fcntl(0, fcntl.F_GETFL) & os.O_NONBLOCK))'\n"
+        ),
+    )
+    .unwrap();
+    let mut term = Term::start(
+        &format!("sh {}", script.display()),
+        &dir.path().join("never"),
+    );
+    term.send("echo st''art\r");
+    term.expect("start\r\n", 1);
+    let pids: Vec<u32> = pids_matching(&client)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == client)
+        })
+        .collect();
+    assert_eq!(pids.len(), 1, "{client}: {pids:?}");
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", pids[0]))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_string())
+        .collect();
+    assert!(
+        !threads.iter().any(|t| t == "mn-stdin" || t == "mn-stdio"),
+        "threads of mn-ssh: {threads:?}"
+    );
+    term.send("seq 1 200000; echo do''ne\r");
+    term.expect("199999\r\n200000\r\ndone\r\n", 1);
+    term.send("exit 3\r");
+    term.expect("mn-ssh exited 3\r\n", 1);
+    term.expect("after: nonblock=0\r\n", 1);
+    let status = term.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", term.text());
+}
+
 #[test]
 fn a_killed_terminal_client_leaves_nothing_on_the_node() {
     let agent = Agent::start(&fresh_loopback());
