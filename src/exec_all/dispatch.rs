@@ -60,6 +60,10 @@ pub async fn run(
     let mut remaining = tasks.len();
     let mut done: std::collections::HashSet<usize> = std::collections::HashSet::new();
     let mut running = 0usize;
+    // Nodes not yet running their script (connecting) and not ended: the
+    // hang watchdog waits for none, since --connect-timeout bounds them and
+    // a node that never connects must end unreachable, not the run hung.
+    let mut unstarted = tasks.len();
     let mut first_failure: Option<usize> = None;
     let mut cancelled: Option<CancelReason> = None;
     let mut phase = Phase::Running;
@@ -102,7 +106,7 @@ pub async fn run(
         };
         let quiet = async {
             match spec.hang_timeout {
-                Some(limit) if cancelled.is_none() => {
+                Some(limit) if cancelled.is_none() && unstarted == 0 => {
                     tokio::time::sleep_until(Instant::from_std(spec.progress_seen.last() + limit))
                         .await;
                 }
@@ -143,12 +147,21 @@ pub async fn run(
                         node.started = Some(SystemTime::now());
                         node.address = address;
                         running += 1;
+                        unstarted -= 1;
+                        if unstarted == 0 {
+                            // The hang timeout counts from here at the earliest.
+                            spec.progress_seen.touch();
+                        }
                     }
                     Event::Ended(end) => {
                         let End { outcome, stats, ended, subtree, exit_info } = *end;
                         debug!(rank, host = %node.host, ?outcome, "node ended");
                         if node.started.is_none() {
                             node.started = Some(ended);
+                            unstarted -= 1;
+                            if unstarted == 0 {
+                                spec.progress_seen.touch();
+                            }
                         }
                         node.ended = Some(ended);
                         node.stats = stats;

@@ -553,3 +553,46 @@ fn a_node_frozen_in_a_hung_attempt_is_excluded_and_the_spare_takes_its_place() {
         sleepers(&tag)
     );
 }
+
+#[test]
+fn a_node_frozen_before_an_attempt_is_unreachable_not_a_hang() {
+    // The hang watchdog counts from when every node runs its script: a
+    // node still connecting is bounded by --connect-timeout. Counted from
+    // the start, a node frozen before the run made every attempt "hung"
+    // while connecting to it, never excluded, until the restarts were spent.
+    let cluster = Cluster::start(4);
+    let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let out = cluster.exec_all(&[
+        "--spares",
+        "1",
+        "--max-restarts",
+        "1",
+        "--grace",
+        "1",
+        "--hang-timeout",
+        "1",
+        // Longer than a snapshot's wait for a frozen node (5 s).
+        "--connect-timeout",
+        "8",
+        "-c",
+        "echo \"done $RANK\"",
+    ]);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
+    let h = &cluster.hosts;
+    assert!(!err.contains("hung"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "attempt 0: rank 2 ({}) unreachable; {} excluded (unreachable), spare {} as rank 2; restart 1 on 3 node(s)",
+            h[2], h[2], h[3]
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("done ")).count(),
+        2 + 3,
+        "ranks 0 and 1 of attempt 0, then the 3 of attempt 1: {text}"
+    );
+}
