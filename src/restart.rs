@@ -5,7 +5,7 @@
 //!
 //! The rules (docs/restarts.md says why):
 //! - a node lost or unreachable, or failing the health check, is excluded
-//!   for the rest of the run; so is a node that failed first in two
+//!   for the rest of the run, whether it failed first or not; so is a node that failed first in two
 //!   attempts in a row, whatever the cause;
 //! - the same exit status (or signal), first, on different nodes in two
 //!   attempts in a row, with no node-level cause, is the program's fault:
@@ -58,10 +58,15 @@ impl fmt::Display for Cause {
 pub(crate) enum AttemptEnd {
     Succeeded,
     /// The first failure: the node (by its place in the hostlist), when
-    /// one is known, and how.
+    /// one is known, and how; and the other nodes of the attempt that were
+    /// lost or unreachable themselves meanwhile (a node that died often
+    /// fails second: its peers' connections to it break at once, its own
+    /// loss shows after the liveness timeout; a frozen node is lost while a
+    /// hung attempt is ended), each a node-level cause of its own.
     Failed {
         node: Option<usize>,
         cause: Cause,
+        lost: Vec<(usize, Cause)>,
     },
     /// Ended by the user (a signal), `--timeout`, or output closed: never run again.
     Stopped,
@@ -247,17 +252,23 @@ impl Pool {
 
     /// After an attempt: what to do.
     pub(crate) fn after(&mut self, end: &AttemptEnd) -> Decision {
-        let (node, cause) = match end {
+        let (node, cause, lost) = match end {
             AttemptEnd::Succeeded => return Decision::Stop(Stop::Succeeded),
             AttemptEnd::Stopped => return Decision::Stop(Stop::Stopped),
-            AttemptEnd::Failed { node, cause } => (*node, *cause),
+            AttemptEnd::Failed { node, cause, lost } => (*node, *cause, lost),
         };
-        let previous = self.previous.replace((node, cause));
+        // A node lost besides the first failure may well have caused it
+        // (its peers' connections to it broke first): then the first
+        // failure blames no one, neither a node nor the program.
+        let blame = !lost.iter().any(|&(_, why)| why.is_node_level());
+        let previous = self
+            .previous
+            .replace((node.filter(|_| blame || cause.is_node_level()), cause));
         let mut excluded = Vec::new();
         if let Some(node) = node {
             let why = if cause.is_node_level() {
                 Some(Exclusion::NodeLevel(cause))
-            } else if previous.is_some_and(|(before, _)| before == Some(node)) {
+            } else if blame && previous.is_some_and(|(before, _)| before == Some(node)) {
                 Some(Exclusion::FailedFirstTwice)
             } else {
                 None
@@ -267,7 +278,8 @@ impl Pool {
                     return Decision::Stop(stop);
                 }
                 excluded.push((node, why));
-            } else if let Some((Some(before), before_cause)) = previous
+            } else if blame
+                && let Some((Some(before), before_cause)) = previous
                 && before != node
                 && before_cause == cause
                 && !cause.is_node_level()
@@ -277,6 +289,16 @@ impl Pool {
                     nodes: [before, node],
                 });
             }
+        }
+        for &(other, why) in lost {
+            if Some(other) == node || self.state[other] != State::Active || !why.is_node_level() {
+                continue;
+            }
+            let why = Exclusion::NodeLevel(why);
+            if let Err(stop) = self.exclude(other, why.clone()) {
+                return Decision::Stop(stop);
+            }
+            excluded.push((other, why));
         }
         if self.restarts >= self.max_restarts {
             return Decision::Stop(Stop::NoRestartsLeft);
@@ -327,6 +349,7 @@ mod tests {
         AttemptEnd::Failed {
             node: Some(node),
             cause,
+            lost: Vec::new(),
         }
     }
 
@@ -457,6 +480,7 @@ mod tests {
         let nowhere = AttemptEnd::Failed {
             node: None,
             cause: Cause::Hung,
+            lost: Vec::new(),
         };
         assert_eq!(pool.after(&nowhere), Decision::Restart { excluded: vec![] });
         assert_eq!(pool.after(&nowhere), Decision::Stop(Stop::NoRestartsLeft));
@@ -465,6 +489,74 @@ mod tests {
             Decision::Stop(Stop::Stopped)
         );
         assert_eq!(pool.active(), [0, 1]);
+    }
+
+    #[test]
+    fn nodes_lost_besides_the_first_failure_are_excluded_too() {
+        // A hung attempt, ended while node 2 was frozen: lost meanwhile.
+        let mut pool = Pool::new(5, 2, None, 3).unwrap();
+        let hung = AttemptEnd::Failed {
+            node: None,
+            cause: Cause::Hung,
+            lost: vec![(2, Cause::Lost)],
+        };
+        assert_eq!(
+            pool.after(&hung),
+            Decision::Restart {
+                excluded: vec![(2, Exclusion::NodeLevel(Cause::Lost))]
+            }
+        );
+        assert_eq!(pool.active(), [0, 1, 3]);
+        // A dead node's peers fail first (exit 1); it is lost second: it
+        // leaves, the first failure stays; a spare that was not in the
+        // attempt is never excluded by it.
+        let end = AttemptEnd::Failed {
+            node: Some(1),
+            cause: Cause::Exited(1),
+            lost: vec![(3, Cause::Lost), (4, Cause::Unreachable)],
+        };
+        assert_eq!(
+            pool.after(&end),
+            Decision::Restart {
+                excluded: vec![(3, Exclusion::NodeLevel(Cause::Lost))]
+            }
+        );
+        assert_eq!(pool.active(), [0, 1, 4]);
+        // The same exit first on another node, but a node lost beside it:
+        // not the program's fault (the lost node may have caused it).
+        let end = AttemptEnd::Failed {
+            node: Some(2),
+            cause: Cause::Exited(1),
+            lost: vec![(4, Cause::Unreachable)],
+        };
+        assert_eq!(
+            pool.after(&end),
+            Decision::Stop(Stop::NoSpareLeft { needed: 3, left: 2 })
+        );
+        // And it blames no node for the next attempt's failure either.
+        let mut pool = Pool::new(4, 1, None, 3).unwrap();
+        let end = AttemptEnd::Failed {
+            node: Some(1),
+            cause: Cause::Exited(1),
+            lost: vec![(2, Cause::Lost)],
+        };
+        assert!(matches!(pool.after(&end), Decision::Restart { .. }));
+        assert_eq!(pool.active(), [0, 1, 3]);
+        assert_eq!(
+            pool.after(&failed(1, Cause::Exited(1))),
+            Decision::Restart { excluded: vec![] },
+            "node 1 failed first twice, but the first time a lost node was the likely cause"
+        );
+        // The head lost besides the first failure: it cannot be replaced.
+        let end = AttemptEnd::Failed {
+            node: Some(1),
+            cause: Cause::Exited(1),
+            lost: vec![(0, Cause::Lost)],
+        };
+        assert_eq!(
+            pool.after(&end),
+            Decision::Stop(Stop::HeadFailed(Exclusion::NodeLevel(Cause::Lost)))
+        );
     }
 
     #[test]

@@ -279,11 +279,13 @@ fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
     if result.exit_code == 0 {
         return AttemptEnd::Succeeded;
     }
+    let lost = lost_besides(result, nodes);
     match result.cancelled {
         Some(CancelReason::Hung) => {
             return AttemptEnd::Failed {
                 node: None,
                 cause: Cause::Hung,
+                lost,
             };
         }
         Some(
@@ -310,7 +312,27 @@ fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
     AttemptEnd::Failed {
         node: nodes.get(rank).copied(),
         cause,
+        lost,
     }
+}
+
+/// The nodes, other than the first failure, that were lost or unreachable
+/// themselves: not the ranks of a relay that died, which were never heard
+/// of (no record of their own, no end) and may be fine.
+fn lost_besides(result: &RunResult, nodes: &[usize]) -> Vec<(usize, Cause)> {
+    result
+        .nodes
+        .iter()
+        .filter(|n| Some(n.rank) != result.first_failure && n.ended.is_some())
+        .filter_map(|n| {
+            let cause = match n.outcome.as_ref()? {
+                NodeOutcome::Unreachable(_) => Cause::Unreachable,
+                NodeOutcome::Lost(_) => Cause::Lost,
+                NodeOutcome::Finished(_) | NodeOutcome::NotStarted => return None,
+            };
+            Some((*nodes.get(n.rank)?, cause))
+        })
+        .collect()
 }
 
 /// When the last node of the run started (seconds since the epoch).

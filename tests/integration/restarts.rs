@@ -473,3 +473,83 @@ fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
         sleepers(&tag)
     );
 }
+
+#[test]
+fn a_node_frozen_in_a_hung_attempt_is_excluded_and_the_spare_takes_its_place() {
+    // Found with the restart-frozen cluster scenario's settings turned
+    // around: a hang timeout below the client liveness (4 s) ends the
+    // attempt as hung before the frozen node is found lost; it was lost
+    // while the attempt ended, yet ran again in every attempt (each hung
+    // while connecting to it) until the restarts were spent.
+    let cluster = Cluster::start(4);
+    let tag = sleep_tag();
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let script =
+        format!("[ \"$MULTINODE_RESTART_COUNT\" = 0 ] && exec sleep {tag}; echo \"done $RANK\"");
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--spares", "1", "--max-restarts", "1", "--grace", "1"])
+        .args([
+            "--hang-timeout",
+            "2",
+            "--report",
+            report_path.to_str().unwrap(),
+        ])
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
+    // hosts[2]'s agent: its kernel still accepts and acknowledges, nothing runs.
+    let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(40));
+    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let code = code.expect("exec_all must end");
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(code, 0, "{out}\n{err}");
+    let h = &cluster.hosts;
+    let json = report(&report_path);
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{json}");
+    assert_eq!(attempts[0]["exit_code"], 124, "{json}");
+    assert!(attempts[0]["snapshot"].is_object(), "{json}");
+    assert_eq!(attempts[0]["excluded"][0]["host"], h[2].as_str(), "{json}");
+    assert_eq!(attempts[0]["excluded"][0]["why"], "lost", "{json}");
+    assert_eq!(
+        hosts_of(&attempts[1]),
+        [&h[0], &h[1], &h[3]].map(String::clone)
+    );
+    assert_eq!(attempts[1]["then"], "succeeded");
+    assert!(
+        err.contains(&format!(
+            "attempt 0: hung (no output or heartbeat for --hang-timeout); {} excluded (lost), spare {} as rank 2; restart 1 on 3 node(s)",
+            h[2], h[3]
+        )),
+        "{err}"
+    );
+    for rank in 0..3 {
+        assert!(out.contains(&format!("done {rank}")), "{out}");
+    }
+    // Running again, the frozen agent finds its client gone and ends the sleep.
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+}
