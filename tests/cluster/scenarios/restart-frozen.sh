@@ -10,7 +10,10 @@
 # run attempt 1 on node0, node1, node3 and the spare node4, which ends 0.
 # Nothing of the job may be left on the others; and once node2 is thawed
 # (`docker unpause`), its agent must find its client gone and end the
-# attempt's `sleep` there too.
+# attempt's `sleep` there too. Then, on a second cluster, the hang timeout
+# below the liveness (2 s): the watchdog fires first, the snapshot is kept
+# in the attempt, and node2, found lost while the hung attempt ends, is
+# excluded all the same: attempt 1 runs on the spare and ends 0.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC2317 # functions run through mn_poll
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -100,11 +103,93 @@ else
     check_fail "$frozen thawed: attempt 0's commands still run 20 s later: $(mn_procs "$frozen" | tr '\n' ';')"
 fi
 
-touch "$MN_RESULTS/release"
-code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-check_eq "the head's exit status (exec_all's)" 0 "$code"
-for host in node1 node2 node3 node4; do
-    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-    check_eq "$host released, exit status" 0 "$code"
+# release: lets the cluster's head go, and checks every node exits 0.
+release() {
+    touch "$MN_RESULTS/release"
+    code=$(mn_wait_exit node0 30) || code="still running 30 s later"
+    check_eq "the head's exit status (exec_all's)" 0 "$code"
+    for host in node1 node2 node3 node4; do
+        code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
+        check_eq "$host released, exit status" 0 "$code"
+    done
+}
+release
+
+# Second cluster: the hang timeout below the client liveness (2 s), so that
+# the watchdog fires first. The first attempt prints a line every 0.5 s
+# until /results/quiet exists, then sleeps, silent. node2 is frozen, then
+# the others go quiet: the attempt is hung 2 s later, its snapshot taken
+# (node2 cannot answer) and kept, and it is ended; node2, found lost while
+# it ends, is excluded all the same, and attempt 1 runs on the spare.
+mn_cluster_phase hung
+check_ok "--- hang timeout 2 s, below the client liveness"
+# shellcheck disable=SC2016 # expanded on the nodes
+mn_cluster -- --idle-timeout 60 -- /fixtures/hold.sh execall \
+    mn-exec-all --spares 1 --max-restarts 1 --hang-timeout 2 --grace 2 \
+    --report /results/report.json -c \
+    'echo "attempt=$MULTINODE_RESTART_COUNT rank=$RANK host=$(hostname)" >>/results/ran
+     [ "$MULTINODE_RESTART_COUNT" = 0 ] || exit 0
+     while [ ! -e /results/quiet ]; do echo "tick $RANK"; sleep 0.5; done
+     exec sleep 1234'
+if ! mn_poll 30 mn_all_have '^ *[0-9]+ sleep 0.5$' node0 node1 node2 node3; then
+    check_fail "attempt 0 did not start on node0-node3 within 30 s"
+    finish
+fi
+docker pause "$(mn_ctr "$frozen")" >/dev/null
+t_quiet=$(mn_now)
+touch "$MN_RESULTS/quiet"
+if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
+    check_fail "exec_all still runs 60 s after the others went quiet"
+    finish
+fi
+read -r rc t_end <"$MN_RESULTS/execall.done"
+check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$rc"
+check_within "from the quiet to the end of attempt 1" 25 "$(mn_since "$t_quiet" "$t_end")"
+check_eq "what attempt 1 ran, by rank" \
+    "attempt=1 rank=0 host=node0;attempt=1 rank=1 host=node1;attempt=1 rank=2 host=node3;attempt=1 rank=3 host=node4;" \
+    "$(grep '^attempt=1 ' "$MN_RESULTS/ran" | sort | tr '\n' ';')"
+while IFS= read -r line; do
+    case $line in
+    ok\ *) check_ok "${line#ok }" ;;
+    *) check_fail "${line#fail }" ;;
+    esac
+done < <(python3 - "$MN_RESULTS/report.json" "$frozen" <<'PY'
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print(f"fail no readable report: {e}")
+    sys.exit()
+frozen = sys.argv[2]
+attempts = report.get("attempts") or []
+def check(what, got, want):
+    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
+check("attempts", len(attempts), 2)
+if len(attempts) == 2:
+    a0, a1 = attempts
+    check("attempt 0's hosts", a0["hosts"], ["node0", "node1", "node2", "node3"])
+    check("attempt 0 hung", (a0["exit_code"], a0["failure"]), (124, "hung (no output or heartbeat for --hang-timeout)"))
+    snapshot = json.dumps(a0.get("snapshot"))
+    check("attempt 0's snapshot kept, naming the frozen node", a0.get("snapshot") is not None and frozen in snapshot, True)
+    check("excluded after attempt 0", a0["excluded"], [{"host": frozen, "why": "lost"}])
+    check("attempt 1's hosts", a1["hosts"], ["node0", "node1", "node3", "node4"])
+    check("attempt 1", a1["then"], "succeeded")
+check("exit code", report["exit_code"], 0)
+PY
+)
+for host in node0 node1 node3 node4; do
+    if mn_has_proc "$host" '^ *[0-9]+ (sleep 1234$|sleep 0.5$|mn-exec-all |[^ ]*multinode supervise )'; then
+        check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
+    else
+        check_ok "no job process left on $host"
+    fi
 done
+t_thaw=$(mn_now)
+docker unpause "$(mn_ctr "$frozen")" >/dev/null
+if mn_poll 20 eval "! mn_has_proc $frozen '^ *[0-9]+ (sleep 1234$|sleep 0.5$|[^ ]*multinode supervise )'"; then
+    check_ok "$frozen thawed: its agent ended attempt 0's commands within $(mn_since "$t_thaw") s"
+else
+    check_fail "$frozen thawed: attempt 0's commands still run 20 s later: $(mn_procs "$frozen" | tr '\n' ';')"
+fi
+release
 finish
