@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# `scancel` of a real Slurm job while exec_all restarts it (docs/restarts.md).
-# A 5-node Slurm cluster; docs/slurm.md's batch script submitted with
-# `sbatch -N5` (one agent per node by srun); job.sh sets MULTINODE_SPARES=1
-# (node5 is the spare) and runs exec_all with --max-restarts 2 and a health
-# check that sleeps once /results/slow-health exists, so that the restart
-# takes long enough to be caught in the middle. Once attempt 0 runs on
-# node1-node4 (not on the spare), its program on node3 is killed (SIGKILL):
-# exec_all ends the attempt on every node and restarts, running the health
-# check on the 5 nodes, spare included; then `scancel`. Checks: the job
-# ends CANCELLED; nothing the job started (agents, exec_all, health checks,
-# the attempt's programs) is left on any node, within a few seconds and at
-# the end; exec_all's report says attempt 1 was stopped in its health check
-# (exit 143), no node failing it.
+# A node's agent killed, then `scancel` while exec_all restarts the job on
+# the spare, on a real Slurm cluster (docs/restarts.md, docs/slurm.md). A
+# 5-node Slurm cluster; docs/slurm.md's batch script for restarts (5 nodes,
+# srun without --kill-on-bad-exit) and its job.sh: MULTINODE_SPARES=1
+# (node5 is the spare), exec_all with --max-restarts 2 and a health check
+# that sleeps once /results/slow-health exists, so that the restart stays
+# under way. Once attempt 0 runs on node1-node4 (not on the spare), node3's
+# agent is killed (SIGKILL): exec_all finds node3 lost, ends the attempt,
+# excludes node3 and starts the restart on node1, node2, node4 and node5,
+# whose health check runs there; then `scancel`. Checks: the job ends
+# CANCELLED; nothing the job started is left on any node, within a few
+# seconds and at the end; exec_all's report says node3 was lost and
+# excluded and attempt 1 was stopped in its health check (exit 143).
 # shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC2317 # functions run through mn_poll
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 MN_SLURM_NODES=5
@@ -20,16 +20,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../slurm.sh"
 
 victim=node3
 mn_slurm_cluster
-mn_doc_to_results slurm.md slurm-agents.sbatch job.sbatch
-cat >"$MN_RESULTS/job.sh" <<'EOF'
-#!/bin/sh
-export MULTINODE_SPARES=1
-. /multinode/generic-helper
-exec_all --max-restarts 2 --grace 2 --report /results/report.json \
-    --health-check 'echo "$(hostname)" >>/results/checked; [ ! -e /results/slow-health ] || exec sleep 4500' \
-    -c 'echo "attempt=$MULTINODE_RESTART_COUNT rank=$RANK host=$(hostname)" >>/results/ran; exec sleep 1234'
-EOF
-chmod +x "$MN_RESULTS/job.sh"
+mn_doc_to_results slurm.md slurm-restart.sbatch job.sbatch
+mn_doc_to_results slurm.md slurm-restart-job.sh job.sh
 
 # has HOST PROGRAM: whether the job runs PROGRAM (`sleep 1234`) on HOST.
 has() { mn_job_procs "$1" | grep -Eq "^ *[0-9]+ $2\$"; }
@@ -39,7 +31,7 @@ all_have() {
     for host in "$@"; do has "$host" "$program" || return 1; done
 }
 
-job=$(mn_sbatch job.sbatch -N5)
+job=$(mn_sbatch job.sbatch)
 if ! mn_poll 60 all_have 'sleep 1234' node1 node2 node3 node4; then
     check_fail "attempt 0 did not start on node1-node4 within 60 s ($(mn_job_field "$job" JobState))"
     finish
@@ -53,15 +45,21 @@ fi
 
 # From now on the health check sleeps: the restart stays under way.
 touch "$MN_RESULTS/slow-health"
-pid=$(mn_job_procs "$victim" | awk '$2 == "sleep" && $3 == "1234" && NF == 3 { print $1; exit }')
-docker exec "$(mn_ctr "$victim")" kill -KILL "$pid"
-if mn_poll 30 all_have 'sleep 4500' "${MN_NODES[@]}"; then
-    check_ok "restart under way: the health check runs on node1-node5"
-else
-    check_fail "the health check of the restart did not run on every node within 30 s"
+pid=$(mn_slurm_procs "$victim" | awk '$2 ~ /(^|\/)multinode$/ && $3 == "agent" { print $1; exit }')
+if [[ -z $pid ]]; then
+    check_fail "no agent found on $victim: $(mn_slurm_procs "$victim" | tr '\n' ';')"
+    finish
 fi
-check_eq "attempt 0's programs ended before the restart" "" \
+docker exec "$(mn_ctr "$victim")" kill -KILL "$pid"
+restarting=(node1 node2 node4 node5)
+if mn_poll 30 all_have 'sleep 4500' "${restarting[@]}"; then
+    check_ok "restart under way: the health check runs on ${restarting[*]}"
+else
+    check_fail "the health check of the restart did not run on ${restarting[*]} within 30 s ($(mn_job_field "$job" JobState))"
+fi
+check_eq "nodes where attempt 0's program is left" "" \
     "$(for h in "${MN_NODES[@]}"; do has "$h" 'sleep 1234' && echo "$h"; done | tr '\n' ' ')"
+check_eq "what is left on $victim, whose agent was killed" "" "$(mn_job_procs "$victim" | tr '\n' ';')"
 
 t0=$(mn_now)
 docker exec -u mnuser "$(mn_ctr ctl)" scancel "$job"
@@ -79,10 +77,11 @@ check_eq "attempts that ran" "attempt=0 rank=0 host=node1;attempt=0 rank=1 host=
     "$(sort "$MN_RESULTS/ran" | tr '\n' ';')"
 out=$MN_RESULTS/slurm-$job.out
 sed 's/^/  | /' "$out"
-if grep -q "attempt 0: rank 2 ($victim) killed by SIGKILL.*; restart 1 on 4 node(s)" "$out"; then
-    check_ok "the job's output says attempt 0 failed on $victim and a restart began"
+line="attempt 0: rank 2 ($victim) lost; $victim excluded (lost), spare node5 as rank 3; restart 1 on 4 node(s)"
+if grep -qF "$line" "$out"; then
+    check_ok "the job's output says: $line"
 else
-    check_fail "the job's output does not say that attempt 0 failed on $victim and a restart began"
+    check_fail "the job's output does not say: $line"
 fi
 # What exec_all recorded: scancel's SIGTERM reached it in the health check.
 while IFS= read -r line; do
@@ -101,9 +100,10 @@ attempts = report.get("attempts") or []
 def check(what, got, want):
     print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
 check("attempts", [(a["attempt"], a["failure"]) for a in attempts],
-      [(0, "rank 2 (node3) killed by SIGKILL"), (1, "not started: stopped during the health check")])
+      [(0, "rank 2 (node3) lost"), (1, "not started: stopped during the health check")])
 if len(attempts) == 2:
-    check("attempt 1's nodes", attempts[1]["hosts"], ["node1", "node2", "node3", "node4"])
+    check("excluded after attempt 0", attempts[0]["excluded"], [{"host": "node3", "why": "lost"}])
+    check("attempt 1's nodes", attempts[1]["hosts"], ["node1", "node2", "node4", "node5"])
     check("no node failed the health check", attempts[1]["health_failed"], [])
     check("after attempt 1", attempts[1]["then"], "stopped (a signal, --timeout or closed output): not restarted")
 check("exec_all's exit code (128 + SIGTERM)", report["exit_code"], 143)
