@@ -229,8 +229,8 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             rank: job.as_ref().map(|j| j.rank),
             last_contact: std::sync::Mutex::new(None),
         });
-        let config = Arc::new(server::ssh_config(&shared));
-        let server = tokio::spawn(server::serve(listener, shared.clone(), config));
+        let configs = server::Configs::new(&shared);
+        let server = tokio::spawn(server::serve(listener, shared.clone(), configs));
         // The head of a job (or an agent asked to) shares its connections.
         let is_head = job.as_ref().is_some_and(|j| j.rank == 0);
         let socket = match &mux_socket {

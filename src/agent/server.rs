@@ -27,6 +27,11 @@ const CLIENT_CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// After its login deadline, how long a connection's session may take to
 /// send the disconnect message before its socket is shut down, and then to end.
 const LOGIN_CLOSE_WAIT: Duration = Duration::from_millis(500);
+/// How long the agent waits for a client's identification string before
+/// sending its own. RFC 4253 lets both ends send at once, and OpenSSH's and
+/// russh's clients send first; one that waits for the server's is served
+/// as a stock client after this.
+const CLIENT_ID_WAIT: Duration = Duration::from_millis(500);
 /// TCP-level liveness, checked even while the SSH read loop waits on a full
 /// stdin pipe: kernel keepalive probes and an unacknowledged-data limit.
 const TCP_KEEPIDLE_S: u32 = 5;
@@ -35,8 +40,26 @@ const TCP_KEEPCNT: u32 = 3;
 const TCP_USER_TIMEOUT_MS: u32 = 15_000;
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(500);
 
-/// The russh server configuration of an agent.
-pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
+/// An agent's two russh server configurations, which differ in the channel
+/// window alone: `multinode`'s own clients get the large one their liveness
+/// check stands on, every other client (OpenSSH's) gets `sshd`'s.
+#[derive(Clone)]
+pub(crate) struct Configs {
+    ours: Arc<russh::server::Config>,
+    stock: Arc<russh::server::Config>,
+}
+
+impl Configs {
+    pub(crate) fn new(shared: &Shared) -> Self {
+        Self {
+            ours: Arc::new(ssh_config(shared, protocol::AGENT_WINDOW)),
+            stock: Arc::new(ssh_config(shared, protocol::STOCK_WINDOW)),
+        }
+    }
+}
+
+/// The russh server configuration of an agent, with this channel window.
+fn ssh_config(shared: &Shared, window_size: u32) -> russh::server::Config {
     russh::server::Config {
         methods: MethodSet::from(&[MethodKind::PublicKey][..]),
         auth_rejection_time: Duration::from_millis(200),
@@ -51,17 +74,13 @@ pub(crate) fn ssh_config(shared: &Shared) -> russh::server::Config {
         keepalive_max: protocol::KEEPALIVE_MAX,
         nodelay: true,
         channel_buffer_size: protocol::CHANNEL_BUFFER,
-        window_size: protocol::AGENT_WINDOW,
+        window_size,
         ..Default::default()
     }
 }
 
 /// Accepts connections until `shared.shutdown` is cancelled.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    config: Arc<russh::server::Config>,
-) {
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, configs: Configs) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -73,9 +92,9 @@ pub(crate) async fn serve(
                 // connection not logged in is closed instead.
                 let login = shared.gate.admit(peer.ip());
                 let shared2 = shared.clone();
-                let config = config.clone();
+                let configs = configs.clone();
                 shared.tracker.spawn(async move {
-                    connection(stream, peer, Arc::new(login), shared2, config).await
+                    connection(stream, peer, Arc::new(login), shared2, configs).await
                 });
             }
             Err(e) => {
@@ -92,7 +111,7 @@ async fn connection(
     peer: SocketAddr,
     login: Arc<Login>,
     shared: Arc<Shared>,
-    config: Arc<russh::server::Config>,
+    configs: Configs,
 ) {
     let deadline = tokio::time::Instant::now() + login.timeout();
     let _ = stream.set_nodelay(true);
@@ -120,7 +139,12 @@ async fn connection(
     };
     // Before the session runs, its future owns the stream: dropping it closes
     // the socket (after the penalty is recorded, so a reconnection pays it).
-    let handshake = russh::server::run_stream(config, stream, handler);
+    let handshake = async move {
+        let ours = names_itself_ours(&stream).await;
+        debug!(%peer, ours, "client identified");
+        let config = if ours { configs.ours } else { configs.stock };
+        russh::server::run_stream(config, stream, handler).await
+    };
     tokio::pin!(handshake);
     let session = tokio::select! {
         started = &mut handshake => match started {
@@ -186,6 +210,31 @@ async fn connection(
     }
     // Every command of this connection now ends its process group.
     conn.cancel();
+}
+
+/// Whether the client's identification string names `multinode`'s client
+/// ([`protocol::CLIENT_ID_PREFIX`]), read from the socket without taking
+/// it (russh reads it next). False for anything else, and for a client that
+/// sends nothing within [`CLIENT_ID_WAIT`].
+async fn names_itself_ours(stream: &TcpStream) -> bool {
+    let prefix = protocol::CLIENT_ID_PREFIX.as_bytes();
+    let mut buf = [0u8; 32];
+    let read = async {
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) if n >= prefix.len() || buf[..n].contains(&b'\n') => {
+                    return buf[..n].starts_with(prefix);
+                }
+                // The rest of the line is on its way: peek would return the
+                // same bytes at once.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+            }
+        }
+    };
+    tokio::time::timeout(CLIENT_ID_WAIT, read)
+        .await
+        .unwrap_or(false)
 }
 
 /// Tells the client of a connection that has not logged in why it is
@@ -554,4 +603,66 @@ async fn refuse(budget: &ChannelEnv, tx: &russh::ChannelWriteHalf<Msg>) -> bool 
 /// A name `env` requests may set: not empty, no `=`, no NUL.
 fn is_env_name(name: &str) -> bool {
     !name.is_empty() && !name.contains(['=', '\0'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// What `names_itself_ours` says of a client that sends `parts`, with
+    /// `gap` between them (and then holds the socket open).
+    async fn identify(parts: &[&[u8]], gap: Duration) -> bool {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let parts: Vec<Vec<u8>> = parts.iter().map(|p| p.to_vec()).collect();
+        let (done, wait_done) = std::sync::mpsc::channel::<()>();
+        let client = std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            for part in parts {
+                s.write_all(&part).unwrap();
+                std::thread::sleep(gap);
+            }
+            let _ = wait_done.recv_timeout(CLIENT_ID_WAIT * 4);
+        });
+        let (stream, _) = listener.accept().await.unwrap();
+        let ours = names_itself_ours(&stream).await;
+        if ours {
+            // Only peeked: what the client sent is still there for russh.
+            let mut buf = [0u8; 64];
+            let n = stream.peek(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(protocol::CLIENT_ID_PREFIX.as_bytes()));
+        }
+        let _ = done.send(());
+        client.join().unwrap();
+        ours
+    }
+
+    #[tokio::test]
+    async fn a_client_is_ours_by_its_identification_string_alone() {
+        let ours = format!("{}\r\n", protocol::client_id());
+        assert!(identify(&[ours.as_bytes()], Duration::ZERO).await);
+        // Split across segments, as a slow network may deliver it.
+        let (a, b) = ours.as_bytes().split_at(9);
+        assert!(identify(&[a, b], Duration::from_millis(30)).await);
+        // OpenSSH's client, and a russh client under its default name.
+        assert!(
+            !identify(
+                &[b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u7\r\n"],
+                Duration::ZERO
+            )
+            .await
+        );
+        assert!(!identify(&[b"SSH-2.0-russh_0.65.1\r\n"], Duration::ZERO).await);
+        // A short line that ends before the name could.
+        assert!(!identify(&[b"SSH-2.0-x\r\n"], Duration::ZERO).await);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_nothing_is_served_as_stock_after_the_wait() {
+        let start = std::time::Instant::now();
+        assert!(!identify(&[], Duration::ZERO).await);
+        let waited = start.elapsed();
+        assert!(waited >= CLIENT_ID_WAIT, "{waited:?}");
+    }
 }

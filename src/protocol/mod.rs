@@ -41,6 +41,23 @@ pub const KEEPALIVE_MAX: usize = 3;
 /// It costs no memory: russh refills it as the bytes arrive.
 pub const AGENT_WINDOW: u32 = 1 << 30;
 
+/// The channel window an agent gives any other client (OpenSSH's `ssh`,
+/// which judges a server by its own keepalives, not by TCP state): the
+/// 2 MiB `sshd` gives. A larger one costs OpenSSH's client dearly: with
+/// 1 GiB to fill it reads a forwarded port far ahead of the network, and its
+/// buffers balloon (`ssh -L` uploaded at 40% of its speed to `sshd`).
+pub const STOCK_WINDOW: u32 = 2 * 1024 * 1024;
+
+/// How `multinode`'s clients begin their SSH identification string
+/// (`SSH-2.0-multinode_VERSION`, RFC 4253 4.2): an agent gives a client
+/// that names itself so [`AGENT_WINDOW`], every other one [`STOCK_WINDOW`].
+pub const CLIENT_ID_PREFIX: &str = "SSH-2.0-multinode_";
+
+/// The identification string `multinode`'s clients send.
+pub fn client_id() -> String {
+    format!("{CLIENT_ID_PREFIX}{}", env!("CARGO_PKG_VERSION"))
+}
+
 /// Messages queued per channel before the TCP stream is paused (both ends):
 /// a reader that stops reading stops the sender through SSH flow control.
 pub const CHANNEL_BUFFER: usize = 32;

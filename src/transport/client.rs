@@ -78,6 +78,9 @@ impl Connector {
             keepalive_max: 0,
             nodelay: true,
             channel_buffer_size: protocol::CHANNEL_BUFFER,
+            // An agent gives a client that names itself so the large window
+            // `liveness` stands on.
+            client_id: russh::SshId::Standard(protocol::client_id().into()),
             ..Default::default()
         }
     }
@@ -618,6 +621,23 @@ mod tests {
             err.to_string()
                 .contains("the connection ended during authentication"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_client_names_itself_so_that_an_agent_gives_it_the_large_window() {
+        let keys = Arc::new(JobKeys::derive(
+            &crate::keys::Secret::new(b"0123456789abcdef0123456789abcdef".to_vec(), "test")
+                .unwrap(),
+        ));
+        let config = Connector::config(&Auth::Agent(keys), None);
+        let russh::SshId::Standard(id) = &config.client_id else {
+            panic!("a raw identification string");
+        };
+        assert!(id.starts_with(protocol::CLIENT_ID_PREFIX), "{id}");
+        assert!(
+            id.len() > protocol::CLIENT_ID_PREFIX.len(),
+            "{id}: no version"
         );
     }
 }

@@ -140,6 +140,33 @@ fn curl_through_l_reaches_a_server_on_the_nodes_loopback_and_n_ends_on_sigterm()
 }
 
 #[test]
+fn openssh_gets_the_window_sshd_gives_a_forwarded_channel() {
+    // A larger one (the 1 GiB `mn-ssh` gets) makes OpenSSH's client read
+    // the local port far ahead of the network: its buffers balloon and an
+    // upload runs at 40% of its speed to sshd (docs/benchmarks.md).
+    let agent = Agent::start(&fresh_loopback());
+    let http = Http::start("windowed\n");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = openssh_options(&agent, dir.path());
+    args.push("-vv".into());
+    let (mut client, listen) = forward_n("ssh", args, &http.addr, &agent);
+    let (code, body) = curl(&format!("http://{listen}:6006/hello.txt"));
+    assert_eq!((code, body.as_str()), (0, "windowed\n"));
+    signal(&client, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut client, Duration::from_secs(10));
+    let log = stderr_of(&mut client);
+    // OpenSSH's `debug2: channel 2: open confirm rwindow 2097152 rmax 32768`.
+    let windows: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("open confirm rwindow "))
+        .map(|(_, rest)| rest.split(' ').next().unwrap_or(""))
+        .collect();
+    // One channel for each connection (`wait_for_port`'s included).
+    assert!(!windows.is_empty(), "{log}");
+    assert!(windows.iter().all(|w| *w == "2097152"), "{windows:?}");
+}
+
+#[test]
 fn a_destination_outside_the_node_and_the_job_is_refused_with_what_is_allowed() {
     let agent = Agent::start(&fresh_loopback());
     let dir = tempfile::tempdir().unwrap();
