@@ -16,8 +16,11 @@ Tools:
 - OpenSSH `ssh -tt` to a private stock `sshd` (127.0.0.1) on the same
   machine: the reference (goal: the agent no worse).
 
-Usage: bench/echo_latency.py [--n 500]
+Usage: bench/echo_latency.py [--n 500] [--syscalls]
 One JSON line a tool in bench/results/echo-latency.jsonl; a table on stdout.
+--syscalls: each client runs under `strace -f -c` instead, and the table is
+the system calls it made a keystroke (its connection's setup included,
+spread over N); timings under strace mean nothing and are not kept.
 Needs python3, OpenSSH's ssh, sshd and ssh-keygen, root (the private sshd
 logs in as root with a key, as tests/integration/openssh.rs does), and a
 release build (BENCH_MULTINODE: another binary). BENCH_MULTINODE_BEFORE:
@@ -70,8 +73,10 @@ def wait_port(host, port, limit=20):
 class Session:
     """A client under a pty of ours, until its remote `cat` is ready."""
 
-    def __init__(self, name, argv, env):
-        self.name = name
+    def __init__(self, name, argv, env, strace=None):
+        self.name, self.strace = name, strace
+        if strace:
+            argv = ["strace", "-f", "-c", "-o", strace] + argv
         pid, fd = pty.fork()
         if pid == 0:
             os.execvpe(argv[0], argv, env)
@@ -107,12 +112,26 @@ class Session:
         return time.perf_counter() - t
 
     def close(self):
+        pid = self.pid
+        if self.strace:
+            # The client, not strace: strace then writes its table and ends.
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    pid = int(f.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                pass
         try:
-            os.kill(self.pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         os.waitpid(self.pid, 0)
         os.close(self.fd)
+
+    def syscalls(self):
+        """Calls in strace's table: the `total` line's count."""
+        with open(self.strace) as f:
+            total = [line.split() for line in f if line.rstrip().endswith(" total")]
+        return int(total[-1][3])
 
 
 def sshd(tmp):
@@ -145,6 +164,8 @@ def openssh(key, port, host):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count each client's system calls a keystroke (strace -c)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="mn-echo-bench-")
 
@@ -185,7 +206,9 @@ def main():
         if BEFORE:
             tools.insert(1, ("mn-ssh -tt, before", ["mn-ssh", "-tt", BEFORE_HOST, REMOTE],
                              env_before))
-        sessions = [Session(name, argv, e) for name, argv, e in tools]
+        sessions = [Session(name, argv, e,
+                            os.path.join(tmp, f"strace-{k}") if a.syscalls else None)
+                    for k, (name, argv, e) in enumerate(tools)]
         samples = {s.name: [] for s in sessions}
         for i in range(a.n):
             byte = bytes([ord("a") + i % 26])
@@ -193,6 +216,15 @@ def main():
             for k in range(len(sessions)):
                 s = sessions[(i + k) % len(sessions)]
                 samples[s.name].append(s.sample(byte))
+        if a.syscalls:
+            for s in sessions:
+                s.close()
+            print(f"system calls a keystroke, client side, {a.n} keystrokes a tool "
+                  "(setup included)")
+            for s in sessions:
+                print(f"{s.name:<22} {s.syscalls() / a.n:>6.1f}")
+            sessions = []
+            return
         stamp = time.strftime("%Y%m%d-%H%M%S")
         load = os.getloadavg()[0]
         os.makedirs(RESULTS, exist_ok=True)

@@ -76,21 +76,9 @@ pub fn main(args: ShellArgs) -> Result<i32, Error> {
         ..SshInvocation::default()
     };
     let vars = node_env(&job, &env, rank);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
-    let result = runtime.block_on(ssh::run(
-        &inv,
-        &connector,
-        None,
-        &target,
-        &vars,
-        terminal.as_ref(),
-    ));
-    // The stdin reader may be parked in a blocking read: do not wait for it.
-    runtime.shutdown_background();
-    result
+    ssh::block_on_session(async move {
+        ssh::run(&inv, &connector, None, &target, &vars, terminal.as_ref()).await
+    })
 }
 
 /// What exec_all sends an agent for node `rank`: the head's variables but

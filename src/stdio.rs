@@ -6,11 +6,15 @@
 //! is the reader's choice and ends it quietly with 141 (128 + SIGPIPE, as a
 //! process killed by SIGPIPE), any other failure (`> /dev/full`) the same,
 //! with one line saying why when stderr can still take it.
+//!
+//! Also the one way to write a non-blocking descriptor on the async runtime
+//! ([`write_all_async`]): this process's terminal, and an agent's command's
+//! stdin pipe or pty master.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
-use std::os::fd::{BorrowedFd, FromRawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::thread::JoinHandle;
 
@@ -155,12 +159,13 @@ fn own_terminal(fd: i32) -> Option<File> {
     same.then_some(file)
 }
 
-/// [`own_terminal`] registered with the runtime (called within it).
-fn async_terminal(fd: i32) -> Option<AsyncFd<File>> {
-    let file = own_terminal(fd)?;
+/// Stdin's [`own_terminal`] registered with the runtime (called within
+/// it), for reading alone.
+fn async_terminal_input() -> Option<AsyncFd<File>> {
+    let file = own_terminal(0)?;
     // SAFETY: the `File` is owned by the `AsyncFd` and never replaced: its
     // descriptor stays open and the same until the `AsyncFd` is dropped.
-    unsafe { AsyncFd::register(file) }.ok()
+    unsafe { AsyncFd::register_with_interest(file, tokio::io::Interest::READABLE) }.ok()
 }
 
 /// Stdin's chunks as [`stdin_chunks`] gives them, read on the runtime from
@@ -168,7 +173,7 @@ fn async_terminal(fd: i32) -> Option<AsyncFd<File>> {
 /// terminal. Called within the runtime: the reader is a task of it, parked
 /// until a key comes (it ends with the runtime).
 pub(crate) fn terminal_chunks() -> Option<mpsc::Receiver<Bytes>> {
-    let tty = async_terminal(0)?;
+    let tty = async_terminal_input()?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
@@ -179,6 +184,12 @@ pub(crate) fn terminal_chunks() -> Option<mpsc::Receiver<Bytes>> {
             match ready.try_io(|t| t.get_ref().read(&mut buf)) {
                 Ok(Ok(0)) => return,
                 Ok(Ok(n)) => {
+                    // A terminal gives what it holds in one read: a short
+                    // one has emptied it (as tokio's own sockets assume), so
+                    // wait for the next key instead of reading EAGAIN.
+                    if n < buf.len() {
+                        ready.clear_ready();
+                    }
                     if tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
                         return;
                     }
@@ -193,16 +204,26 @@ pub(crate) fn terminal_chunks() -> Option<mpsc::Receiver<Bytes>> {
     Some(rx)
 }
 
-/// Writes all of `data` to a terminal of our own, waiting for room on the runtime.
-async fn write_all_to(tty: &AsyncFd<File>, mut data: &[u8]) -> io::Result<()> {
+/// Writes all of `data` to `fd`, a non-blocking descriptor (a terminal,
+/// a pipe, a pty's master), on the runtime: at once while it has room, and
+/// registered with the runtime only to wait when it has none. Registered
+/// for good, every read at the other end would wake this thread (a
+/// terminal's: every key too, the kernel asking each of its waiters,
+/// `n_tty_poll`), for nothing: one wakeup more a keystroke.
+pub(crate) async fn write_all_async(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
-        let mut ready = tty.writable().await?;
-        match ready.try_io(|t| t.get_ref().write(data)) {
-            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => data = &data[n..],
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => {}
+        match nix::unistd::write(fd, data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => {
+                // SAFETY: the borrowed descriptor stays open and the same
+                // while `waiting` (dropped within this borrow) holds it.
+                let waiting =
+                    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::WRITABLE) }?;
+                drop(waiting.writable().await?);
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -279,8 +300,8 @@ pub(crate) struct StdioWriter {
 /// Stdout's and stderr's terminals, written on the runtime (see
 /// [`own_terminal`]); stdout's is `None` once closed.
 struct Terminals {
-    out: Option<AsyncFd<File>>,
-    err: AsyncFd<File>,
+    out: Option<File>,
+    err: File,
 }
 
 /// Chunks queued for the thread before the sender waits (each at most an
@@ -320,7 +341,7 @@ impl StdioWriter {
     /// own (a keystroke's echo then crosses no thread); else [`Self::start`].
     /// Called within the runtime.
     pub(crate) fn start_for_terminal() -> io::Result<Self> {
-        let (Some(out), Some(err)) = (async_terminal(1), async_terminal(2)) else {
+        let (Some(out), Some(err)) = (own_terminal(1), own_terminal(2)) else {
             return Self::start();
         };
         // Never read: see `failed`.
@@ -353,7 +374,7 @@ impl StdioWriter {
                 },
                 Fd::Err => &t.err,
             };
-            if let Err(e) = write_all_to(tty, &data).await {
+            if let Err(e) = write_all_async(tty.as_fd(), &data).await {
                 self.failure = Some((fd, e));
                 return Err(());
             }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
-use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -189,6 +188,9 @@ pub(crate) async fn run(
         },
         None => {
             let (stdin, stdout, stderr) = child.take_stdio();
+            // Written as `stdio::write_all_async` does: not registered with
+            // the runtime while it has room.
+            let stdin = stdin.and_then(|pipe| pipe.into_nonblocking_fd().ok());
             (stdin, stdout, stderr, None)
         }
     };
@@ -211,8 +213,10 @@ pub(crate) async fn run(
             while let Some(msg) = rx.wait().await {
                 match msg {
                     ChannelMsg::Data { data } => {
-                        if let Some(pipe) = stdin.as_mut()
-                            && pipe.write_all(&data).await.is_err()
+                        if let Some(pipe) = &stdin
+                            && crate::stdio::write_all_async(pipe.as_fd(), &data)
+                                .await
+                                .is_err()
                         {
                             // The command closed its stdin: drop the rest.
                             stdin = None;
@@ -312,13 +316,14 @@ pub(crate) async fn run(
     drop(inbound);
 }
 
-/// The master's two ends for the relay (the command's output, its input)
-/// and a third copy to resize the terminal. A pty's master reads as a pipe
-/// does (`EIO`, not EOF, once every slave is closed, which ends the pump).
+/// The master's two ends for the relay (the command's output, its input:
+/// non-blocking, as the reader makes their shared description) and a
+/// third copy to resize the terminal. A pty's master reads as a pipe does
+/// (`EIO`, not EOF, once every slave is closed, which ends the pump).
 fn terminal_ends(
     opened: pty::Pty,
 ) -> std::io::Result<(
-    tokio::net::unix::pipe::Sender,
+    std::os::fd::OwnedFd,
     tokio::net::unix::pipe::Receiver,
     std::os::fd::OwnedFd,
 )> {
@@ -327,7 +332,6 @@ fn terminal_ends(
     let writer = opened.master.try_clone()?;
     let winsize = opened.master.try_clone()?;
     let reader = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(opened.master)?;
-    let writer = tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(writer)?;
     Ok((writer, reader, winsize))
 }
 

@@ -143,6 +143,7 @@ async fn connection(
         let ours = names_itself_ours(&stream).await;
         debug!(%peer, ours, "client identified");
         let config = if ours { configs.ours } else { configs.stock };
+        let stream = tokio::io::BufReader::with_capacity(protocol::SOCKET_READ_BUFFER, stream);
         russh::server::run_stream(config, stream, handler).await
     };
     tokio::pin!(handshake);

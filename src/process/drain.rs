@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
@@ -134,21 +135,19 @@ impl PipeReader {
 
     /// The next chunk; `None` at EOF or on an error.
     pub async fn next(&mut self) -> Option<Bytes> {
-        loop {
-            self.pipe.readable().await.ok()?;
-            let unread = bytes_unread(&self.pipe).min(PUMP_CHUNK);
-            if self.buf.capacity() < unread {
-                self.buf.reserve(unread.max(PUMP_MIN_ROOM));
-            }
-            // With nothing unread and no room, this reads into at most 64
-            // bytes that `BytesMut` reserves itself: end of file, or output
-            // that came just now.
-            match self.pipe.try_read_buf(&mut self.buf) {
-                Ok(0) => return None,
-                Ok(_) => return Some(self.buf.split().freeze()),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => return None,
-            }
+        self.pipe.readable().await.ok()?;
+        let unread = bytes_unread(&self.pipe).min(PUMP_CHUNK);
+        if self.buf.capacity() < unread {
+            self.buf.reserve(unread.max(PUMP_MIN_ROOM));
+        }
+        // With nothing unread and no room, this reads into at most 64
+        // bytes that `BytesMut` reserves itself: end of file, or output
+        // that came just now. One read: tokio's `poll_read` takes a
+        // short one as the pipe emptied (no second read for EAGAIN),
+        // and waits for the next output itself if there was none.
+        match self.pipe.read_buf(&mut self.buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(self.buf.split().freeze()),
         }
     }
 }

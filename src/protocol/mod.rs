@@ -58,6 +58,12 @@ pub fn client_id() -> String {
     format!("{CLIENT_ID_PREFIX}{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// Bytes read from the socket at once (both ends). russh reads a packet in
+/// two exact reads, its length and then the rest, straight from the socket,
+/// and a third read finds it empty: three system calls a keystroke. Read
+/// through a buffer of this size, a packet (or several) is one.
+pub const SOCKET_READ_BUFFER: usize = 64 * 1024;
+
 /// Messages queued per channel before the TCP stream is paused (both ends):
 /// a reader that stops reading stops the sender through SSH flow control.
 pub const CHANNEL_BUFFER: usize = 32;

@@ -152,6 +152,7 @@ impl Connector {
             ended: ended.clone(),
             open_failures: open_failures.clone(),
         };
+        let stream = tokio::io::BufReader::with_capacity(protocol::SOCKET_READ_BUFFER, stream);
         let mut handle = match client::connect_stream(self.config.clone(), stream, handler).await {
             Ok(handle) => handle,
             Err(e) => {

@@ -77,10 +77,6 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
             ),
         ));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
     // `-o SendEnv`/`SetEnv`: sent as `env` requests, as OpenSSH does.
     let send = inv.env_to_send(env.0.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let stdin_is_terminal = !inv.no_stdin && tty::stdin_is_terminal();
@@ -91,14 +87,34 @@ pub fn main(args: Vec<OsString>) -> Result<i32, Error> {
     if inv.tty == RequestTty::Yes && !stdin_is_terminal && !inv.quiet {
         stdio::eprint("Pseudo-terminal will not be allocated because stdin is not a terminal.\n");
     }
-    let result = runtime.block_on(run(
-        &inv,
-        &route.connector,
-        route.mux.as_ref(),
-        &target,
-        &send,
-        terminal.as_ref(),
-    ));
+    block_on_session(async move {
+        run(
+            &inv,
+            &route.connector,
+            route.mux.as_ref(),
+            &target,
+            &send,
+            terminal.as_ref(),
+        )
+        .await
+    })
+}
+
+/// Runs a session ([`run`]) on a single-threaded runtime of its own, as a
+/// task of it: a task woken by another task (russh's, with a keystroke's
+/// echo) runs next, where the runtime's own future would wait for one more
+/// poll of the sockets first.
+pub fn block_on_session(
+    session: impl std::future::Future<Output = Result<i32, Error>> + Send + 'static,
+) -> Result<i32, Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
+    let task = runtime.spawn(session);
+    let result = runtime
+        .block_on(task)
+        .unwrap_or_else(|e| Err(Error::Failed(format!("the session ended abnormally: {e}"))));
     // The stdin reader may be parked in a blocking read: do not wait for it.
     runtime.shutdown_background();
     result
