@@ -25,7 +25,10 @@ Usage: bench/forward_throughput.py [--size-mib 1024] [--runs 5]
 One JSON line a tool and direction in bench/results/forward-throughput.jsonl;
 a table on stdout. Needs python3, OpenSSH's ssh, sshd and ssh-keygen, root
 (as bench/echo_latency.py: the private sshd logs in as root with a key), and
-a release build (BENCH_MULTINODE: another binary).
+a release build (BENCH_MULTINODE: another binary). BENCH_MULTINODE_BEFORE:
+a second binary, measured in the same run by its own agent on 127.0.0.3
+with both clients (its `mn-ssh`, and OpenSSH's `ssh`): a change's before
+and after side by side.
 """
 import argparse
 import json
@@ -45,7 +48,9 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
 MULTINODE = os.environ.get("BENCH_MULTINODE") or os.path.join(
     REPO, "target", "release", "multinode")
+BEFORE = os.environ.get("BENCH_MULTINODE_BEFORE")
 AGENT_HOST, AGENT_PORT = "127.0.0.2", 29968
+BEFORE_HOST = "127.0.0.3"
 SECRET = "bench-forward-throughput-secret-0123"
 CHUNK = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
@@ -171,9 +176,9 @@ class Tool:
         self.proc.wait()
 
 
-def binary_name():
+def binary_name(binary):
     """The binary measured: relative to the repository when inside it."""
-    path = os.path.abspath(MULTINODE)
+    path = os.path.abspath(binary)
     if path.startswith(REPO + os.sep):
         return os.path.relpath(path, REPO)
     return os.path.basename(path)
@@ -202,25 +207,39 @@ def main():
     a = ap.parse_args()
     size = a.size_mib << 20
     tmp = tempfile.mkdtemp(prefix="mn-fwd-bench-")
-    bindir = os.path.join(tmp, "bin")
-    os.mkdir(bindir)
-    for name in ("multinode", "mn-ssh"):
-        os.symlink(os.path.abspath(MULTINODE), os.path.join(bindir, name))
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-           "USER": os.environ.get("USER", "root"),
-           "MULTINODE_SECRET": SECRET, "MULTINODE_AGENT_PORT": str(AGENT_PORT)}
+
+    def environment(binary, name):
+        bindir = os.path.join(tmp, name)
+        os.mkdir(bindir)
+        for prog in ("multinode", "mn-ssh"):
+            os.symlink(os.path.abspath(binary), os.path.join(bindir, prog))
+        return {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+                "USER": os.environ.get("USER", "root"),
+                "MULTINODE_SECRET": SECRET, "MULTINODE_AGENT_PORT": str(AGENT_PORT)}
+
+    def start_agent(env, host):
+        return subprocess.Popen(["multinode", "agent", "--listen", f"{host}:{AGENT_PORT}"],
+                                env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    env = environment(MULTINODE, "bin")
     SERVER_PORT = free_port()
     sink = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
                              str(SERVER_PORT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     if sink.stdout.readline() != b"listening\n":
         sys.exit("the sink/source server did not start")
-    agent = subprocess.Popen(["multinode", "agent", "--listen", f"{AGENT_HOST}:{AGENT_PORT}"],
-                             env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = start_agent(env, AGENT_HOST)
+    agents = [agent]
+    if BEFORE:
+        env_before = environment(BEFORE, "bin-before")
+        before = start_agent(env_before, BEFORE_HOST)
+        agents.append(before)
     server, sshd_port = sshd(tmp)
     tools = []
     try:
         wait_port(AGENT_HOST, AGENT_PORT)
+        if BEFORE:
+            wait_port(BEFORE_HOST, AGENT_PORT)
         job_key = os.path.join(tmp, "id_job")
         subprocess.run(["multinode", "keygen", "-o", job_key], env=env, check=True,
                        stdout=subprocess.DEVNULL)
@@ -231,7 +250,16 @@ def main():
             ("ssh -L → sshd", openssh(os.path.join(tmp, "client_key"), sshd_port, "127.0.0.1"),
              [server.pid]),
         ]
-        tools = [Tool(name, argv, env, pids) for name, argv, pids in specs
+        if BEFORE:
+            # The job's key is the same: the secret is.
+            specs[1:1] = [
+                ("mn-ssh -L → agent, before", ["mn-ssh", BEFORE_HOST], [before.pid],
+                 env_before),
+                ("ssh -L → agent, before", openssh(job_key, AGENT_PORT, BEFORE_HOST),
+                 [before.pid], env_before),
+            ]
+        specs = [s if len(s) == 4 else s + (env,) for s in specs]
+        tools = [Tool(name, argv, tool_env, pids) for name, argv, pids, tool_env in specs
                  if not wanted or any(w in name for w in wanted)]
         samples = {(t.name, op): [] for t in tools for op in (b"U", b"D")}
         for r in range(a.runs + 1):
@@ -246,7 +274,7 @@ def main():
         os.makedirs(RESULTS, exist_ok=True)
         print(f"forwarded-port throughput, {a.size_mib} MiB a transfer, {a.runs} runs, "
               f"load average {load:.1f}")
-        print(f"{'tool':<20} {'way':<5} {'MB/s median':>11} {'min-max':>11} "
+        print(f"{'tool':<26} {'way':<5} {'MB/s median':>11} {'min-max':>11} "
               f"{'client CPU s/GiB':>16} {'server CPU s/GiB':>16}")
         gib = size / (1 << 30)
         with open(os.path.join(RESULTS, "forward-throughput.jsonl"), "a") as out:
@@ -256,19 +284,19 @@ def main():
                 srv = statistics.median(v for _, _, v in xs) / gib
                 way = "up" if op == b"U" else "down"
                 med = statistics.median(rates)
-                print(f"{name:<20} {way:<5} {med:>11.0f} {rates[0]:>5.0f}-{rates[-1]:<5.0f} "
+                print(f"{name:<26} {way:<5} {med:>11.0f} {rates[0]:>5.0f}-{rates[-1]:<5.0f} "
                       f"{client:>16.2f} {srv:>16.2f}")
                 out.write(json.dumps({
                     "run": stamp, "tool": name, "way": way, "size_mib": a.size_mib,
                     "runs": a.runs, "mb_s_median": round(med), "mb_s_min": round(rates[0]),
                     "mb_s_max": round(rates[-1]), "client_cpu_s_per_gib": round(client, 2),
                     "server_cpu_s_per_gib": round(srv, 2), "load1": round(load, 2),
-                    "binary": binary_name(),
+                    "binary": binary_name(BEFORE if name.endswith(", before") else MULTINODE),
                 }) + "\n")
     finally:
         for t in tools:
             t.close()
-        for p in (agent, server):
+        for p in agents + [server]:
             p.terminate()
             p.wait()
         sink.stdin.close()

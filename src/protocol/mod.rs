@@ -61,8 +61,11 @@ pub fn client_id() -> String {
 /// Bytes read from the socket at once (both ends). russh reads a packet in
 /// two exact reads, its length and then the rest, straight from the socket,
 /// and a third read finds it empty: three system calls a keystroke. Read
-/// through a buffer of this size, a packet (or several) is one.
-pub const SOCKET_READ_BUFFER: usize = 64 * 1024;
+/// through a buffer of this size, a small packet (or several) is one. Not
+/// larger: a read the buffer cannot hold bypasses it, so a bulk packet
+/// (32 KiB) is copied through it only for its first 4 KiB (a 64 KiB buffer
+/// copied all of it: 13% less forwarded throughput).
+pub const SOCKET_READ_BUFFER: usize = 4 * 1024;
 
 /// Messages queued per channel before the TCP stream is paused (both ends):
 /// a reader that stops reading stops the sender through SSH flow control.
