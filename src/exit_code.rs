@@ -7,6 +7,9 @@
 pub const SUCCESS: i32 = 0;
 /// `multinode check` found a failing check.
 pub const CHECK_FAILED: i32 = 1;
+/// A run that could not go on, for a reason a line says (exec_all's
+/// restarts with no node left to start an attempt on).
+pub const RUN_STOPPED: i32 = 1;
 /// Bad input: a malformed hostlist, an unknown option, a secret that is too short.
 pub const USAGE: i32 = 2;
 /// `--timeout` expired (as timeout(1) does).

@@ -115,8 +115,8 @@ pub(crate) fn run(
         let attempt = pool.restarts();
         let mut health_failed = Vec::new();
         if let Some(cmd) = &restarts.health_check {
-            let failing = match health(job, env, &pool, cmd, restarts.health_timeout)? {
-                Checked::Failing(nodes) => nodes,
+            let (failing, check) = match health(job, env, &pool, cmd, restarts.health_timeout)? {
+                Checked::Failing(nodes, check) => (nodes, check),
                 // A signal or closed output while the check ran: the run
                 // stops there, as it would in an attempt; no node failed.
                 Checked::Stopped(result) => {
@@ -146,9 +146,32 @@ pub(crate) fn run(
                 ));
             }
             if let Err(stop) = pool.health_failed(&failing) {
+                // No attempt can start (the head failed the check, or too
+                // few nodes passed it): the run ends here, with the check's
+                // run as its result (its table names each failing node and
+                // its last lines) and exit 1.
                 let why = stop_line(job, &stop);
                 say(&format!("attempt {attempt}: not started: {why}"));
-                return Err(Error::Failed(format!("the run stopped: {why}")));
+                records.push(AttemptReport {
+                    attempt,
+                    hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
+                    health_failed,
+                    exit_code: crate::exit_code::RUN_STOPPED,
+                    failure: Some("not started".into()),
+                    verdict: None,
+                    snapshot: None,
+                    excluded: Vec::new(),
+                    restart_s: None,
+                    then: why,
+                });
+                if attempt > 0 {
+                    say(&summary(&records));
+                }
+                let result = RunResult {
+                    exit_code: crate::exit_code::RUN_STOPPED,
+                    ..check
+                };
+                return Ok((result, records));
             }
         }
         let active = pool.active();
@@ -231,8 +254,9 @@ pub(crate) fn run(
 
 /// What the health check before an attempt found.
 enum Checked {
-    /// These nodes failed it, or did not end it within its timeout.
-    Failing(Vec<usize>),
+    /// These nodes failed it, or did not end it within its timeout; the
+    /// check's run.
+    Failing(Vec<usize>, RunResult),
     /// exec_all was stopped while it ran (a signal, its output closed):
     /// the check's run, which says how.
     Stopped(RunResult),
@@ -264,14 +288,13 @@ fn health(
     ) {
         return Ok(Checked::Stopped(result));
     }
-    Ok(Checked::Failing(
-        result
-            .nodes
-            .iter()
-            .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
-            .map(|n| candidates[n.rank])
-            .collect(),
-    ))
+    let failing = result
+        .nodes
+        .iter()
+        .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
+        .map(|n| candidates[n.rank])
+        .collect();
+    Ok(Checked::Failing(failing, result))
 }
 
 /// How the attempt ended, for the pool; `nodes[rank]` is a rank's node.

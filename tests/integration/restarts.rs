@@ -207,25 +207,47 @@ fn a_node_failing_the_health_check_is_skipped_at_the_start() {
         "{text}"
     );
 
-    // A health check that fails on the head stops the run: it cannot be replaced.
+    // A health check that fails on the head stops the run: it cannot be
+    // replaced. The report says so, with the check's run as its nodes.
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
     let out = cluster.exec_all(&[
         "--spares",
         "1",
+        "--report",
+        report_path.to_str().unwrap(),
         "--health-check",
-        "[ -n \"$AGENT_ID\" ]",
+        "[ -n \"$AGENT_ID\" ] || { echo 'no GPU here' >&2; exit 3; }",
         "-c",
         SHOW,
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let stop = format!(
+        "the head ({}) failed the health check; it runs exec_all and cannot be replaced",
+        h[0]
+    );
     assert!(
-        stderr(&out).contains(&format!(
-            "the head ({}) failed the health check; it runs exec_all and cannot be replaced",
-            h[0]
-        )),
-        "{}",
-        stderr(&out)
+        err.contains(&format!("attempt 0: not started: {stop}")),
+        "{err}"
+    );
+    assert!(
+        err.contains("no GPU here"),
+        "the check's output is shown: {err}"
     );
     assert!(!stdout(&out).contains("attempt="), "the job did not run");
+    let json = report(&report_path);
+    assert_eq!(json["exit_code"], 1, "{json}");
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{json}");
+    assert_eq!(attempts[0]["health_failed"], serde_json::json!([h[0]]));
+    assert_eq!(attempts[0]["then"], stop.as_str());
+    assert_eq!(attempts[0]["failure"], "not started");
+    // The report's nodes are the check's: the head's ended with its code.
+    let head = &json["nodes"][0];
+    assert_eq!(head["host"], h[0].as_str(), "{json}");
+    assert_eq!(head["exit"], 3, "{json}");
+    assert_eq!(head["last_lines"], serde_json::json!(["no GPU here"]));
 }
 
 #[test]
