@@ -56,8 +56,12 @@ impl FakeGpus {
 }
 
 /// A port nothing listens on (bound, then released).
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind((ip, 0))
+/// A port no socket holds on any address now: `check` listens on the
+/// rendezvous port on every address (as torchrun's store does), so a port
+/// free on `ip` alone may be another test's client port on 127.0.0.1, and
+/// the check then fails with "in use".
+fn free_port() -> u16 {
+    TcpListener::bind(("0.0.0.0", 0))
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
@@ -249,7 +253,7 @@ fn local_report_of_an_h200_worker() {
 #[test]
 fn local_report_without_gpus_and_a_closed_port() {
     let ip = fresh_loopback();
-    let port = free_port(&ip).to_string();
+    let port = free_port().to_string();
     let hostlist = format!("{ip}:1");
     let out = run_program(
         Path::new(BIN),
@@ -274,7 +278,7 @@ fn local_report_without_gpus_and_a_closed_port() {
 fn local_report_of_a_node_without_a_driver() {
     let gpus = FakeGpus::without_driver();
     let ip = fresh_loopback();
-    let port = free_port(&ip).to_string();
+    let port = free_port().to_string();
     let hostlist = format!("{ip}:1");
     let out = run_program(
         Path::new(BIN),
@@ -299,7 +303,7 @@ fn local_report_of_a_node_whose_contract_does_not_resolve() {
     // This node's address must come from NCCL_SOCKET_IFNAME, which names no
     // interface here: the report says so instead of failing.
     let head = fresh_loopback();
-    let port = free_port(&head).to_string();
+    let port = free_port().to_string();
     let out = run_program(
         Path::new(BIN),
         &["check", "--local", "--port", &port],
@@ -358,7 +362,7 @@ fn check_runs_on_the_head_only() {
 #[test]
 fn one_gpu_node_with_a_low_memlock_fails_by_name() {
     let ip = fresh_loopback();
-    let port = free_port(&ip).to_string();
+    let port = free_port().to_string();
     let hosts = format!("{ip}:1");
     let gpus = FakeGpus::node("h200-1gpu");
     let out = run_with_memlock_1mib(
@@ -425,7 +429,7 @@ fn one_gpu_node_with_a_low_memlock_fails_by_name() {
 fn warnings_pass_unless_strict() {
     // A CPU node with a 1 MiB memlock limit: a warning (no GPU, no RDMA here).
     let ip = fresh_loopback();
-    let port = free_port(&ip).to_string();
+    let port = free_port().to_string();
     let hosts = format!("{ip}:1");
     let args = [
         "check",
@@ -540,7 +544,7 @@ fn check_fans_out_to_every_node_and_names_the_missing_one() {
                 "--format",
                 "json",
                 "--port",
-                &free_port(&hosts[0]).to_string(),
+                &free_port().to_string(),
             ])
             .args(extra)
             .stdin(std::process::Stdio::null())
@@ -595,7 +599,7 @@ fn launcher_pitfalls_and_settings_that_differ_across_nodes() {
         .env("MULTINODE_AGENT_PORT", port.to_string())
         .env("OMPI_MCA_plm", "isolated")
         .args(["check", "--format", "json", "--port"])
-        .arg(free_port(&hosts[0]).to_string())
+        .arg(free_port().to_string())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
