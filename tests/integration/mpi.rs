@@ -23,11 +23,18 @@ pub(crate) fn compile(compiler: &str, dir: &Path, name: &str) -> PathBuf {
     out
 }
 
-/// Agents on fresh loopback addresses, each marked with AGENT_ID=its address.
-fn agents(n: usize, port: u16) -> Vec<Agent> {
+/// Agents on fresh loopback addresses, each marked with AGENT_ID=its
+/// address, each with a TMPDIR of its own under `dir`: Open MPI's daemons on
+/// one host race to create one session directory otherwise (docs/mpi.md).
+fn agents(n: usize, port: u16, dir: &Path) -> Vec<Agent> {
     fresh_loopbacks(n)
         .iter()
-        .map(|h| Agent::start_with(h, port, &[], &[("AGENT_ID", h)]))
+        .map(|h| {
+            let tmp = dir.join(format!("tmp-{h}"));
+            std::fs::create_dir(&tmp).unwrap();
+            let tmp = tmp.to_str().expect("a UTF-8 path");
+            Agent::start_with(h, port, &[], &[("AGENT_ID", h), ("TMPDIR", tmp)])
+        })
         .collect()
 }
 
@@ -98,7 +105,7 @@ fn check_ranks(output: &str, agents: &[Agent]) {
 fn open_mpi_mpirun_with_mn_ssh_as_plm_rsh_agent_and_tree_spawn() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("mpicc.openmpi", dir.path(), "allreduce_ompi");
-    let agents = agents(4, 29930);
+    let agents = agents(4, 29930, dir.path());
     // The agent string: log who called it (mpirun, or a remote orted: tree spawn), then mn-ssh.
     let log = dir.path().join("callers.log");
     let wrapper = dir.path().join("agent.sh");
@@ -136,7 +143,7 @@ fn mpich_mpiexec_with_mn_ssh_as_launcher_exec() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("mpicc.mpich", dir.path(), "allreduce_mpich");
     let port = 29931;
-    let agents = agents(3, port);
+    let agents = agents(3, port, dir.path());
     let hosts = agents
         .iter()
         .map(|a| a.host.clone())
@@ -172,7 +179,7 @@ fn mpich_mpiexec_with_mn_ssh_as_launcher_exec() {
 fn agents_stopped_right_after_a_successful_mpirun_leave_mn_ssh_nothing_to_report() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("mpicc.openmpi", dir.path(), "allreduce_ompi");
-    let agents = agents(2, 29932);
+    let agents = agents(2, 29932, dir.path());
     let ends = dir.path().join("mn-ssh-ends.log");
     let wrapper = dir.path().join("agent.sh");
     write_script(
