@@ -161,6 +161,25 @@ def openssh(key, port, host):
             "-o", "KexAlgorithms=curve25519-sha256", host, REMOTE]
 
 
+def environment(tmp, binary, name, secret, port, extra=None):
+    """A clean environment whose PATH has `multinode` and `mn-ssh` as
+    `binary` (links in TMP/NAME), with the job's secret and agent port."""
+    bindir = os.path.join(tmp, name)
+    os.mkdir(bindir)
+    for prog in ("multinode", "mn-ssh"):
+        os.symlink(os.path.abspath(binary), os.path.join(bindir, prog))
+    return {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+            "USER": os.environ.get("USER", "root"),
+            "MULTINODE_SECRET": secret, "MULTINODE_AGENT_PORT": str(port), **(extra or {})}
+
+
+def start_agent(env, host, port):
+    """`multinode agent` (the one on env's PATH) on HOST:PORT, quiet."""
+    return subprocess.Popen(["multinode", "agent", "--listen", f"{host}:{port}"],
+                            env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=500)
@@ -168,26 +187,12 @@ def main():
                     help="count each client's system calls a keystroke (strace -c)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="mn-echo-bench-")
-
-    def environment(binary, name):
-        bindir = os.path.join(tmp, name)
-        os.mkdir(bindir)
-        for prog in ("multinode", "mn-ssh"):
-            os.symlink(os.path.abspath(binary), os.path.join(bindir, prog))
-        return {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-                "USER": os.environ.get("USER", "root"), "TERM": "xterm",
-                "MULTINODE_SECRET": SECRET, "MULTINODE_AGENT_PORT": str(AGENT_PORT)}
-
-    def start_agent(env, host):
-        return subprocess.Popen(["multinode", "agent", "--listen", f"{host}:{AGENT_PORT}"],
-                                env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    env = environment(MULTINODE, "bin")
-    agents = [start_agent(env, AGENT_HOST)]
+    env = environment(tmp, MULTINODE, "bin", SECRET, AGENT_PORT, {"TERM": "xterm"})
+    agents = [start_agent(env, AGENT_HOST, AGENT_PORT)]
     if BEFORE:
-        env_before = environment(BEFORE, "bin-before")
-        agents.append(start_agent(env_before, BEFORE_HOST))
+        env_before = environment(tmp, BEFORE, "bin-before", SECRET, AGENT_PORT,
+                                 {"TERM": "xterm"})
+        agents.append(start_agent(env_before, BEFORE_HOST, AGENT_PORT))
     server, sshd_port = sshd(tmp)
     sessions = []
     try:

@@ -56,7 +56,7 @@ CHUNK = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
 
 sys.path.insert(0, HERE)
-from echo_latency import free_port, sshd, wait_port  # noqa: E402
+from echo_latency import environment, free_port, sshd, start_agent, wait_port  # noqa: E402
 
 
 def recv_exact(conn, n):
@@ -207,32 +207,17 @@ def main():
     a = ap.parse_args()
     size = a.size_mib << 20
     tmp = tempfile.mkdtemp(prefix="mn-fwd-bench-")
-
-    def environment(binary, name):
-        bindir = os.path.join(tmp, name)
-        os.mkdir(bindir)
-        for prog in ("multinode", "mn-ssh"):
-            os.symlink(os.path.abspath(binary), os.path.join(bindir, prog))
-        return {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-                "USER": os.environ.get("USER", "root"),
-                "MULTINODE_SECRET": SECRET, "MULTINODE_AGENT_PORT": str(AGENT_PORT)}
-
-    def start_agent(env, host):
-        return subprocess.Popen(["multinode", "agent", "--listen", f"{host}:{AGENT_PORT}"],
-                                env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    env = environment(MULTINODE, "bin")
+    env = environment(tmp, MULTINODE, "bin", SECRET, AGENT_PORT)
     SERVER_PORT = free_port()
     sink = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
                              str(SERVER_PORT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     if sink.stdout.readline() != b"listening\n":
         sys.exit("the sink/source server did not start")
-    agent = start_agent(env, AGENT_HOST)
+    agent = start_agent(env, AGENT_HOST, AGENT_PORT)
     agents = [agent]
     if BEFORE:
-        env_before = environment(BEFORE, "bin-before")
-        before = start_agent(env_before, BEFORE_HOST)
+        env_before = environment(tmp, BEFORE, "bin-before", SECRET, AGENT_PORT)
+        before = start_agent(env_before, BEFORE_HOST, AGENT_PORT)
         agents.append(before)
     server, sshd_port = sshd(tmp)
     tools = []
