@@ -32,33 +32,77 @@ pub const REPEAT_WINDOW: Duration = Duration::from_millis(250);
 /// arrive here instead, in order.
 pub struct Stops {
     rx: mpsc::UnboundedReceiver<i32>,
-    listeners: Vec<JoinHandle<()>>,
+    listeners: Listeners,
     /// The last signal [`Stops::next_distinct`] returned, and when.
     last: Option<(i32, Instant)>,
 }
 
+/// Who moves the signals into [`Stops`]' queue.
+enum Listeners {
+    /// Tasks of the runtime `Stops` was made in, which end with it.
+    Tasks(Vec<JoinHandle<()>>),
+    /// A thread of their own ([`Stops::on_own_thread`]), told to end
+    /// when `Stops` is dropped.
+    Thread(Option<tokio::sync::oneshot::Sender<()>>),
+}
+
+/// [`Stops`] that several runs share one after the other, each on a
+/// runtime of its own (exec_all's attempts): whatever arrives between two
+/// runs waits in it for the next.
+pub type SharedStops = std::sync::Arc<tokio::sync::Mutex<Stops>>;
+
 impl Stops {
-    /// Must be called inside a tokio runtime.
+    /// Must be called inside a tokio runtime; the signals are queued only
+    /// while that runtime runs.
     pub fn new(signals: &[i32]) -> Result<Self, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut listeners = Vec::new();
-        for &signo in signals {
-            let mut stream = signal(SignalKind::from_raw(signo))
-                .map_err(|e| Error::Failed(format!("cannot handle signal {signo}: {e}")))?;
-            let tx = tx.clone();
-            listeners.push(tokio::spawn(async move {
-                while stream.recv().await.is_some() {
-                    if tx.send(signo).is_err() {
-                        return;
-                    }
-                }
-            }));
-        }
+        let listeners = listen(signals, &tx)?;
         Ok(Stops {
             rx,
-            listeners,
+            listeners: Listeners::Tasks(listeners),
             last: None,
         })
+    }
+
+    /// The same, listened for by a thread with a runtime of its own, so
+    /// that no signal is missed while the caller has no runtime, or is
+    /// between two: tokio keeps a signal's handler once it is installed,
+    /// and a signal that arrives while no runtime listens for it is lost
+    /// (not queued, and its default effect is gone). The queue can be read
+    /// from any runtime.
+    pub fn on_own_thread(signals: &[i32]) -> Result<Self, Error> {
+        let failed = |e: std::io::Error| Error::Failed(format!("cannot listen for signals: {e}"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(failed)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Installed here, before this returns: none is missed from now on.
+        let listeners = runtime.block_on(async { listen(signals, &tx) })?;
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("mn-signals".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let _ = end_rx.await;
+                    for listener in listeners {
+                        listener.abort();
+                    }
+                })
+            })
+            .map_err(failed)?;
+        Ok(Stops {
+            rx,
+            listeners: Listeners::Thread(Some(end_tx)),
+            last: None,
+        })
+    }
+
+    /// A signal already received and not yet taken, if any.
+    pub fn try_next(&mut self) -> Option<i32> {
+        let signo = self.rx.try_recv().ok()?;
+        self.last = Some((signo, Instant::now()));
+        Some(signo)
     }
 
     /// The next signal received.
@@ -101,10 +145,33 @@ fn is_repeat(last: Option<(i32, Instant)>, signo: i32, now: Instant) -> bool {
     })
 }
 
+/// A task a signal that sends each of its arrivals to `tx`.
+fn listen(signals: &[i32], tx: &mpsc::UnboundedSender<i32>) -> Result<Vec<JoinHandle<()>>, Error> {
+    let mut listeners = Vec::new();
+    for &signo in signals {
+        let mut stream = signal(SignalKind::from_raw(signo))
+            .map_err(|e| Error::Failed(format!("cannot handle signal {signo}: {e}")))?;
+        let tx = tx.clone();
+        listeners.push(tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if tx.send(signo).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    Ok(listeners)
+}
+
 impl Drop for Stops {
     fn drop(&mut self) {
-        for listener in &self.listeners {
-            listener.abort();
+        match &mut self.listeners {
+            Listeners::Tasks(tasks) => tasks.iter().for_each(JoinHandle::abort),
+            Listeners::Thread(end) => {
+                if let Some(end) = end.take() {
+                    let _ = end.send(());
+                }
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //! leaves, which spare joins, and whether to run again.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::options::RunOptions;
@@ -18,6 +19,7 @@ use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
+use crate::signals::{STOP_SIGNALS, SharedStops, Stops};
 
 /// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
 pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
@@ -111,33 +113,29 @@ pub(crate) fn run(
         .map_err(|e| Error::usage(e.to_string()))?;
     let mut records: Vec<AttemptReport> = Vec::new();
     let mut failed_at: Option<f64> = None;
+    // Each run below has a runtime of its own; the stop signals are held
+    // over all of them, so that one between two runs is not lost.
+    let stops: SharedStops = Arc::new(tokio::sync::Mutex::new(Stops::on_own_thread(STOP_SIGNALS)?));
+    let base = RunOptions {
+        stops: Some(stops.clone()),
+        ..base
+    };
     loop {
         let attempt = pool.restarts();
         let mut health_failed = Vec::new();
         if let Some(cmd) = &restarts.health_check {
-            let (failing, check) = match health(job, env, &pool, cmd, restarts.health_timeout)? {
-                Checked::Failing(nodes, check) => (nodes, check),
-                // A signal or closed output while the check ran: the run
-                // stops there, as it would in an attempt; no node failed.
-                Checked::Stopped(result) => {
-                    let failure = "not started: stopped during the health check".to_string();
-                    say(&format!("attempt {attempt}: {failure}"));
-                    records.push(AttemptReport {
-                        attempt,
-                        hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
-                        health_failed: Vec::new(),
-                        exit_code: result.exit_code,
-                        failure: Some(failure),
-                        verdict: None,
-                        snapshot: None,
-                        excluded: Vec::new(),
-                        restart_s: None,
-                        then: stop_line(job, &Stop::Stopped),
-                    });
-                    say(&summary(&records));
-                    return Ok((result, records));
-                }
-            };
+            let (failing, check) =
+                match health(job, env, &pool, cmd, restarts.health_timeout, &stops)? {
+                    Checked::Failing(nodes, check) => (nodes, check),
+                    // A signal or closed output while the check ran: the run
+                    // stops there, as it would in an attempt; no node failed.
+                    Checked::Stopped(result) => {
+                        let failure = "not started: stopped during the health check";
+                        records.push(stopped_before(job, &pool, failure, result.exit_code));
+                        say(&summary(&records));
+                        return Ok((result, records));
+                    }
+                };
             health_failed = failing.iter().map(|&i| host(job, i)).collect();
             if !failing.is_empty() {
                 say(&format!(
@@ -241,6 +239,20 @@ pub(crate) fn run(
                     &excluded,
                     &pool,
                 ));
+                // A signal since the attempt's end waited in `stops`: the
+                // next attempt does not start.
+                if let Some(signo) = stops.try_lock().ok().and_then(|mut s| s.try_next()) {
+                    let exit_code = crate::exit_code::from_signal(signo);
+                    let failure = format!("not started: stopped by signal {signo}");
+                    records.push(stopped_before(job, &pool, &failure, exit_code));
+                    say(&summary(&records));
+                    let result = RunResult {
+                        exit_code,
+                        cancelled: Some(CancelReason::Signal(signo)),
+                        ..result
+                    };
+                    return Ok((result, records));
+                }
             }
             Decision::Stop(stop) => {
                 if attempt > 0 || stop != Stop::Succeeded {
@@ -249,6 +261,25 @@ pub(crate) fn run(
                 return Ok((result, records));
             }
         }
+    }
+}
+
+/// The record of the pool's next attempt, which a stop signal kept from
+/// starting (`failure` says when it came); says its line.
+fn stopped_before(job: &Job, pool: &Pool, failure: &str, exit_code: i32) -> AttemptReport {
+    let attempt = pool.restarts();
+    say(&format!("attempt {attempt}: {failure}"));
+    AttemptReport {
+        attempt,
+        hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
+        health_failed: Vec::new(),
+        exit_code,
+        failure: Some(failure.to_string()),
+        verdict: None,
+        snapshot: None,
+        excluded: Vec::new(),
+        restart_s: None,
+        then: stop_line(job, &Stop::Stopped),
     }
 }
 
@@ -271,6 +302,7 @@ fn health(
     pool: &Pool,
     cmd: &str,
     timeout: Duration,
+    stops: &SharedStops,
 ) -> Result<Checked, Error> {
     let mut candidates = pool.active();
     candidates.extend(pool.spares());
@@ -278,6 +310,7 @@ fn health(
         fail_fast: false,
         timeout: Some(timeout),
         label: true,
+        stops: Some(stops.clone()),
         ..RunOptions::new(Script::Inline(cmd.as_bytes().to_vec()))
     };
     let result = super::run_blocking(&job.attempt(&candidates), env, options)?;

@@ -11,7 +11,7 @@ use super::event::{End, Event, Order};
 use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
 use super::writer::{Stream, Writer};
 use crate::exit_code;
-use crate::signals::{STOP_SIGNALS, Stops};
+use crate::signals::{STOP_SIGNALS, SharedStops, Stops};
 use crate::snapshot::survey::{RunNodes, render_both};
 
 pub struct Dispatch {
@@ -27,6 +27,9 @@ pub struct Dispatch {
     /// long ends the run as hung, after a snapshot of every node.
     pub hang_timeout: Option<Duration>,
     pub progress_seen: std::sync::Arc<super::progress::Progress>,
+    /// The stop signals, when the caller holds them over several runs
+    /// (restarts); else the run listens for them itself.
+    pub stops: Option<SharedStops>,
 }
 
 /// Escalation once the run is ending: signal, then SIGKILL, then abandon.
@@ -67,7 +70,18 @@ pub async fn run(
     let mut first_failure: Option<usize> = None;
     let mut cancelled: Option<CancelReason> = None;
     let mut phase = Phase::Running;
-    let mut stops = Stops::new(STOP_SIGNALS).ok();
+    let mut own_stops;
+    let mut shared_stops;
+    let mut stops: Option<&mut Stops> = match &spec.stops {
+        Some(shared) => {
+            shared_stops = shared.lock().await;
+            Some(&mut *shared_stops)
+        }
+        None => {
+            own_stops = Stops::new(STOP_SIGNALS).ok();
+            own_stops.as_mut()
+        }
+    };
     let timeout_at = spec.timeout.map(|t| Instant::now() + t);
     let mut progress = tokio::time::interval(Duration::from_millis(100));
     let mut progress_on = spec.progress && tasks.len() > 1;
@@ -366,6 +380,7 @@ mod tests {
             snapshot_on_timeout: false,
             hang_timeout: None,
             progress_seen: std::sync::Arc::new(super::super::progress::Progress::new(None)),
+            stops: None,
         }
     }
 

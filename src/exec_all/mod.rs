@@ -156,6 +156,7 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
         snapshot_on_timeout: options.snapshot_on_timeout,
         hang_timeout: options.hang_timeout,
         progress_seen: ctx.progress.clone(),
+        stops: options.stops.clone(),
     };
     let node::Started {
         handles,

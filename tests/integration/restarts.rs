@@ -618,3 +618,87 @@ fn a_node_frozen_before_an_attempt_is_unreachable_not_a_hang() {
         "ranks 0 and 1 of attempt 0, then the 3 of attempt 1: {text}"
     );
 }
+
+/// A pipe whose write end is full: a process given it as stderr blocks at
+/// its first write there, until the read end is drained.
+fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+    fcntl(&write, FcntlArg::F_SETPIPE_SZ(4096)).unwrap();
+    // O_NONBLOCK only while filling: the child shares this file description.
+    fcntl(&write, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    while nix::unistd::write(&write, &[b'.'; 512]).is_ok() {}
+    fcntl(&write, FcntlArg::F_SETFL(OFlag::empty())).unwrap();
+    (read, write)
+}
+
+#[test]
+fn a_signal_between_two_attempts_stops_the_run_before_the_next() {
+    // Each attempt runs on a runtime of its own. A SIGTERM that came after
+    // one attempt's end and before the next one listened was lost: tokio
+    // keeps the handler it installed (the default effect is gone) and
+    // drops a signal nobody listens for, so the next attempt ran and the
+    // batch system's stop was ignored. exec_all's stderr is a full pipe
+    // here: it blocks writing attempt 0's table there, between the two.
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let (err_read, err_write) = full_pipe();
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--max-restarts", "3", "--grace", "1"])
+        .args(["--report", report_path.to_str().unwrap(), "-c"])
+        .arg("echo \"attempt=$MULTINODE_RESTART_COUNT rank=$RANK\"; [ \"$RANK\" = 1 ] && exit 3; exit 0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err_write))
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Attempt 0 has ended and exec_all's main thread waits to write its table.
+    let blocked = eventually(Duration::from_secs(20), || {
+        // In `write(2, ...)`: the system call's number, then its first argument.
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+            .is_ok_and(|w| w.starts_with(&format!("{} 0x2 ", libc::SYS_write)))
+    });
+    assert!(blocked, "exec_all never blocked writing its stderr");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let drain = std::thread::spawn(move || {
+        let mut err = Vec::new();
+        std::fs::File::from(err_read).read_to_end(&mut err).unwrap();
+        String::from_utf8_lossy(&err)
+            .trim_start_matches('.')
+            .to_string()
+    });
+    let code = wait_exit(&mut child, Duration::from_secs(30)).expect("exec_all must end");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let err = drain.join().unwrap();
+    assert_eq!(code, 143, "{out}\n{err}");
+    assert!(!out.contains("attempt=1"), "attempt 1 ran: {out}\n{err}");
+    assert!(out.contains("attempt=0 rank=1"), "{out}");
+    assert!(
+        err.contains("attempt 1: not started: stopped by signal 15"),
+        "{err}"
+    );
+    let json = report(&report_path);
+    assert_eq!(json["exit_code"], 143);
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{json}");
+    assert_eq!(attempts[0]["then"], "restart");
+    assert_eq!(attempts[1]["failure"], "not started: stopped by signal 15");
+    assert_eq!(
+        attempts[1]["then"],
+        "stopped (a signal, --timeout or closed output): not restarted"
+    );
+}
