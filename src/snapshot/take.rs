@@ -123,11 +123,12 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
                 b.cpu_ticks.saturating_sub(a.cpu_ticks) as f64 / tck as f64 / secs * 100.0
             });
             let s = now.as_ref().unwrap_or(a);
+            let state = settled_state(a.state, now.as_ref().map(|b| b.state), cpu_pct);
             let mut p = Proc {
                 pid: a.pid,
                 ppid: s.ppid,
                 pgid: s.pgrp,
-                state: a.state.to_string(),
+                state: state.to_string(),
                 cpu_pct: (cpu_pct * 10.0).round() / 10.0,
                 rss_kib: s.rss_pages * page / 1024,
                 wchan: if a.state == 'R' { None } else { wchan },
@@ -167,9 +168,35 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
     }
 }
 
+/// A process's state over the window, from its state at the first look,
+/// at the second, and the CPU it used between. Runnable at the first look,
+/// asleep at the second and next to no CPU used: it was woken for a moment
+/// and waited for a CPU to go back to sleep (an earlier snapshot's py-spy
+/// leaving it, on a loaded machine): it sleeps. Anything else is the
+/// first look's (py-spy, attached at the second, shows as a stop).
+fn settled_state(first: char, second: Option<char>, cpu_pct: f64) -> char {
+    match second {
+        Some(later @ ('S' | 'D' | 'I')) if first == 'R' && cpu_pct < 5.0 => later,
+        _ => first,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moment_runnable_between_two_sleeps_is_sleeping() {
+        assert_eq!(settled_state('R', Some('S'), 0.3), 'S');
+        assert_eq!(settled_state('R', Some('D'), 0.0), 'D');
+        // Busy in the window, or runnable at both looks: running.
+        assert_eq!(settled_state('R', Some('S'), 40.0), 'R');
+        assert_eq!(settled_state('R', Some('R'), 0.0), 'R');
+        // Stopped by py-spy at the second look, or ended: the first.
+        assert_eq!(settled_state('R', Some('t'), 0.0), 'R');
+        assert_eq!(settled_state('R', None, 0.0), 'R');
+        assert_eq!(settled_state('S', Some('R'), 0.0), 'S');
+    }
 
     #[tokio::test]
     async fn a_busy_and_a_sleeping_child() {
