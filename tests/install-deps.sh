@@ -16,7 +16,7 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev mpich libmpich-dev
     shellcheck dash debootstrap hyperfine musl-tools
     iproute2 procps psmisc python3 python3-yaml gcc
-    rsync git python3-pip
+    rsync git python3-pip vim-tiny
 )
 
 # py-spy from PyPI, after the Debian packages (pip is one of them).

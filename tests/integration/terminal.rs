@@ -345,3 +345,127 @@ fn with_a_terminal_the_clients_eof_leaves_the_shell_running_as_under_sshd() {
         assert!(out.contains("after\r\n"), "{client}: {out}");
     }
 }
+
+/// The one-letter state of process `pid` (`S` sleeping, `T` stopped), if it is there.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// The shell's job control through `client`: Ctrl-Z stops the foreground
+/// job and the shell says so, `jobs` lists it, `bg` resumes it, `fg` brings
+/// it back, and Ctrl-C then ends it (`$?` 130).
+fn job_control(client: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = Term::start(client, &dir.path().join("never"));
+    term.send("echo st''art\r");
+    term.expect("start\r\n", 1);
+    let tag = sleep_tag();
+    term.send(&format!("sleep {tag}\r"));
+    assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 1));
+    let pid = sleepers(&tag)[0];
+    term.send("\x1a");
+    term.expect("Stopped", 1);
+    assert!(
+        eventually(Duration::from_secs(5), || state(pid) == Some('T')),
+        "{client}: Ctrl-Z did not stop the job: {:?}\n{}",
+        state(pid),
+        term.text()
+    );
+    term.send("jobs\r");
+    term.expect("Stopped", 2);
+    term.send("bg\r");
+    assert!(
+        eventually(Duration::from_secs(5), || state(pid) == Some('S')),
+        "{client}: bg did not resume the job: {:?}\n{}",
+        state(pid),
+        term.text()
+    );
+    // In the foreground again, the job gets the terminal's Ctrl-C (in the
+    // background it would not: the shell would).
+    term.send("fg\r");
+    std::thread::sleep(Duration::from_millis(500));
+    term.send("\x03");
+    assert!(
+        eventually(Duration::from_secs(10), || sleepers(&tag).is_empty()),
+        "{client}: Ctrl-C after fg did not end the job\n{}",
+        term.text()
+    );
+    term.send("echo af''ter=$?\r");
+    term.expect("after=130\r\n", 1);
+    term.send("exit 0\r");
+    let status = term.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{client}\n{}", term.text());
+}
+
+/// Job control as under sshd (the reference, first), through `mn-ssh -tt`
+/// and OpenSSH's `ssh -tt` to an agent: the pty is the controlling terminal
+/// of the shell's session, each job a process group of its own.
+#[test]
+fn ctrl_z_bg_and_fg_work_as_under_sshd() {
+    let sshd = crate::openssh::Sshd::start();
+    job_control(&ssh_to_sshd(&sshd, "-tt"));
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    job_control(&format!("{} -tt {}", mn_ssh().display(), agent.host));
+    job_control(&openssh_client(&agent, dir.path()));
+}
+
+/// Full-screen programs through `client` (TERM=xterm): `top` draws its
+/// screen and quits on `q`; `vi` edits a file and writes it on `:wq`.
+fn full_screen(client: &str, file: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut term = Term::start(
+        &format!("env TERM=xterm {client}"),
+        &dir.path().join("never"),
+    );
+    term.send("echo st''art $TERM\r");
+    term.expect("start xterm\r\n", 1);
+    term.send("top -d 1\r");
+    term.expect("load average", 1);
+    term.send("q");
+    back_at_the_shell(&mut term, "top", client);
+    term.send(&format!("vi {}\r", file.display()));
+    std::thread::sleep(Duration::from_millis(500));
+    term.send("ihello from vi\x1b:wq\r");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(file)
+            .is_ok_and(|t| t == "hello from vi\n")),
+        "{client}: vi did not write the file\n{}",
+        term.text()
+    );
+    back_at_the_shell(&mut term, "vi", client);
+    term.send("exit 0\r");
+    let status = term.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{client}\n{}", term.text());
+}
+
+/// Waits until the shell, not the full-screen `program` that was quitting,
+/// reads a line and prints `program=0`: a program flushes typeahead as it
+/// quits, so the line is sent again until the shell has it.
+fn back_at_the_shell(term: &mut Term, program: &str, client: &str) {
+    let split = format!("{}''{}", &program[..1], &program[1..]);
+    let marker = format!("{program}=0\r\n");
+    assert!(
+        (0..10).any(|_| {
+            term.send(&format!("echo {split}=$?\r"));
+            eventually(Duration::from_secs(2), || term.text().contains(&marker))
+        }),
+        "{client}: no {marker:?} after {program} quit\n{}",
+        term.text()
+    );
+}
+
+#[test]
+fn top_and_vi_run_full_screen() {
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    full_screen(
+        &format!("{} -tt {}", mn_ssh().display(), agent.host),
+        &dir.path().join("mn-ssh.txt"),
+    );
+    full_screen(
+        &openssh_client(&agent, dir.path()),
+        &dir.path().join("openssh.txt"),
+    );
+}
