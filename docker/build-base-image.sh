@@ -24,14 +24,15 @@ SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What the cluster tests need: both MPI stacks (side by side through Debian's
 # alternatives), a C compiler for MPI test programs, process and network tools
-# (curl: the forward scenario fetches through `mn-ssh -L`),
+# (curl: the forward scenario fetches through `mn-ssh -L`; OpenSSH's ssh: the
+# terminal scenario logs into an agent with it),
 # and Slurm with its authentication service (the slurm-* scenarios run
 # slurmctld and slurmd in containers of this image; no daemon is started here).
 PACKAGES=(
     openmpi-bin libopenmpi-dev
     mpich libmpich-dev
     gcc libc6-dev
-    procps iproute2 iputils-ping curl
+    procps iproute2 iputils-ping curl openssh-client
     python3
     slurm-wlm munge
 )

@@ -5,8 +5,11 @@
 #   and follows a resize to 23 61, Ctrl-C ends the foreground `sleep` and
 #   not the shell (`$?` 130), `exit 7` gives 7;
 # - `multinode shell 1`: the same, and `$RANK` there is 1;
-# - `kill -9` of a `mn-ssh -tt node2` whose shell runs two `sleep`s (one in
-#   the background, a group of its own): node2 keeps neither (within 15 s).
+# - OpenSSH's `ssh -tt -i KEY node1`, with the job's key and known_hosts
+#   line from `multinode keygen --known-hosts` (docs/agent.md): the same;
+# - `kill -9` of a `mn-ssh -tt node2`, and of an OpenSSH `ssh -tt node3`,
+#   whose shell runs two `sleep`s (one in the background, a group of its
+#   own): the node keeps neither (within 15 s).
 # The job: every node's agent, the head's JOB an exec_all of `sleep 600`.
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -36,23 +39,39 @@ term() {
 }
 term drive "mn-ssh -tt node1"
 term drive "multinode shell 1" 1
+# OpenSSH's client, as docs/agent.md logs in with it.
+if docker exec "$head" sh -c 'multinode keygen --known-hosts -o /root/id_job >/root/agents_known_hosts'; then
+    check_ok "multinode keygen wrote the job's key and known_hosts line on the head"
+else
+    check_fail "multinode keygen failed on the head"
+fi
+openssh="ssh -tt -i /root/id_job -o IdentitiesOnly=yes -o BatchMode=yes \
+-o UserKnownHostsFile=/root/agents_known_hosts -o StrictHostKeyChecking=yes -p 29922"
+term drive "$openssh node1"
 
-tag=4242.$$
-docker exec "$head" python3 /fixtures/term.py orphan "mn-ssh -tt node2" "$tag" \
-    /results/kill-now >"$MN_TMP/orphan.out" 2>&1 &
-killer=$!
-if mn_poll 30 eval "[[ \$(mn_procs node2 | grep -c 'sleep $tag\$') == 2 ]]"; then
-    check_ok "node2 runs the shell's two sleeps"
-else
-    check_fail "node2 does not run the shell's two sleeps: $(mn_procs node2 | tr '\n' ';')"
-fi
-touch "$MN_RESULTS/kill-now"
-status=0
-wait "$killer" || status=$?
-report "$(cat "$MN_TMP/orphan.out")" "$status" "orphan 'mn-ssh -tt node2'"
-if mn_poll 15 eval "! mn_has_proc node2 'sleep $tag\$'"; then
-    check_ok "node2 kept nothing of the killed client's shell"
-else
-    check_fail "node2 still runs: $(mn_procs node2 | grep "sleep $tag" | tr '\n' ';')"
-fi
+# orphan NODE CLIENT: kill -9 of CLIENT (a terminal on NODE whose shell runs
+# two sleeps) leaves nothing on NODE.
+orphan() {
+    local node=$1 client=$2 tag killer status=0
+    tag=4242${node#node}.$$
+    rm -f "$MN_RESULTS/kill-now"
+    docker exec "$head" python3 /fixtures/term.py orphan "$client" "$tag" \
+        /results/kill-now >"$MN_TMP/orphan.out" 2>&1 &
+    killer=$!
+    if mn_poll 30 eval "[[ \$(mn_procs $node | grep -c 'sleep $tag\$') == 2 ]]"; then
+        check_ok "$node runs the shell's two sleeps"
+    else
+        check_fail "$node does not run the shell's two sleeps: $(mn_procs "$node" | tr '\n' ';')"
+    fi
+    touch "$MN_RESULTS/kill-now"
+    wait "$killer" || status=$?
+    report "$(cat "$MN_TMP/orphan.out")" "$status" "orphan '$client'"
+    if mn_poll 15 eval "! mn_has_proc $node 'sleep $tag\$'"; then
+        check_ok "$node kept nothing of the killed client's shell"
+    else
+        check_fail "$node still runs: $(mn_procs "$node" | grep "sleep $tag" | tr '\n' ';')"
+    fi
+}
+orphan node2 "mn-ssh -tt node2"
+orphan node3 "$openssh node3"
 finish
