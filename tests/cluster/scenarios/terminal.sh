@@ -40,13 +40,13 @@ term() {
 term drive "mn-ssh -tt node1"
 term drive "multinode shell 1" 1
 # OpenSSH's client, as docs/agent.md logs in with it.
-if docker exec "$head" sh -c 'multinode keygen --known-hosts -o /root/id_job >/root/agents_known_hosts'; then
+if docker exec "$head" sh -c 'multinode keygen --known-hosts -o /tmp/id_job >/tmp/agents_known_hosts'; then
     check_ok "multinode keygen wrote the job's key and known_hosts line on the head"
 else
     check_fail "multinode keygen failed on the head"
 fi
-openssh="ssh -tt -i /root/id_job -o IdentitiesOnly=yes -o BatchMode=yes \
--o UserKnownHostsFile=/root/agents_known_hosts -o StrictHostKeyChecking=yes -p 29922"
+openssh="ssh -tt -i /tmp/id_job -o IdentitiesOnly=yes -o BatchMode=yes \
+-o UserKnownHostsFile=/tmp/agents_known_hosts -o StrictHostKeyChecking=yes -p 29922"
 term drive "$openssh node1"
 
 # orphan NODE CLIENT: kill -9 of CLIENT (a terminal on NODE whose shell runs
