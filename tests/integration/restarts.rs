@@ -11,6 +11,14 @@ fn report(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// What is left to read of a child's piped stdout or stderr, once it has
+/// ended.
+fn all_of(pipe: Option<impl Read>) -> String {
+    let mut text = String::new();
+    pipe.expect("piped").read_to_string(&mut text).unwrap();
+    text
+}
+
 fn hosts_of(attempt: &serde_json::Value) -> Vec<String> {
     attempt["hosts"]
         .as_array()
@@ -47,19 +55,7 @@ fn a_lost_node_is_replaced_by_the_spare_and_the_job_ends_0() {
     victim.child.kill().unwrap();
     victim.child.wait().unwrap();
     let code = wait_exit(&mut child, Duration::from_secs(30)).expect("exec_all must end");
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (out, err) = (all_of(child.stdout.take()), all_of(child.stderr.take()));
     assert_eq!(code, 0, "{out}\n{err}");
 
     let h = &cluster.hosts;
@@ -459,19 +455,7 @@ fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
     )
     .unwrap();
     let code = wait_exit(&mut child, Duration::from_secs(15)).expect("exec_all must end");
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (out, err) = (all_of(child.stdout.take()), all_of(child.stderr.take()));
     assert_eq!(code, 143, "128 + SIGTERM, as any run it ends: {err}");
     assert!(!err.contains("failed the health check"), "{err}");
     assert!(
@@ -531,19 +515,7 @@ fn a_node_frozen_in_a_hung_attempt_is_excluded_and_the_spare_takes_its_place() {
     let code = wait_exit(&mut child, Duration::from_secs(40));
     nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
     let code = code.expect("exec_all must end");
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (out, err) = (all_of(child.stdout.take()), all_of(child.stderr.take()));
     assert_eq!(code, 0, "{out}\n{err}");
     let h = &cluster.hosts;
     let json = report(&report_path);
@@ -676,13 +648,7 @@ fn a_signal_between_two_attempts_stops_the_run_before_the_next() {
             .to_string()
     });
     let code = wait_exit(&mut child, Duration::from_secs(30)).expect("exec_all must end");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let out = all_of(child.stdout.take());
     let err = drain.join().unwrap();
     assert_eq!(code, 143, "{out}\n{err}");
     assert!(!out.contains("attempt=1"), "attempt 1 ran: {out}\n{err}");
