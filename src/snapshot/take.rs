@@ -131,7 +131,7 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
                 state: state.to_string(),
                 cpu_pct: (cpu_pct * 10.0).round() / 10.0,
                 rss_kib: s.rss_pages * page / 1024,
-                wchan: if a.state == 'R' { None } else { wchan },
+                wchan: if state == 'R' { None } else { wchan },
                 elapsed_s: uptime.map_or(0.0, |u| {
                     ((u - s.start_ticks as f64 / tck as f64).max(0.0) * 10.0).round() / 10.0
                 }),
