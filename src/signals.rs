@@ -145,7 +145,7 @@ fn is_repeat(last: Option<(i32, Instant)>, signo: i32, now: Instant) -> bool {
     })
 }
 
-/// A task a signal that sends each of its arrivals to `tx`.
+/// One task a signal, each sending the signal's arrivals to `tx`.
 fn listen(signals: &[i32], tx: &mpsc::UnboundedSender<i32>) -> Result<Vec<JoinHandle<()>>, Error> {
     let mut listeners = Vec::new();
     for &signo in signals {
