@@ -30,6 +30,7 @@ mod pty;
 mod server;
 mod sftp;
 mod sftp_fs;
+mod shards;
 mod snapshot;
 
 use std::net::SocketAddr;
@@ -184,6 +185,9 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         .enable_all()
         .build()
         .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
+    // Connections run on threads of their own (the runtime above runs the
+    // rest: the job, the shared connections); they stop after it.
+    let shards = Arc::new(shards::Shards::per_cpu());
     let outcome = runtime.block_on(async move {
         let listener = TcpListener::bind(listen).await.map_err(|e| {
             Error::usage(format!(
@@ -230,7 +234,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             last_contact: std::sync::Mutex::new(None),
         });
         let configs = server::Configs::new(&shared);
-        let server = tokio::spawn(server::serve(listener, shared.clone(), configs));
+        let server = tokio::spawn(server::serve(listener, shared.clone(), configs, shards.clone()));
         // The head of a job (or an agent asked to) shares its connections.
         let is_head = job.as_ref().is_some_and(|j| j.rank == 0);
         let socket = match &mux_socket {

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::command::{self, Request};
 use super::env_limit::{ChannelEnv, ConnectionEnv};
 use super::login::{Login, MAX_AUTH_TRIES};
+use super::shards::Shards;
 use super::{Shared, control, forward, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
@@ -80,7 +81,13 @@ fn ssh_config(shared: &Shared, window_size: u32) -> russh::server::Config {
 }
 
 /// Accepts connections until `shared.shutdown` is cancelled.
-pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, configs: Configs) {
+/// Each runs on a thread of `shards`'.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    configs: Configs,
+    shards: Arc<Shards>,
+) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -91,11 +98,27 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, configs: C
                 // Admitted, whatever its source: past a limit, the oldest
                 // connection not logged in is closed instead.
                 let login = shared.gate.admit(peer.ip());
+                // Moved to its shard's runtime, where all its tasks run.
+                let stream = match stream.into_std() {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        warn!(%peer, error = %e, "cannot hand a connection over: closing it");
+                        continue;
+                    }
+                };
                 let shared2 = shared.clone();
                 let configs = configs.clone();
-                shared.tracker.spawn(async move {
-                    connection(stream, peer, Arc::new(login), shared2, configs).await
+                let connection = shared.tracker.track_future(async move {
+                    match TcpStream::from_std(stream) {
+                        Ok(stream) => {
+                            connection(stream, peer, Arc::new(login), shared2, configs).await
+                        }
+                        Err(e) => {
+                            warn!(%peer, error = %e, "cannot take a connection over: closing it")
+                        }
+                    }
                 });
+                shards.spawn(move || connection);
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.

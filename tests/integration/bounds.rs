@@ -17,10 +17,15 @@ use russh_sftp::protocol::{FileAttributes, OpenFlags, StatusCode};
 use crate::util::*;
 
 /// The agent's threads.
-fn threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
+/// A process's threads but those that run its connections (`mn-conn-N`,
+/// at most one a CPU, kept once started), then those.
+fn threads(pid: u32) -> (usize, usize) {
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
-        .count()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .collect();
+    let connections = names.iter().filter(|n| n.starts_with("mn-conn-")).count();
+    (names.len() - connections, connections)
 }
 
 /// The agent's resident memory now, in KiB: its anonymous part (RssAnon),
@@ -107,7 +112,7 @@ fn sftp_onto_a_fifo_is_refused_at_once_and_leaves_no_thread_behind() {
         format!("put {} {}\n", d.join("f").display(), fifo.display()),
     )
     .unwrap();
-    let start = threads(agent.pid());
+    let (start, _) = threads(agent.pid());
 
     // OpenSSH's sftp: 20 uploads onto a FIFO nobody reads, at once.
     let clients: Vec<_> = (0..20)
@@ -130,7 +135,7 @@ fn sftp_onto_a_fifo_is_refused_at_once_and_leaves_no_thread_behind() {
         .map(|mut client| wait_exit(&mut client, Duration::from_secs(20)))
         .collect();
     eprintln!(
-        "agent threads: {start} at the start, {} after 20 sftp puts onto a FIFO",
+        "agent threads: {start} at the start, {:?} after 20 sftp puts onto a FIFO",
         threads(agent.pid())
     );
     for code in codes {
@@ -162,7 +167,7 @@ fn sftp_onto_a_fifo_is_refused_at_once_and_leaves_no_thread_behind() {
             }
         }
         eprintln!(
-            "agent threads: {} after 400 SFTP opens of a FIFO",
+            "agent threads: {:?} after 400 SFTP opens of a FIFO",
             threads(agent.pid())
         );
         // The agent goes on serving files and commands.
@@ -175,12 +180,17 @@ fn sftp_onto_a_fifo_is_refused_at_once_and_leaves_no_thread_behind() {
         mn_ssh_still_works(&agent);
         conn.close().await;
     });
-    let back = eventually(THREADS_BACK, || threads(agent.pid()) <= start + start / 10);
-    eprintln!(
-        "agent threads: {} after the client left",
-        threads(agent.pid())
-    );
+    let back = eventually(THREADS_BACK, || {
+        threads(agent.pid()).0 <= start + start / 10
+    });
+    let (now, connections) = threads(agent.pid());
+    eprintln!("agent threads: {now} and {connections} connection threads after the client left");
     assert!(back, "the agent's threads are not back to {start}");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        (1..=cpus).contains(&connections),
+        "{connections} connection threads for {cpus} CPUs"
+    );
 }
 
 #[test]
