@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Tables from bench/results/*.jsonl (one bench.py run: the latest, or
 --run-id). Writes bench/results/tables.md and replaces the part of
-docs/benchmarks.md between `<!-- tables:begin -->` and `<!-- tables:end -->`.
+docs/benchmarks.md between `<!-- tables:begin -->` and `<!-- tables:end -->`
+(only for bench/results itself: a run kept elsewhere, BENCH_RESULTS=DIR,
+writes DIR/tables.md alone, unless --doc).
 
 Medians over the checked runs (ok=true) of the run. A cell marked `*` had
 runs that started while other work used more than 0.3 cores (pre_busy):
@@ -234,6 +236,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-id")
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--doc", action="store_true",
+                    help="replace docs/benchmarks.md's tables even from BENCH_RESULTS")
     a = ap.parse_args()
     run_id = a.run_id or latest_run_id()
     if not run_id:
@@ -306,7 +310,10 @@ def main():
     with open(os.path.join(RES, "tables.md"), "w") as f:
         f.write(text + "\n")
     print(text)
-    if not a.no_doc and os.path.exists(DOC):
+    default = os.path.realpath(RES) == os.path.realpath(os.path.join(HERE, "results"))
+    if not (default or a.doc):
+        print(f"(docs/benchmarks.md left as it is: these results are in {RES}; --doc writes them there)")
+    elif not a.no_doc and os.path.exists(DOC):
         doc = open(DOC).read()
         b, e = "<!-- tables:begin -->", "<!-- tables:end -->"
         if b in doc and e in doc:
