@@ -7,8 +7,10 @@ client's local terminal): one byte is written to that pty, and the time
 until the same byte comes back is one sample. The path is a keystroke's
 in an editor or a shell's line editing: client, network, server, the
 remote pty, the remote program, and back. The tools take turns, one
-sample each, N samples each, so that the machine's load falls on all
-alike.
+sample each in a new random order each round, N samples each, so that
+the machine's load falls on all alike; GAP ms pass before each sample
+(keys are typed apart), so that no tool's work after its echo falls on
+another's sample.
 
 Tools:
 - `mn-ssh -tt` to a `multinode agent` (127.0.0.2),
@@ -16,7 +18,7 @@ Tools:
 - OpenSSH `ssh -tt` to a private stock `sshd` (127.0.0.1) on the same
   machine: the reference (goal: the agent no worse).
 
-Usage: bench/echo_latency.py [--n 500] [--syscalls]
+Usage: bench/echo_latency.py [--n 500] [--gap-ms 2] [--syscalls]
 One JSON line a tool in bench/results/echo-latency.jsonl; a table on stdout.
 --syscalls: each client runs under `strace -f -c` instead, and the table is
 the system calls it made a keystroke (its connection's setup included,
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import pty
+import random
 import select
 import shutil
 import signal
@@ -183,6 +186,9 @@ def start_agent(env, host, port):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--gap-ms", type=float, default=2.0,
+                    help="pause between two samples, so that no tool's work after its "
+                         "echo falls on the next tool's sample")
     ap.add_argument("--syscalls", action="store_true",
                     help="count each client's system calls a keystroke (strace -c)")
     a = ap.parse_args()
@@ -215,11 +221,14 @@ def main():
                             os.path.join(tmp, f"strace-{k}") if a.syscalls else None)
                     for k, (name, argv, e) in enumerate(tools)]
         samples = {s.name: [] for s in sessions}
+        # A new order each round, and a pause before each sample: what a
+        # server or client does after its echo (sshd makes most of its
+        # system calls then) would otherwise always fall on the same next tool.
+        order = random.Random(31)
         for i in range(a.n):
             byte = bytes([ord("a") + i % 26])
-            # Turns rotate: no tool always goes first.
-            for k in range(len(sessions)):
-                s = sessions[(i + k) % len(sessions)]
+            for s in order.sample(sessions, len(sessions)):
+                time.sleep(a.gap_ms / 1000)
                 samples[s.name].append(s.sample(byte))
         if a.syscalls:
             for s in sessions:
@@ -233,7 +242,8 @@ def main():
         stamp = time.strftime("%Y%m%d-%H%M%S")
         load = os.getloadavg()[0]
         os.makedirs(RESULTS, exist_ok=True)
-        print(f"echo latency, {a.n} keystrokes a tool, load average {load:.1f}")
+        print(f"echo latency, {a.n} keystrokes a tool, {a.gap_ms:g} ms apart, "
+              f"load average {load:.1f}")
         print(f"{'tool':<22} {'median µs':>10} {'p99 µs':>8} {'max µs':>8}")
         with open(os.path.join(RESULTS, "echo-latency.jsonl"), "a") as out:
             for name, xs in samples.items():
@@ -241,7 +251,7 @@ def main():
                 med = statistics.median(xs)
                 p99 = xs[min(len(xs) - 1, int(len(xs) * 0.99))]
                 print(f"{name:<22} {med:>10.0f} {p99:>8.0f} {xs[-1]:>8.0f}")
-                out.write(json.dumps({"run": stamp, "tool": name, "n": a.n,
+                out.write(json.dumps({"run": stamp, "tool": name, "n": a.n, "gap_ms": a.gap_ms,
                                       "median_us": round(med), "p99_us": round(p99),
                                       "max_us": round(xs[-1]), "load1": round(load, 2)}) + "\n")
     finally:

@@ -103,6 +103,47 @@ fn documented_bench_commands_name_what_bench_py_has() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// Every other `bench/NAME.py` command in docs/benchmarks.md's code blocks
+/// names options that script has (`--gap-ms` in `echo_latency.py`, say).
+#[test]
+fn documented_bench_script_options_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("docs/benchmarks.md")).expect("the page");
+    let code = text
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for line in code.replace("\\\n", " ").lines() {
+        // What a comment says is not part of the command.
+        let line = line.split(" #").next().unwrap_or_default();
+        let Some(at) = line.find("bench/") else {
+            continue;
+        };
+        let command = &line[at..];
+        let Some(end) = command.find(".py") else {
+            continue;
+        };
+        let script = &command[..end + 3];
+        if script == "bench/bench.py" || script.contains(char::is_whitespace) {
+            continue;
+        }
+        let source = std::fs::read_to_string(root.join(script))
+            .unwrap_or_else(|e| panic!("docs/benchmarks.md runs {script}: {e}"));
+        for word in command.split_whitespace().filter(|w| w.starts_with("--")) {
+            checked += 1;
+            if !source.contains(&format!("\"{word}\"")) {
+                wrong.push(format!("{script}: {word}"));
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} options found");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// `bench/ab_split.sh`, as docs/benchmarks.md runs it, on three nodes of
 /// this build against itself: it starts, counts both builds' CPU and
 /// prints the comparison. (Needs root and the cpuacct cgroup controller,
