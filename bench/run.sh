@@ -16,6 +16,14 @@
 # BENCH_AGENT_PORT (29990), QUIET_MAX_WAIT (10 s of waiting for an idle
 # machine before each run).
 set -euo pipefail
+# Paths given relative to where this was started (BENCH_RESULTS=bench/results/x
+# from the repository) keep meaning that once it runs in bench/.
+for var in BENCH_RESULTS BENCH_MULTINODE BENCH_BASE BENCH_STATE; do
+  value=${!var:-}
+  if [ -n "$value" ] && [ "${value#/}" = "$value" ]; then
+    export "$var=$PWD/$value"
+  fi
+done
 cd "$(dirname "$0")"
 . lib/common.sh
 
