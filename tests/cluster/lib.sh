@@ -326,3 +326,84 @@ mn_doc_block() {
         END { exit !found }
     ' "$1"
 }
+
+# check_lines: each line of stdin a check: `ok WHAT` passes, any other
+# (`fail WHAT`) fails.
+check_lines() {
+    local line
+    while IFS= read -r line; do
+        case $line in
+        ok\ *) check_ok "${line#ok }" ;;
+        *) check_fail "${line#fail }" ;;
+        esac
+    done
+}
+
+# mn_report_checks REPORT [ARG...] <<'PY' ... PY: runs the Python on stdin
+# after a preamble that loads exec_all's --report REPORT as `report` (its
+# `attempts` list as `attempts`) and defines check(WHAT, GOT, WANT); each
+# line it prints (`ok ...`, `fail ...`) is a check. sys.argv is
+# [-, REPORT, ARG...]. An unreadable report is one failed check.
+mn_report_checks() {
+    local body
+    body=$(cat)
+    check_lines < <({
+        mn_report_preamble
+        printf '%s\n' "$body"
+    } | python3 - "$@")
+}
+mn_report_preamble() {
+    cat <<'PY'
+import json, sys
+try:
+    report = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print(f"fail no readable report: {e}")
+    sys.exit()
+attempts = report.get("attempts") or []
+def check(what, got, want):
+    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
+PY
+}
+
+# mn_wait_done LIMIT SINCE: waits up to LIMIT s for the head's JOB
+# (/fixtures/hold.sh execall) to end and sets MN_RC and MN_T_END from its
+# execall.done; if it does not, the check fails ("exec_all still runs
+# LIMIT s after SINCE") and the scenario ends there.
+mn_wait_done() {
+    if ! mn_poll "$1" test -f "$MN_RESULTS/execall.done"; then
+        check_fail "exec_all still runs $1 s after $2"
+        finish
+    fi
+    # shellcheck disable=SC2034 # read by the scenarios
+    read -r MN_RC MN_T_END <"$MN_RESULTS/execall.done"
+}
+
+# mn_none_left PATTERN HOST...: one check a HOST, that no process of it
+# matches PATTERN (ERE; `.`: none at all but the agent's and hold.sh's).
+mn_none_left() {
+    local pattern=$1 host
+    shift
+    for host in "$@"; do
+        if mn_has_proc "$host" "$pattern"; then
+            check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
+        else
+            check_ok "no job process left on $host"
+        fi
+    done
+}
+
+# mn_release HEAD_STATUS WORKER...: releases the head (hold.sh waits for
+# $MN_RESULTS/release), checks that it exits HEAD_STATUS (exec_all's) within
+# 30 s and that each WORKER then exits 0 within 20 s.
+mn_release() {
+    local want=$1 host code
+    shift
+    touch "$MN_RESULTS/release"
+    code=$(mn_wait_exit "${MN_NODES[0]}" 30) || code="still running 30 s later"
+    check_eq "the head's exit status (exec_all's)" "$want" "$code"
+    for host in "$@"; do
+        code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
+        check_eq "$host released, exit status" 0 "$code"
+    done
+}

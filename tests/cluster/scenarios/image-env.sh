@@ -42,12 +42,7 @@ if ((rc != 0)); then
 fi
 ips=$(sed -n 's/^mn-test-ip=//p' "$MN_TMP/env.err")
 
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_TMP/env.json" "$host:1" "$ips" <<'PY'
+check_lines < <(python3 - "$MN_TMP/env.json" "$host:1" "$ips" <<'PY'
 import ipaddress, json, sys
 path, want_hostlist, container_ips = sys.argv[1:]
 container_ips = container_ips.split()  # `hostname -i`: one or more addresses

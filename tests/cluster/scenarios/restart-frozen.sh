@@ -40,33 +40,15 @@ check_ok "attempt 0: sleep 1234 runs on node0-node3"
 
 t_pause=$(mn_now)
 docker pause "$(mn_ctr "$frozen")" >/dev/null
-if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
-    check_fail "exec_all still runs 60 s after $frozen froze"
-    finish
-fi
-read -r rc t_end <"$MN_RESULTS/execall.done"
-check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$rc"
-check_within "from the freeze to the end of attempt 1" 8 "$(mn_since "$t_pause" "$t_end")"
+mn_wait_done 60 "$frozen froze"
+check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$MN_RC"
+check_within "from the freeze to the end of attempt 1" 8 "$(mn_since "$t_pause" "$MN_T_END")"
 check_eq "what attempt 1 ran, by rank" \
     "attempt=1 rank=0 host=node0;attempt=1 rank=1 host=node1;attempt=1 rank=2 host=node3;attempt=1 rank=3 host=node4;" \
     "$(grep '^attempt=1 ' "$MN_RESULTS/ran" | sort | tr '\n' ';')"
 
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_RESULTS/report.json" "$frozen" "$t_pause" <<'PY'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    print(f"fail no readable report: {e}")
-    sys.exit()
+mn_report_checks "$MN_RESULTS/report.json" "$frozen" "$t_pause" <<'PY'
 frozen, t_pause = sys.argv[2], float(sys.argv[3])
-attempts = report.get("attempts") or []
-def check(what, got, want):
-    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
 check("attempts", len(attempts), 2)
 if len(attempts) == 2:
     a0, a1 = attempts
@@ -85,15 +67,8 @@ if len(attempts) == 2:
     print(f"{'ok' if isinstance(rs, float) and rs > 0 else 'fail'} report: from {frozen}'s loss to attempt 1 running: {rs} s")
 check("exit code", report["exit_code"], 0)
 PY
-)
 
-for host in node0 node1 node3 node4; do
-    if mn_has_proc "$host" '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )'; then
-        check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
-    else
-        check_ok "no job process left on $host"
-    fi
-done
+mn_none_left '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )' node0 node1 node3 node4
 
 t_thaw=$(mn_now)
 docker unpause "$(mn_ctr "$frozen")" >/dev/null
@@ -103,17 +78,7 @@ else
     check_fail "$frozen thawed: attempt 0's commands still run 20 s later: $(mn_procs "$frozen" | tr '\n' ';')"
 fi
 
-# release: lets the cluster's head go, and checks every node exits 0.
-release() {
-    touch "$MN_RESULTS/release"
-    code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-    check_eq "the head's exit status (exec_all's)" 0 "$code"
-    for host in node1 node2 node3 node4; do
-        code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-        check_eq "$host released, exit status" 0 "$code"
-    done
-}
-release
+mn_release 0 node1 node2 node3 node4
 
 # Second cluster: the hang timeout below the client liveness (2 s), so that
 # the watchdog fires first. The first attempt prints a line every 0.5 s
@@ -138,32 +103,14 @@ fi
 docker pause "$(mn_ctr "$frozen")" >/dev/null
 t_quiet=$(mn_now)
 touch "$MN_RESULTS/quiet"
-if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
-    check_fail "exec_all still runs 60 s after the others went quiet"
-    finish
-fi
-read -r rc t_end <"$MN_RESULTS/execall.done"
-check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$rc"
-check_within "from the quiet to the end of attempt 1" 25 "$(mn_since "$t_quiet" "$t_end")"
+mn_wait_done 60 "the others went quiet"
+check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$MN_RC"
+check_within "from the quiet to the end of attempt 1" 25 "$(mn_since "$t_quiet" "$MN_T_END")"
 check_eq "what attempt 1 ran, by rank" \
     "attempt=1 rank=0 host=node0;attempt=1 rank=1 host=node1;attempt=1 rank=2 host=node3;attempt=1 rank=3 host=node4;" \
     "$(grep '^attempt=1 ' "$MN_RESULTS/ran" | sort | tr '\n' ';')"
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_RESULTS/report.json" "$frozen" <<'PY'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    print(f"fail no readable report: {e}")
-    sys.exit()
+mn_report_checks "$MN_RESULTS/report.json" "$frozen" <<'PY'
 frozen = sys.argv[2]
-attempts = report.get("attempts") or []
-def check(what, got, want):
-    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
 check("attempts", len(attempts), 2)
 if len(attempts) == 2:
     a0, a1 = attempts
@@ -176,14 +123,7 @@ if len(attempts) == 2:
     check("attempt 1", a1["then"], "succeeded")
 check("exit code", report["exit_code"], 0)
 PY
-)
-for host in node0 node1 node3 node4; do
-    if mn_has_proc "$host" '^ *[0-9]+ (sleep 1234$|sleep 0.5$|mn-exec-all |[^ ]*multinode supervise )'; then
-        check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
-    else
-        check_ok "no job process left on $host"
-    fi
-done
+mn_none_left '^ *[0-9]+ (sleep 1234$|sleep 0.5$|mn-exec-all |[^ ]*multinode supervise )' node0 node1 node3 node4
 t_thaw=$(mn_now)
 docker unpause "$(mn_ctr "$frozen")" >/dev/null
 if mn_poll 20 eval "! mn_has_proc $frozen '^ *[0-9]+ (sleep 1234$|sleep 0.5$|[^ ]*multinode supervise )'"; then
@@ -191,5 +131,5 @@ if mn_poll 20 eval "! mn_has_proc $frozen '^ *[0-9]+ (sleep 1234$|sleep 0.5$|[^ 
 else
     check_fail "$frozen thawed: attempt 0's commands still run 20 s later: $(mn_procs "$frozen" | tr '\n' ';')"
 fi
-release
+mn_release 0 node1 node2 node3 node4
 finish

@@ -28,12 +28,8 @@ for host in node4 node3 node2 node1 node0; do
     [[ $host == "$sick" ]] && opts=(-v "$MN_TMP/health:/health:ro")
     mn_node "$host" "${opts[@]}" -- --idle-timeout 60 -- "${job[@]}"
 done
-if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
-    check_fail "exec_all still runs 60 s after the start"
-    finish
-fi
-read -r rc _ <"$MN_RESULTS/execall.done"
-check_eq "exec_all's exit status" 0 "$rc"
+mn_wait_done 60 "the start"
+check_eq "exec_all's exit status" 0 "$MN_RC"
 check_eq "the health check ran on every node, spare included, once" "node0 node1 node2 node3 node4" \
     "$(sed -n 's/^checked //p' "$MN_RESULTS/checked" | sort | tr '\n' ' ' | sed 's/ $//')"
 check_eq "what ran, by rank" \
@@ -49,22 +45,8 @@ for line in "mn-exec-all: health check: $sick failed; excluded" "2 $sick: GPU 0:
     fi
 done
 
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_RESULTS/report.json" "$sick" <<'PY'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    print(f"fail no readable report: {e}")
-    sys.exit()
+mn_report_checks "$MN_RESULTS/report.json" "$sick" <<'PY'
 sick = sys.argv[2]
-attempts = report.get("attempts") or []
-def check(what, got, want):
-    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
 check("attempts", len(attempts), 1)
 if attempts:
     a = attempts[0]
@@ -74,21 +56,8 @@ if attempts:
 check("exit code", report["exit_code"], 0)
 check("the nodes", [n["host"] for n in report["nodes"]], ["node0", "node1", "node3", "node4"])
 PY
-)
 
-for host in "${MN_NODES[@]}"; do
-    if [[ -n $(mn_procs "$host") ]]; then
-        check_fail "left on $host: $(mn_procs "$host" | tr '\n' ';')"
-    else
-        check_ok "nothing left on $host"
-    fi
-done
+mn_none_left . "${MN_NODES[@]}"
 
-touch "$MN_RESULTS/release"
-code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-check_eq "the head's exit status (exec_all's)" 0 "$code"
-for host in node1 node2 node3 node4; do
-    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-    check_eq "$host released, exit status" 0 "$code"
-done
+mn_release 0 node1 node2 node3 node4
 finish

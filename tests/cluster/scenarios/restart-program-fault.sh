@@ -23,34 +23,16 @@ mn_cluster -- --idle-timeout 60 -- /fixtures/hold.sh execall \
     'echo "attempt=$MULTINODE_RESTART_COUNT rank=$RANK host=$(hostname)" >>/results/ran
      if [ "$RANK" = 2 ]; then sleep 0.5; echo "ValueError: bad batch at step 7" >&2; exit 3; fi
      exec sleep 1234'
-if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
-    check_fail "exec_all still runs 60 s after the start"
-    finish
-fi
-read -r rc t_end <"$MN_RESULTS/execall.done"
-check_eq "exec_all's exit status (the program's)" 3 "$rc"
-check_ok "the run took $(mn_since "$t0" "$t_end") s from the containers' start"
+mn_wait_done 60 "the start"
+check_eq "exec_all's exit status (the program's)" 3 "$MN_RC"
+check_ok "the run took $(mn_since "$t0" "$MN_T_END") s from the containers' start"
 check_eq "attempts run" "0 1 2" "$(sed -n 's/^attempt=\([0-9]*\) .*/\1/p' "$MN_RESULTS/ran" | sort -u | tr '\n' ' ' | sed 's/ $//')"
 check_eq "who held rank 2, by attempt" "attempt=0 host=node2;attempt=1 host=node2;attempt=2 host=node3;" \
     "$(sed -n 's/^\(attempt=[0-9]*\) rank=2 \(host=.*\)/\1 \2/p' "$MN_RESULTS/ran" | sort | tr '\n' ';')"
 check_eq "what the spare node4 ran" "attempt=2 rank=3 host=node4" "$(grep 'host=node4$' "$MN_RESULTS/ran" || true)"
 
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_RESULTS/report.json" "$stop" <<'PY'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    print(f"fail no readable report: {e}")
-    sys.exit()
+mn_report_checks "$MN_RESULTS/report.json" "$stop" <<'PY'
 stop = sys.argv[2]
-attempts = report.get("attempts") or []
-def check(what, got, want):
-    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
 check("attempts", len(attempts), 3)
 if len(attempts) == 3:
     first = ["node0", "node1", "node2", "node3"]
@@ -71,7 +53,6 @@ if len(attempts) == 3:
 check("exit code", report["exit_code"], 3)
 check("the last attempt's first failure", (report.get("verdict") or {}).get("host"), "node3")
 PY
-)
 
 mn_save_logs node0
 summary="mn-exec-all: attempt 0: rank 2 (node2) exit 3; attempt 1: rank 2 (node2) exit 3, node2 excluded; attempt 2: rank 2 (node3) exit 3; $stop"
@@ -81,19 +62,7 @@ else
     check_fail "no summary line '$summary' in the head's output: $(grep -h 'mn-exec-all: attempt' "$MN_TMP/node0.out" "$MN_TMP/node0.err" | tail -n 1)"
 fi
 
-for host in "${MN_NODES[@]}"; do
-    if mn_has_proc "$host" '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )'; then
-        check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
-    else
-        check_ok "no job process left on $host"
-    fi
-done
+mn_none_left '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )' "${MN_NODES[@]}"
 
-touch "$MN_RESULTS/release"
-code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-check_eq "the head's exit status (exec_all's)" 3 "$code"
-for host in node1 node2 node3 node4; do
-    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-    check_eq "$host released, exit status" 0 "$code"
-done
+mn_release 3 node1 node2 node3 node4
 finish

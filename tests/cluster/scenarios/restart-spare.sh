@@ -15,6 +15,7 @@ MN_HOSTLIST='node[0-4]:1'
 MN_JOB_ENV=(-e "MULTINODE_HOSTLIST=$MN_HOSTLIST" -e MULTINODE_SPARES=1 -e MULTINODE_MAX_RESTARTS=2)
 lost=node2
 
+# shellcheck disable=SC2016 # expanded on the nodes
 mn_cluster -- --idle-timeout 60 -- /fixtures/hold.sh execall \
     mn-exec-all --grace 2 --report /results/report.json -c \
     'echo "attempt=$MULTINODE_RESTART_COUNT rank=$RANK nnodes=$MULTINODE_NNODES host=$(hostname)" >>/results/ran
@@ -32,32 +33,14 @@ fi
 
 t_kill=$(mn_now)
 docker kill "$(mn_ctr "$lost")" >/dev/null
-if ! mn_poll 60 test -f "$MN_RESULTS/execall.done"; then
-    check_fail "exec_all still runs 60 s after $lost was killed"
-    finish
-fi
-read -r rc t_end <"$MN_RESULTS/execall.done"
-check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$rc"
-check_within "from the kill to the end of attempt 1" 15 "$(mn_since "$t_kill" "$t_end")"
+mn_wait_done 60 "$lost was killed"
+check_eq "exec_all's exit status (attempt 1 succeeded)" 0 "$MN_RC"
+check_within "from the kill to the end of attempt 1" 15 "$(mn_since "$t_kill" "$MN_T_END")"
 check_eq "what attempt 1 ran, by rank" \
     "attempt=1 rank=0 nnodes=4 host=node0;attempt=1 rank=1 nnodes=4 host=node1;attempt=1 rank=2 nnodes=4 host=node3;attempt=1 rank=3 nnodes=4 host=node4;" \
     "$(grep '^attempt=1 ' "$MN_RESULTS/ran" | sort | tr '\n' ';')"
 
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_RESULTS/report.json" <<'PY'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    print(f"fail no readable report: {e}")
-    sys.exit()
-attempts = report.get("attempts") or []
-def check(what, got, want):
-    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
+mn_report_checks "$MN_RESULTS/report.json" <<'PY'
 check("attempts", len(attempts), 2)
 if len(attempts) == 2:
     a0, a1 = attempts
@@ -71,21 +54,8 @@ if len(attempts) == 2:
     print(f"{'ok' if isinstance(rs, float) and rs > 0 else 'fail'} report: from node2's loss to attempt 1 running: {rs} s")
 check("exit code", report["exit_code"], 0)
 PY
-)
 
-for host in node0 node1 node3 node4; do
-    if mn_has_proc "$host" '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )'; then
-        check_fail "a job process is left on $host: $(mn_procs "$host" | tr '\n' ';')"
-    else
-        check_ok "no job process left on $host"
-    fi
-done
+mn_none_left '^ *[0-9]+ (sleep 1234$|mn-exec-all |[^ ]*multinode supervise )' node0 node1 node3 node4
 
-touch "$MN_RESULTS/release"
-code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-check_eq "the head's exit status (exec_all's)" 0 "$code"
-for host in node1 node3 node4; do
-    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-    check_eq "$host released, exit status" 0 "$code"
-done
+mn_release 0 node1 node3 node4
 finish

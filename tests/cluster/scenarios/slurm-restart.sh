@@ -84,21 +84,7 @@ else
     check_fail "the job's output does not say: $line"
 fi
 # What exec_all recorded: scancel's SIGTERM reached it in the health check.
-while IFS= read -r line; do
-    case $line in
-    ok\ *) check_ok "${line#ok }" ;;
-    *) check_fail "${line#fail }" ;;
-    esac
-done < <(python3 - "$MN_RESULTS/report.json" <<'PY'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    print(f"fail no readable report from exec_all: {e}")
-    sys.exit()
-attempts = report.get("attempts") or []
-def check(what, got, want):
-    print(f"{'ok' if got == want else 'fail'} report: {what}: {got!r}" + ("" if got == want else f", not {want!r}"))
+mn_report_checks "$MN_RESULTS/report.json" <<'PY'
 check("attempts", [(a["attempt"], a["failure"]) for a in attempts],
       [(0, "rank 2 (node3) lost"), (1, "not started: stopped during the health check")])
 if len(attempts) == 2:
@@ -108,7 +94,6 @@ if len(attempts) == 2:
     check("after attempt 1", attempts[1]["then"], "stopped (a signal, --timeout or closed output): not restarted")
 check("exec_all's exit code (128 + SIGTERM)", report["exit_code"], 143)
 PY
-)
 if mn_poll 10 mn_slurm_clean "${MN_NODES[@]}"; then
     check_ok "nothing left on any node"
 else
