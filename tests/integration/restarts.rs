@@ -28,6 +28,59 @@ fn hosts_of(attempt: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// exec_all on the cluster's head with `flags` (words without spaces) and
+/// `args`, no stdin, its stdout and stderr piped: it runs while the test
+/// acts on the nodes.
+fn spawn_exec_all(cluster: &Cluster, flags: &str, args: &[&str]) -> std::process::Child {
+    cluster
+        .command(&mn_exec_all())
+        .args(flags.split_whitespace())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A spawned exec_all's exit code (it must end within `limit`), stdout and
+/// stderr.
+fn ended(child: &mut std::process::Child, limit: Duration) -> (i32, String, String) {
+    let code = wait_exit(child, limit).expect("exec_all must end");
+    (
+        code,
+        all_of(child.stdout.take()),
+        all_of(child.stderr.take()),
+    )
+}
+
+/// An agent stopped with SIGSTOP: its kernel still accepts and acknowledges,
+/// nothing of it runs. Continued when dropped, whatever the test found.
+struct Frozen(nix::unistd::Pid);
+
+impl Frozen {
+    fn agent(agent: &Agent) -> Self {
+        let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// Asserts that every `sleep TAG` has ended within `limit`.
+fn assert_no_sleeper_left(tag: &str, limit: Duration) {
+    assert!(
+        eventually(limit, || sleepers(tag).is_empty()),
+        "{:?}",
+        sleepers(tag)
+    );
+}
+
 /// What every node prints: `RESTART RANK NNODES NOSLOTS WHERE`.
 const SHOW: &str = "echo \"attempt=$MULTINODE_RESTART_COUNT/$MULTINODE_MAX_RESTARTS rank=$RANK \
                     nnodes=$MULTINODE_NNODES hosts=$MULTINODE_HOSTLIST_NOSLOTS on=${AGENT_ID:-head}\"";
@@ -40,22 +93,17 @@ fn a_lost_node_is_replaced_by_the_spare_and_the_job_ends_0() {
     let report_path = dir.path().join("report.json");
     let script =
         format!("{SHOW}; [ \"$MULTINODE_RESTART_COUNT\" = 0 ] && exec sleep {tag}; exit 0");
-    let mut child = cluster
-        .command(&mn_exec_all())
-        .args(["--spares", "1", "--max-restarts", "2", "--grace", "1"])
-        .args(["--report", report_path.to_str().unwrap(), "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_exec_all(
+        &cluster,
+        "--spares 1 --max-restarts 2 --grace 1",
+        &["--report", report_path.to_str().unwrap(), "-c", &script],
+    );
     // Attempt 0 runs on the first four nodes only: the fifth is the spare.
     assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 4));
     let victim = &mut cluster.agents[1]; // hosts[2], rank 2
     victim.child.kill().unwrap();
     victim.child.wait().unwrap();
-    let code = wait_exit(&mut child, Duration::from_secs(30)).expect("exec_all must end");
-    let (out, err) = (all_of(child.stdout.take()), all_of(child.stderr.take()));
+    let (code, out, err) = ended(&mut child, Duration::from_secs(30));
     assert_eq!(code, 0, "{out}\n{err}");
 
     let h = &cluster.hosts;
@@ -405,11 +453,7 @@ fn a_hung_attempt_is_ended_with_its_snapshot_kept_and_run_again() {
         "the hang's snapshot is kept: {json}"
     );
     assert!(attempts[1]["snapshot"].is_null(), "{json}");
-    assert!(
-        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
-        "{:?}",
-        sleepers(&tag)
-    );
+    assert_no_sleeper_left(&tag, Duration::from_secs(5));
 
     // Without restarts, a hang ends the run: exit code 124, as --timeout.
     let out = cluster.exec_all(&[
@@ -437,16 +481,19 @@ fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
     let tag = sleep_tag();
     let dir = tempfile::tempdir().unwrap();
     let report_path = dir.path().join("report.json");
-    let mut child = cluster
-        .command(&mn_exec_all())
-        .args(["--spares", "1", "--max-restarts", "2", "--grace", "1"])
-        .args(["--health-check", &format!("exec sleep {tag}")])
-        .args(["--report", report_path.to_str().unwrap(), "-c", "echo ran"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let check = format!("exec sleep {tag}");
+    let mut child = spawn_exec_all(
+        &cluster,
+        "--spares 1 --max-restarts 2 --grace 1",
+        &[
+            "--health-check",
+            &check,
+            "--report",
+            report_path.to_str().unwrap(),
+            "-c",
+            "echo ran",
+        ],
+    );
     // The check runs on every node, the spare too.
     assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
     nix::sys::signal::kill(
@@ -454,8 +501,7 @@ fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let code = wait_exit(&mut child, Duration::from_secs(15)).expect("exec_all must end");
-    let (out, err) = (all_of(child.stdout.take()), all_of(child.stderr.take()));
+    let (code, out, err) = ended(&mut child, Duration::from_secs(15));
     assert_eq!(code, 143, "128 + SIGTERM, as any run it ends: {err}");
     assert!(!err.contains("failed the health check"), "{err}");
     assert!(
@@ -473,11 +519,7 @@ fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
     );
     assert_eq!(attempts[0]["health_failed"], serde_json::json!([]));
     assert_eq!(hosts_of(&attempts[0]), cluster.hosts[..2].to_vec());
-    assert!(
-        eventually(Duration::from_secs(5), || sleepers(&tag).is_empty()),
-        "{:?}",
-        sleepers(&tag)
-    );
+    assert_no_sleeper_left(&tag, Duration::from_secs(5));
 }
 
 #[test]
@@ -493,29 +535,16 @@ fn a_node_frozen_in_a_hung_attempt_is_excluded_and_the_spare_takes_its_place() {
     let report_path = dir.path().join("report.json");
     let script =
         format!("[ \"$MULTINODE_RESTART_COUNT\" = 0 ] && exec sleep {tag}; echo \"done $RANK\"");
-    let mut child = cluster
-        .command(&mn_exec_all())
-        .args(["--spares", "1", "--max-restarts", "1", "--grace", "1"])
-        .args([
-            "--hang-timeout",
-            "2",
-            "--report",
-            report_path.to_str().unwrap(),
-        ])
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_exec_all(
+        &cluster,
+        "--spares 1 --max-restarts 1 --grace 1 --hang-timeout 2",
+        &["--report", report_path.to_str().unwrap(), "-c", &script],
+    );
     assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
-    // hosts[2]'s agent: its kernel still accepts and acknowledges, nothing runs.
-    let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
-    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    let code = wait_exit(&mut child, Duration::from_secs(40));
-    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
-    let code = code.expect("exec_all must end");
-    let (out, err) = (all_of(child.stdout.take()), all_of(child.stderr.take()));
+    // hosts[2]'s agent.
+    let frozen = Frozen::agent(&cluster.agents[1]);
+    let (code, out, err) = ended(&mut child, Duration::from_secs(40));
+    drop(frozen);
     assert_eq!(code, 0, "{out}\n{err}");
     let h = &cluster.hosts;
     let json = report(&report_path);
@@ -541,11 +570,7 @@ fn a_node_frozen_in_a_hung_attempt_is_excluded_and_the_spare_takes_its_place() {
         assert!(out.contains(&format!("done {rank}")), "{out}");
     }
     // Running again, the frozen agent finds its client gone and ends the sleep.
-    assert!(
-        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
-        "{:?}",
-        sleepers(&tag)
-    );
+    assert_no_sleeper_left(&tag, Duration::from_secs(15));
 }
 
 #[test]
@@ -555,8 +580,7 @@ fn a_node_frozen_before_an_attempt_is_unreachable_not_a_hang() {
     // the start, a node frozen before the run made every attempt "hung"
     // while connecting to it, never excluded, until the restarts were spent.
     let cluster = Cluster::start(4);
-    let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
-    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let frozen = Frozen::agent(&cluster.agents[1]);
     let out = cluster.exec_all(&[
         "--spares",
         "1",
@@ -572,7 +596,7 @@ fn a_node_frozen_before_an_attempt_is_unreachable_not_a_hang() {
         "-c",
         "echo \"done $RANK\"",
     ]);
-    nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
+    drop(frozen);
     let (text, err) = (stdout(&out), stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{text}\n{err}");
     let h = &cluster.hosts;
