@@ -469,3 +469,101 @@ fn top_and_vi_run_full_screen() {
         &dir.path().join("openssh.txt"),
     );
 }
+
+/// `mn-ssh`'s pid among the processes whose command line holds `needle`
+/// (the shell that started it holds it too).
+fn mn_ssh_pid(needle: &str) -> Option<u32> {
+    pids_matching(needle).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+            c.split(|&b| b == 0)
+                .next()
+                .is_some_and(|arg0| arg0.ends_with(b"mn-ssh"))
+        })
+    })
+}
+
+#[test]
+fn the_local_terminal_comes_back_from_raw_mode_on_every_exit_path() {
+    let mut agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // How each session ends, and the exit code mn-ssh then gives.
+    type End = fn(u32, &mut Agent);
+    let ends: [(&str, End, i32); 4] = [
+        ("the remote command's end", |_, _| {}, 3),
+        (
+            "SIGTERM, sent on",
+            |pid, _| signal_pid(pid, nix::sys::signal::Signal::SIGTERM),
+            143,
+        ),
+        (
+            "SIGHUP, sent on",
+            |pid, _| signal_pid(pid, nix::sys::signal::Signal::SIGHUP),
+            129,
+        ),
+        (
+            "the connection lost (the agent killed)",
+            |_, agent| {
+                agent.child.kill().unwrap();
+                agent.child.wait().unwrap();
+            },
+            255,
+        ),
+    ];
+    for (i, (how, end, want)) in ends.into_iter().enumerate() {
+        let tag = sleep_tag();
+        let remote = if want == 3 {
+            format!(": {tag}; sleep 2; exit 3")
+        } else {
+            format!("sleep {tag}")
+        };
+        let needle = format!("-tt {} {remote}", agent.host);
+        let client = format!(
+            "sh -c 'tty >{d}/tty{i}; stty -g >{d}/before{i}; {mn_ssh} -tt {host} \"{remote}\"; \
+             echo $? >{d}/rc{i}; stty -g >{d}/after{i}'",
+            d = d.display(),
+            mn_ssh = mn_ssh().display(),
+            host = agent.host,
+        );
+        let mut term = Term::start(&client, &d.join("never"));
+        let pid = {
+            let mut pid = None;
+            assert!(
+                eventually(Duration::from_secs(10), || {
+                    pid = mn_ssh_pid(&needle);
+                    pid.is_some() && (want == 3 || !sleepers(&tag).is_empty())
+                }),
+                "{how}: no session"
+            );
+            pid.unwrap()
+        };
+        let tty = std::fs::read_to_string(d.join(format!("tty{i}"))).unwrap();
+        let before = std::fs::read_to_string(d.join(format!("before{i}"))).unwrap();
+        // Raw while the session lasts.
+        let during = eventually(Duration::from_secs(5), || {
+            let now = cmd(Path::new("stty"))
+                .args(["-g", "-F", tty.trim()])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&now.stdout) != before
+        });
+        assert!(
+            during,
+            "{how}: the local terminal was never put in raw mode"
+        );
+        end(pid, &mut agent);
+        let status = term.child.wait().unwrap();
+        assert!(status.success(), "{how}: {}", term.text());
+        let rc = std::fs::read_to_string(d.join(format!("rc{i}"))).unwrap();
+        assert_eq!(rc.trim(), want.to_string(), "{how}: {}", term.text());
+        let after = std::fs::read_to_string(d.join(format!("after{i}"))).unwrap();
+        assert_eq!(
+            after, before,
+            "{how}: the terminal's modes did not come back"
+        );
+    }
+}
+
+fn signal_pid(pid: u32, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
+}
