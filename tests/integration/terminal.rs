@@ -488,32 +488,41 @@ fn the_local_terminal_comes_back_from_raw_mode_on_every_exit_path() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // How each session ends, and the exit code mn-ssh then gives.
-    type End = fn(u32, &mut Agent);
+    type End = fn(u32, &mut Agent, &Path);
     let ends: [(&str, End, i32); 4] = [
-        ("the remote command's end", |_, _| {}, 3),
+        (
+            "the remote command's end",
+            |_, _, go| std::fs::write(go, "").unwrap(),
+            3,
+        ),
         (
             "SIGTERM, sent on",
-            |pid, _| signal_pid(pid, nix::sys::signal::Signal::SIGTERM),
+            |pid, _, _| signal_pid(pid, nix::sys::signal::Signal::SIGTERM),
             143,
         ),
         (
             "SIGHUP, sent on",
-            |pid, _| signal_pid(pid, nix::sys::signal::Signal::SIGHUP),
+            |pid, _, _| signal_pid(pid, nix::sys::signal::Signal::SIGHUP),
             129,
         ),
         (
             "the connection lost (the agent killed)",
-            |_, agent| {
+            |_, agent, _| {
                 agent.child.kill().unwrap();
                 agent.child.wait().unwrap();
             },
             255,
         ),
     ];
+    let go = d.join("go");
     for (i, (how, end, want)) in ends.into_iter().enumerate() {
         let tag = sleep_tag();
         let remote = if want == 3 {
-            format!(": {tag}; sleep 2; exit 3")
+            // Until the test says: the session outlasts the check that it is raw.
+            format!(
+                ": {tag}; while [ ! -e {} ]; do sleep 0.1; done; exit 3",
+                go.display()
+            )
         } else {
             format!("sleep {tag}")
         };
@@ -551,7 +560,7 @@ fn the_local_terminal_comes_back_from_raw_mode_on_every_exit_path() {
             during,
             "{how}: the local terminal was never put in raw mode"
         );
-        end(pid, &mut agent);
+        end(pid, &mut agent, &go);
         let status = term.child.wait().unwrap();
         assert!(status.success(), "{how}: {}", term.text());
         let rc = std::fs::read_to_string(d.join(format!("rc{i}"))).unwrap();
