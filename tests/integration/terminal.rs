@@ -576,3 +576,34 @@ fn the_local_terminal_comes_back_from_raw_mode_on_every_exit_path() {
 fn signal_pid(pid: u32, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
 }
+
+#[test]
+fn a_terminal_shell_ends_on_the_third_sigterm_and_on_the_first_sighup() {
+    use nix::sys::signal::Signal;
+    let agent = Agent::start(&fresh_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let needle = format!("-tt {}", agent.host);
+    for (sig, sent, want) in [(Signal::SIGTERM, 3, 143), (Signal::SIGHUP, 1, 129)] {
+        let mut term = Term::start(
+            &format!("sh -c '{} {needle}; echo rc=$?'", mn_ssh().display()),
+            &dir.path().join("never"),
+        );
+        term.send("echo re''ady\r");
+        term.expect("ready\r\n", 1);
+        let pid = mn_ssh_pid(&needle).expect("mn-ssh runs");
+        for n in 1..=sent {
+            if n > 1 {
+                // The interactive shell ignored the one before.
+                std::thread::sleep(Duration::from_millis(300));
+                assert!(
+                    mn_ssh_pid(&needle).is_some(),
+                    "{sig}: mn-ssh ended after {} signal(s)",
+                    n - 1
+                );
+            }
+            signal_pid(pid, sig);
+        }
+        term.expect(&format!("rc={want}"), 1);
+        let _ = term.child.wait();
+    }
+}
