@@ -118,7 +118,7 @@ pub(crate) async fn serve(
                         }
                     }
                 });
-                shards.spawn(move || connection);
+                shards.spawn(connection);
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.

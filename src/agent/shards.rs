@@ -54,16 +54,14 @@ impl Shards {
         Self::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
-    /// Runs `make()`'s future on an idle shard, else on a new one while
-    /// fewer than the most run, else on the least loaded; counted there
-    /// until it ends. `make` is called on that shard's thread: what it
-    /// registers with a runtime (a socket) is that shard's. Must be called
-    /// within a runtime: if no thread can be started at all, the future
-    /// runs on the caller's.
-    pub(crate) fn spawn<F, Fut>(&self, make: F) -> tokio::task::JoinHandle<()>
+    /// Runs `task` on an idle shard, else on a new one while fewer than the
+    /// most run, else on the least loaded; counted there until it ends. It
+    /// is polled only there: what it registers with a runtime when first
+    /// polled (a socket) is that shard's. Must be called within a runtime:
+    /// if no thread can be started at all, `task` runs on the caller's.
+    pub(crate) fn spawn<Fut>(&self, task: Fut) -> tokio::task::JoinHandle<()>
     where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + 'static + Send,
+        Fut: Future<Output = ()> + Send + 'static,
     {
         let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
         let idle = shards
@@ -84,12 +82,12 @@ impl Shards {
             None => Self::least_loaded(&shards),
         };
         let Some(shard) = chosen.map(|i| &shards[i]) else {
-            return tokio::spawn(async move { make().await });
+            return tokio::spawn(task);
         };
         let load = Load::count(&shard.load);
         shard.handle.spawn(async move {
             let _load = load;
-            make().await
+            task.await
         })
     }
 
@@ -175,7 +173,7 @@ mod tests {
         for _ in 0..4 {
             let mut released = released.clone();
             let names = names.clone();
-            tasks.push(shards.spawn(move || async move {
+            tasks.push(shards.spawn(async move {
                 let name = std::thread::current().name().unwrap_or("").to_owned();
                 names.lock().unwrap().push(name);
                 let _ = released.wait_for(|r| *r).await;
@@ -200,7 +198,7 @@ mod tests {
         let shards = Shards::new(8);
         assert!(shards.loads().is_empty());
         for _ in 0..3 {
-            let task = shards.spawn(|| async {});
+            let task = shards.spawn(async {});
             block_on(task).unwrap();
         }
         // One after another: the first thread ran all three.
@@ -221,7 +219,7 @@ mod tests {
         for _ in 0..3 {
             let flag = Flag(dropped.clone());
             let started = started.clone();
-            shards.spawn(move || async move {
+            shards.spawn(async move {
                 let _flag = flag;
                 started.send(()).unwrap();
                 std::future::pending::<()>().await;
