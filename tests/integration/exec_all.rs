@@ -145,10 +145,6 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::Exit
     }
 }
 
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
-}
-
 fn kill_all(pids: Vec<u32>) {
     for pid in pids {
         let _ = nix::sys::signal::kill(
@@ -237,7 +233,7 @@ fn sigint_reaches_every_node_and_a_second_one_kills() {
             }
         }
     });
-    signal(&child, nix::sys::signal::Signal::SIGINT);
+    signal(child.id(), nix::sys::signal::Signal::SIGINT);
     let first = std::time::Instant::now();
     // Every shell answers SIGINT (its line is the condition waited for); the
     // sleeps ignore it, so the run goes on...
@@ -260,7 +256,7 @@ fn sigint_reaches_every_node_and_a_second_one_kills() {
     std::thread::sleep(
         (first + Duration::from_millis(400)).saturating_duration_since(std::time::Instant::now()),
     );
-    signal(&child, nix::sys::signal::Signal::SIGINT);
+    signal(child.id(), nix::sys::signal::Signal::SIGINT);
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
     out.extend(lines.try_iter().map(|l| l + "\n"));
     for rank in 0..3 {
@@ -289,7 +285,7 @@ fn sigterm_to_exec_all_is_passed_on() {
         .unwrap();
     let mut buf = [0u8; 9];
     child.stdout.as_mut().unwrap().read_exact(&mut buf).unwrap();
-    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    signal(child.id(), nix::sys::signal::Signal::SIGTERM);
     let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
     assert_eq!(status.code(), Some(143));
 }

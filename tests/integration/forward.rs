@@ -73,10 +73,6 @@ fn spawn(program: &str, args: &[String]) -> Child {
         .unwrap()
 }
 
-fn signal(child: &Child, signal: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
-}
-
 fn stderr_of(child: &mut Child) -> String {
     let mut text = String::new();
     child
@@ -127,7 +123,7 @@ fn curl_through_l_reaches_a_server_on_the_nodes_loopback_and_n_ends_on_sigterm()
                 "{program}"
             );
         }
-        signal(&client, nix::sys::signal::Signal::SIGTERM);
+        signal(client.id(), nix::sys::signal::Signal::SIGTERM);
         let code = wait_exit(&mut client, Duration::from_secs(10));
         // OpenSSH's ssh -N ends on SIGTERM with 0, without a word.
         assert_eq!(code, Some(0), "{program}");
@@ -152,7 +148,7 @@ fn openssh_gets_the_window_sshd_gives_a_forwarded_channel() {
     let (mut client, listen) = forward_n("ssh", args, &http.addr, &agent);
     let (code, body) = curl(&format!("http://{listen}:6006/hello.txt"));
     assert_eq!((code, body.as_str()), (0, "windowed\n"));
-    signal(&client, nix::sys::signal::Signal::SIGTERM);
+    signal(client.id(), nix::sys::signal::Signal::SIGTERM);
     wait_exit(&mut client, Duration::from_secs(10));
     let log = stderr_of(&mut client);
     // OpenSSH's `debug2: channel 2: open confirm rwindow 2097152 rmax 32768`.
@@ -176,7 +172,7 @@ fn a_destination_outside_the_node_and_the_job_is_refused_with_what_is_allowed() 
         // curl: "Empty reply from server" (52) or a reset (56).
         assert!(matches!(code, 52 | 56), "{program}: curl {code} {body}");
         // On SIGINT, 255.
-        signal(&client, nix::sys::signal::Signal::SIGINT);
+        signal(client.id(), nix::sys::signal::Signal::SIGINT);
         assert_eq!(
             wait_exit(&mut client, Duration::from_secs(10)),
             Some(255),

@@ -56,19 +56,20 @@ fn ended(child: &mut std::process::Child, limit: Duration) -> (i32, String, Stri
 
 /// An agent stopped with SIGSTOP: its kernel still accepts and acknowledges,
 /// nothing of it runs. Continued when dropped, whatever the test found.
-struct Frozen(nix::unistd::Pid);
+struct Frozen(u32);
 
 impl Frozen {
     fn agent(agent: &Agent) -> Self {
-        let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        Frozen(pid)
+        signal(agent.pid(), nix::sys::signal::Signal::SIGSTOP);
+        Frozen(agent.pid())
     }
 }
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+        // Not `signal`: a panic here, while a failed assertion unwinds, would abort.
+        let pid = nix::unistd::Pid::from_raw(self.0 as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
     }
 }
 
@@ -496,11 +497,7 @@ fn a_signal_during_the_health_check_stops_the_run_with_the_signals_code() {
     );
     // The check runs on every node, the spare too.
     assert!(eventually(Duration::from_secs(10), || sleepers(&tag).len() == 3));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    signal(child.id(), nix::sys::signal::Signal::SIGTERM);
     let (code, out, err) = ended(&mut child, Duration::from_secs(15));
     assert_eq!(code, 143, "128 + SIGTERM, as any run it ends: {err}");
     assert!(!err.contains("failed the health check"), "{err}");
@@ -658,11 +655,7 @@ fn a_signal_between_two_attempts_stops_the_run_before_the_next() {
             .is_ok_and(|w| w.starts_with(&format!("{} 0x2 ", libc::SYS_write)))
     });
     assert!(blocked, "exec_all never blocked writing its stderr");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    signal(pid, nix::sys::signal::Signal::SIGTERM);
     std::thread::sleep(Duration::from_millis(300));
     let drain = std::thread::spawn(move || {
         let mut err = Vec::new();

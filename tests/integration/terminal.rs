@@ -207,11 +207,7 @@ fn a_killed_terminal_client_leaves_nothing_on_the_node() {
             })
             .collect();
         assert_eq!(pids.len(), 1, "{client}: {pids:?}");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pids[0] as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        signal(pids[0], nix::sys::signal::Signal::SIGKILL);
         assert!(
             eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
             "{client}: left {:?}",
@@ -497,12 +493,12 @@ fn the_local_terminal_comes_back_from_raw_mode_on_every_exit_path() {
         ),
         (
             "SIGTERM, sent on",
-            |pid, _, _| signal_pid(pid, nix::sys::signal::Signal::SIGTERM),
+            |pid, _, _| signal(pid, nix::sys::signal::Signal::SIGTERM),
             143,
         ),
         (
             "SIGHUP, sent on",
-            |pid, _, _| signal_pid(pid, nix::sys::signal::Signal::SIGHUP),
+            |pid, _, _| signal(pid, nix::sys::signal::Signal::SIGHUP),
             129,
         ),
         (
@@ -573,10 +569,6 @@ fn the_local_terminal_comes_back_from_raw_mode_on_every_exit_path() {
     }
 }
 
-fn signal_pid(pid: u32, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
-}
-
 #[test]
 fn a_terminal_shell_ends_on_the_third_sigterm_and_on_the_first_sighup() {
     use nix::sys::signal::Signal;
@@ -601,7 +593,7 @@ fn a_terminal_shell_ends_on_the_third_sigterm_and_on_the_first_sighup() {
                     n - 1
                 );
             }
-            signal_pid(pid, sig);
+            signal(pid, sig);
         }
         term.expect(&format!("rc={want}"), 1);
         let _ = term.child.wait();
