@@ -48,6 +48,19 @@ fn no_paths_of_the_authors_machine() {
     assert!(found.is_empty(), "machine paths: {found:#?}");
 }
 
+/// The commands in `page`'s code blocks, one a line: a command that goes on
+/// over lines ending in `\` is joined into one.
+fn code_block_commands(root: &Path, page: &str) -> String {
+    let text = std::fs::read_to_string(root.join(page)).expect("the page");
+    let code = text
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    code.replace("\\\n", " ")
+}
+
 /// Every `bench.py` command in the docs names options and `--fanout-tools`
 /// that `bench/bench.py` has (a renamed tool or option would leave a
 /// documented command that stops at its first line).
@@ -58,15 +71,7 @@ fn documented_bench_commands_name_what_bench_py_has() {
     let mut checked = 0;
     let mut wrong = Vec::new();
     for page in ["docs/benchmarks.md", "docs/scale.md"] {
-        let text = std::fs::read_to_string(root.join(page)).expect("the page");
-        // The code blocks' lines; a command continues over lines ending in `\`.
-        let code: String = text
-            .split("```")
-            .skip(1)
-            .step_by(2)
-            .collect::<Vec<_>>()
-            .join("\n");
-        let joined = code.replace("\\\n", " ");
+        let joined = code_block_commands(root, page);
         for line in joined.lines().filter(|l| l.contains("bench.py --")) {
             checked += 1;
             let command = &line[line.find("bench.py").expect("found")..];
@@ -108,16 +113,9 @@ fn documented_bench_commands_name_what_bench_py_has() {
 #[test]
 fn documented_bench_script_options_exist() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join("docs/benchmarks.md")).expect("the page");
-    let code = text
-        .split("```")
-        .skip(1)
-        .step_by(2)
-        .collect::<Vec<_>>()
-        .join("\n");
     let mut checked = 0;
     let mut wrong = Vec::new();
-    for line in code.replace("\\\n", " ").lines() {
+    for line in code_block_commands(root, "docs/benchmarks.md").lines() {
         // What a comment says is not part of the command.
         let line = line.split(" #").next().unwrap_or_default();
         let Some(at) = line.find("bench/") else {
