@@ -76,11 +76,5 @@ else
 fi
 check_eq "busy loops left on $busy" 0 "$(loops)"
 
-touch "$MN_RESULTS/release"
-code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-check_eq "the head's exit status" 0 "$code"
-for host in node1 node2 node3; do
-    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-    check_eq "$host released, exit status" 0 "$code"
-done
+mn_release 0 node1 node2 node3
 finish

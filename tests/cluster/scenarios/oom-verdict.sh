@@ -101,11 +101,5 @@ PY
     done
 fi
 
-touch "$MN_RESULTS/release"
-code=$(mn_wait_exit node0 30) || code="still running 30 s later"
-check_eq "the head's exit status (exec_all's)" 137 "$code"
-for host in node1 node2; do
-    code=$(mn_wait_exit "$host" 20) || code="still running 20 s later"
-    check_eq "$host released, exit status" 0 "$code"
-done
+mn_release 137 node1 node2
 finish
