@@ -11,10 +11,15 @@ use crate::util::*;
 const PORT: u16 = 29975;
 
 /// `multinode agent -- sh -c JOB` for rank `rank` of `hosts`, logging at
-/// debug level to `log` (the workers' logins are counted from there).
+/// debug level to `log` (the workers' logins are counted from there), with
+/// a TMPDIR of its own beside `log`: Open MPI's daemons on one host race to
+/// create one session directory otherwise (docs/mpi.md, as in mpi.rs).
 fn node(hosts: &[String], rank: usize, job: &str, log: &std::path::Path) -> Command {
+    let tmp = log.with_file_name(format!("tmp-{rank}"));
+    std::fs::create_dir(&tmp).unwrap();
     let mut c = crate::lifecycle::node(hosts, rank, PORT, &[], &["sh", "-c", job]);
     c.env("RUST_LOG", "multinode=debug")
+        .env("TMPDIR", &tmp)
         .stderr(std::fs::File::create(log).unwrap());
     c
 }
