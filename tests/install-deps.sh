@@ -5,10 +5,11 @@
 # shells the helper is checked with, debootstrap for the cluster tests'
 # base image, PyYAML for the k8s-* cluster tests (they read the manifests of
 # docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
-# a Debian package, so it comes from PyPI), and cargo-nextest, which runs the
+# a Debian package, so it comes from PyPI) and paramiko (a real SSH client of
+# Python's, for the python3 on PATH), and cargo-nextest, which runs the
 # Rust tests (from crates.io, built by `cargo install`: minutes, so only when
 # `cargo nextest` is missing). Does nothing when all are present. Needs root
-# (or sudo) only when a Debian package or py-spy is missing.
+# (or sudo) only when a Debian package, py-spy or paramiko is missing.
 set -euo pipefail
 
 PACKAGES=(
@@ -19,14 +20,17 @@ PACKAGES=(
     rsync git python3-pip vim-tiny
 )
 
-# py-spy from PyPI, after the Debian packages (pip is one of them).
+# py-spy and paramiko from PyPI, after the Debian packages (pip is one of them).
 py_spy() {
-    command -v py-spy >/dev/null && return 0
-    echo "test dependencies: installing py-spy from PyPI"
+    local wanted=()
+    command -v py-spy >/dev/null || wanted+=(py-spy)
+    python3 -c 'import paramiko' 2>/dev/null || wanted+=(paramiko)
+    ((${#wanted[@]} > 0)) || return 0
+    echo "test dependencies: installing ${wanted[*]} from PyPI"
     local sudo=()
     if ((EUID != 0)); then sudo=(sudo); fi
-    "${sudo[@]}" python3 -m pip install --quiet --break-system-packages py-spy ||
-        "${sudo[@]}" python3 -m pip install --quiet py-spy
+    "${sudo[@]}" python3 -m pip install --quiet --break-system-packages "${wanted[@]}" ||
+        "${sudo[@]}" python3 -m pip install --quiet "${wanted[@]}"
 }
 
 # cargo-nextest from crates.io, into cargo's own bin directory (no root).

@@ -690,3 +690,65 @@ fn none_requests_then_silence_are_refused_and_closed_at_the_deadline_without_a_p
     let text = log_text(&log);
     assert!(!text.contains("panicked"), "{text}");
 }
+
+/// paramiko, a real SSH client of Python's, logs in with the job's key and
+/// runs a command. Each of its authentication calls sends a service request
+/// of its own; russh 0.65 answers only the first (its server ignores one in
+/// the state after, `server/encrypted.rs`), so a second call on one
+/// transport (`auth_none`, then the key) waits for the login deadline and is
+/// then closed, as docs/security.md says: bounded, and other clients are
+/// served meanwhile. This test fails when that changes, either way.
+#[test]
+fn paramiko_logs_in_and_a_second_service_request_waits_for_the_login_deadline() {
+    let (dir, log, agent) = agent_with_log(&["--login-timeout", "3", "-v"]);
+    let (key, _) = job_key_files(dir.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/paramiko_login.py");
+    let login = |mode: &str| {
+        let start = Instant::now();
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(&agent.host)
+            .arg(agent.port.to_string())
+            .arg(&key)
+            .arg(mode)
+            .stdin(Stdio::null())
+            .output()
+            .expect("python3 runs (paramiko: tests/install-deps.sh)");
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stdout(&out), start.elapsed())
+    };
+    let (one, took) = login("one");
+    assert_eq!(one, "ran: served\n");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    let (two, took) = std::thread::scope(|s| {
+        let two = s.spawn(|| login("two"));
+        // Meanwhile the agent serves the job's own client at once.
+        std::thread::sleep(Duration::from_millis(500));
+        let start = Instant::now();
+        let out = cmd(&mn_ssh())
+            .arg(&agent.host)
+            .arg("echo served")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&out), "served\n", "{}", stderr(&out));
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        two.join().unwrap()
+    });
+    assert!(two.starts_with("closed after "), "{two}");
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(10),
+        "closed after {took:?}, expected at the 3 s deadline"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || log_text(&log)
+            .contains("not logged in within 3 s")),
+        "{}",
+        log_text(&log)
+    );
+}
