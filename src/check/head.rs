@@ -17,7 +17,7 @@ use crate::cli::{CheckArgs, TableFormat};
 use crate::env::{Job, resolve_job};
 use crate::env_map::EnvMap;
 use crate::error::Error;
-use crate::exec_all::{NodeCapture, collect};
+use crate::exec_all::{NodeCapture, NodeOutcome, collect};
 use crate::exit_code;
 use crate::process::Outcome;
 use crate::topology::{Topology, shorten};
@@ -149,10 +149,13 @@ pub(crate) fn reports(topology: &Topology, captures: &[NodeCapture]) -> Vec<Node
 
 /// A node's facts from what its `check --local` left, or why there are none.
 pub(crate) fn report_from(c: &NodeCapture) -> Result<NodeFacts, String> {
-    let outcome = c
-        .outcome
-        .as_ref()
-        .map_err(|e| format!("unreachable: {e}"))?;
+    let outcome = match &c.outcome {
+        NodeOutcome::Finished(outcome) => outcome,
+        // The run's time limit ended it before its command started.
+        NodeOutcome::NotStarted => return Err("not started (timeout)".into()),
+        // `unreachable: WHY` or `lost: WHY`: each as it was.
+        other => return Err(NodeOutcome::describe(Some(other))),
+    };
     let stderr = String::from_utf8_lossy(&c.stderr);
     let said = stderr
         .lines()
@@ -190,12 +193,7 @@ mod tests {
     use crate::check::checks::fixtures::healthy_facts;
     use crate::topology::Node;
 
-    fn capture(
-        rank: usize,
-        outcome: Result<Outcome, String>,
-        stdout: &[u8],
-        stderr: &[u8],
-    ) -> NodeCapture {
+    fn capture(rank: usize, outcome: NodeOutcome, stdout: &[u8], stderr: &[u8]) -> NodeCapture {
         NodeCapture {
             rank,
             outcome,
@@ -222,19 +220,27 @@ mod tests {
         let mut noisy = b"Welcome to gpu02!\n".to_vec();
         noisy.extend_from_slice(&serde_json::to_vec(&healthy_facts(1, 5)).expect("json"));
         let captures = vec![
-            capture(0, Ok(Outcome::Exited(0)), &good, b""),
-            capture(1, Ok(Outcome::Exited(0)), &noisy, b""),
-            capture(2, Err("connection refused".into()), b"", b""),
+            capture(0, NodeOutcome::Finished(Outcome::Exited(0)), &good, b""),
+            capture(1, NodeOutcome::Finished(Outcome::Exited(0)), &noisy, b""),
+            capture(
+                2,
+                NodeOutcome::Unreachable("connection refused".into()),
+                b"",
+                b"",
+            ),
             capture(
                 3,
-                Ok(Outcome::Exited(127)),
+                NodeOutcome::Finished(Outcome::Exited(127)),
                 b"",
                 b"sh: 1: /opt/mn/multinode: not found\n",
             ),
-            // rank 4 never answered
+            // A slow node: the time limit came before its command started.
+            capture(4, NodeOutcome::NotStarted, b"", b""),
+            capture(5, NodeOutcome::Lost("connection reset".into()), b"", b""),
+            // rank 6 never answered
         ];
-        let reports = reports(&topology(5), &captures);
-        assert_eq!(reports.len(), 5);
+        let reports = reports(&topology(7), &captures);
+        assert_eq!(reports.len(), 7);
         assert_eq!(reports[0].facts.as_ref().ok(), Some(&healthy_facts(0, 5)));
         assert_eq!(reports[1].facts.as_ref().ok(), Some(&healthy_facts(1, 5)));
         assert_eq!(
@@ -248,10 +254,13 @@ mod tests {
                     .into()
             )
         );
-        assert_eq!(reports[4].facts, Err("no answer".into()));
+        // Not "unreachable: not started (timeout)": it was reached.
+        assert_eq!(reports[4].facts, Err("not started (timeout)".into()));
+        assert_eq!(reports[5].facts, Err("lost: connection reset".into()));
+        assert_eq!(reports[6].facts, Err("no answer".into()));
         assert_eq!(
-            (reports[4].rank, reports[4].host.as_str(), reports[4].slots),
-            (4, "gpu05", 8)
+            (reports[6].rank, reports[6].host.as_str(), reports[6].slots),
+            (6, "gpu07", 8)
         );
     }
 
@@ -259,7 +268,7 @@ mod tests {
     fn bad_output_and_crashes() {
         let killed = capture(
             0,
-            Ok(Outcome::Signaled {
+            NodeOutcome::Finished(Outcome::Signaled {
                 signal: 9,
                 core_dumped: false,
             }),
@@ -272,7 +281,7 @@ mod tests {
         );
         let old = capture(
             0,
-            Ok(Outcome::Exited(2)),
+            NodeOutcome::Finished(Outcome::Exited(2)),
             b"",
             b"multinode: error: unexpected argument '--local' found (see multinode --help)\n",
         );

@@ -360,11 +360,7 @@ fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
         .iter()
         .find(|n| n.rank == rank)
         .and_then(|n| n.outcome.as_ref());
-    let cause = match outcome {
-        Some(NodeOutcome::Unreachable(_)) => Cause::Unreachable,
-        Some(NodeOutcome::Lost(_) | NodeOutcome::NotStarted) | None => Cause::Lost,
-        Some(NodeOutcome::Finished(o)) => Cause::Exited(o.shell_code()),
-    };
+    let cause = outcome.map_or(Cause::Lost, NodeOutcome::cause);
     AttemptEnd::Failed {
         node: nodes.get(rank).copied(),
         cause,
@@ -381,12 +377,9 @@ fn lost_besides(result: &RunResult, nodes: &[usize]) -> Vec<(usize, Cause)> {
         .iter()
         .filter(|n| Some(n.rank) != result.first_failure && n.ended.is_some())
         .filter_map(|n| {
-            let cause = match n.outcome.as_ref()? {
-                NodeOutcome::Unreachable(_) => Cause::Unreachable,
-                NodeOutcome::Lost(_) => Cause::Lost,
-                NodeOutcome::Finished(_) | NodeOutcome::NotStarted => return None,
-            };
-            Some((*nodes.get(n.rank)?, cause))
+            // Only a node that was there and went: unreachable or lost.
+            let outcome = n.outcome.as_ref().filter(|o| o.error().is_some())?;
+            Some((*nodes.get(n.rank)?, outcome.cause()))
         })
         .collect()
 }

@@ -168,7 +168,7 @@ pub async fn run(
                         }
                     }
                     Event::Ended(end) => {
-                        let End { outcome, stats, ended, subtree, exit_info } = *end;
+                        let End { outcome, stats, evidence, ended, subtree } = *end;
                         debug!(rank, host = %node.host, ?outcome, "node ended");
                         if node.started.is_none() {
                             node.started = Some(ended);
@@ -179,7 +179,7 @@ pub async fn run(
                         }
                         node.ended = Some(ended);
                         node.stats = stats;
-                        node.exit_info = exit_info;
+                        node.evidence = evidence;
                         let failed = !outcome.success();
                         node.outcome = Some(outcome);
                         remaining -= 1;
@@ -192,11 +192,14 @@ pub async fn run(
                                     if record.host.is_empty() {
                                         record.host = nodes[i].host.clone();
                                     }
-                                    let keep_stats = record.rank == rank;
-                                    let stats = std::mem::take(&mut nodes[i].stats);
-                                    nodes[i] = record;
-                                    if keep_stats && nodes[i].stats.tail.is_empty() {
-                                        nodes[i].stats = stats;
+                                    // The relay's own node: what its leg saw here
+                                    // stands where its record has no output.
+                                    let own = record.rank == rank && record.evidence.tail.is_empty();
+                                    let mine = std::mem::replace(&mut nodes[i], record);
+                                    if own {
+                                        nodes[i].stats = mine.stats;
+                                        nodes[i].evidence.tail = mine.evidence.tail;
+                                        nodes[i].evidence.errors = mine.evidence.errors;
                                     }
                                 }
                             }
@@ -423,9 +426,9 @@ mod tests {
         let end = End {
             outcome: NodeOutcome::Finished(outcome),
             stats: Default::default(),
+            evidence: Default::default(),
             ended: SystemTime::now(),
             subtree: None,
-            exit_info: Default::default(),
         };
         run.events
             .send((rank, Event::Ended(Box::new(end))))

@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 use aho_corasick::{AhoCorasick, MatchKind};
 
 use super::nccl_line;
-use super::record::OutputStats;
+use super::record::ErrorLines;
 
 /// The start of a Python traceback.
 const TRACEBACK: &[u8] = b"Traceback (most recent call last):";
@@ -80,9 +80,9 @@ pub struct ErrorScan {
 }
 
 impl ErrorScan {
-    /// Takes the next bytes of the stream; what they tell goes to `stats`
+    /// Takes the next bytes of the stream; what they tell goes to `errors`
     /// (`program_error`: the last one; `nccl_cause`: the first).
-    pub fn feed(&mut self, block: &[u8], stats: &mut OutputStats) {
+    pub fn feed(&mut self, block: &[u8], errors: &mut ErrorLines) {
         let mut rest = block;
         if !self.carry.is_empty() || self.overlong {
             let Some(end) = memchr::memchr2(b'\n', b'\r', rest) else {
@@ -92,7 +92,7 @@ impl ErrorScan {
             if !self.overlong {
                 let mut line = std::mem::take(&mut self.carry);
                 line.extend_from_slice(&rest[..end]);
-                self.line(&line, stats);
+                self.line(&line, errors);
             }
             self.carry.clear();
             self.overlong = false;
@@ -102,20 +102,20 @@ impl ErrorScan {
         let (lines, partial) = rest.split_at(whole);
         if self.pending() || NEEDLES.is_match(lines) {
             for line in lines[..whole.saturating_sub(1)].split(|b| *b == b'\n' || *b == b'\r') {
-                self.line(line, stats);
+                self.line(line, errors);
             }
         }
         self.keep(partial);
     }
 
     /// The stream ended: a last line without its end counts too.
-    pub fn finish(&mut self, stats: &mut OutputStats) {
+    pub fn finish(&mut self, errors: &mut ErrorLines) {
         if !self.overlong && !self.carry.is_empty() {
             let line = std::mem::take(&mut self.carry);
-            self.line(&line, stats);
+            self.line(&line, errors);
         }
         if let Some(terminate) = self.terminate.take() {
-            stats.program_error = Some(terminate);
+            errors.program_error = Some(terminate);
         }
     }
 
@@ -133,23 +133,23 @@ impl ErrorScan {
         !self.tracebacks.is_empty() || self.terminate.is_some() || self.nccl.pending()
     }
 
-    fn line(&mut self, line: &[u8], stats: &mut OutputStats) {
+    fn line(&mut self, line: &[u8], errors: &mut ErrorLines) {
         if line.trim_ascii().is_empty() {
             return;
         }
         let tag_len = tags_len(line);
         let (tag, text) = line.split_at(tag_len);
-        if self.nccl.line(line, text) && stats.nccl_cause.is_none() {
-            stats.nccl_cause = Some(kept(line));
+        if self.nccl.line(line, text) && errors.nccl_cause.is_none() {
+            errors.nccl_cause = Some(kept(line));
         }
         if let Some(terminate) = self.terminate.take() {
             let what = text.trim_ascii();
             if let Some(message) = what.strip_prefix(WHAT) {
                 let message = String::from_utf8_lossy(message.trim_ascii());
-                stats.program_error = Some(cut(format!("{terminate} (what(): {message})")));
+                errors.program_error = Some(cut(format!("{terminate} (what(): {message})")));
                 return;
             }
-            stats.program_error = Some(terminate);
+            errors.program_error = Some(terminate);
         }
         let trimmed = text.trim_ascii_end();
         if trimmed == TRACEBACK {
@@ -179,7 +179,7 @@ impl ErrorScan {
             if let Some(name) = exception_name(trimmed) {
                 self.tracebacks.swap_remove(i);
                 if !LAUNCHER_EXCEPTIONS.contains(&name) {
-                    stats.program_error = Some(kept(line));
+                    errors.program_error = Some(kept(line));
                 }
                 return;
             }
@@ -191,7 +191,7 @@ impl ErrorScan {
             .iter()
             .any(|s| memchr::memmem::find(text, s).is_some())
         {
-            stats.program_error = Some(kept(line));
+            errors.program_error = Some(kept(line));
         }
     }
 }
@@ -293,14 +293,14 @@ mod tests {
 
     const OOM_LINE: &str = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 139.29 GiB is free. Including non-PyTorch memory, this process has 518.00 MiB memory in use. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
 
-    fn scan(text: &str) -> OutputStats {
+    fn scan(text: &str) -> ErrorLines {
         scan_streams(&[text], usize::MAX)
     }
 
     /// Each stream (its own scan) in chunks of `n` bytes, as a byte pipe
     /// cuts lines anywhere.
-    fn scan_streams(streams: &[&str], n: usize) -> OutputStats {
-        let mut stats = OutputStats::default();
+    fn scan_streams(streams: &[&str], n: usize) -> ErrorLines {
+        let mut stats = ErrorLines::default();
         for text in streams {
             let mut scan = ErrorScan::default();
             for chunk in text.as_bytes().chunks(n) {
@@ -450,7 +450,7 @@ vm:844:900 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.2<0>
 
     #[test]
     fn a_traceback_cut_short_is_given_up() {
-        let mut stats = OutputStats::default();
+        let mut stats = ErrorLines::default();
         let mut scan = ErrorScan::default();
         scan.feed(
             b"Traceback (most recent call last):\n  File \"t.py\", line 1\n",

@@ -6,10 +6,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use super::record::{NodeOutcome, NodeRecord, OutputStats};
+use super::record::{Evidence, NodeOutcome, NodeRecord, OutputStats};
+use super::relay_record::RelayRecord;
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
-use crate::protocol::relay_record::RelayRecord;
 
 /// What a node task tells the dispatcher.
 #[derive(Debug)]
@@ -25,11 +25,12 @@ pub enum Event {
 pub struct End {
     pub outcome: NodeOutcome,
     pub stats: OutputStats,
+    /// Its last lines, the errors they name, and what the node saw of the
+    /// script's end, when it can tell.
+    pub evidence: Evidence,
     pub ended: SystemTime,
     /// For a relay: what its exec_all reported of each node of its group.
     pub subtree: Option<Subtree>,
-    /// What the node saw of the script's end, when it can tell.
-    pub exit_info: Option<ExitInfo>,
 }
 
 /// A relay's report of its group.

@@ -17,7 +17,7 @@ use super::plan::{LegKind, NodeSpec};
 use super::process_leg::ProcessLeg;
 use super::reach::RunCtx;
 use super::record::NodeOutcome;
-use crate::protocol::relay_record::RecordTap;
+use super::relay_record::RecordTap;
 use crate::protocol::signals::signal_to_sig;
 
 /// A started leg.

@@ -16,6 +16,7 @@
 //! - `event`: what node tasks and the dispatcher tell each other.
 //! - `record`: what a run keeps of each node, and how it ended.
 //! - `relay`: past `--fanout` nodes, groups of nodes run through one of theirs.
+//! - `relay_record`: a relay's records of its group, sent to its head on stderr.
 //! - `report`: the failure table and `--report FILE`.
 //! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
 //! - `nccl_line`: which output lines are NCCL's warnings and errors, and its cause.
@@ -41,6 +42,7 @@ mod progress;
 mod reach;
 mod record;
 mod relay;
+mod relay_record;
 mod report;
 pub mod script;
 mod sink;
@@ -58,14 +60,14 @@ pub(crate) use finish::finish_output;
 use finish::program_name;
 pub(crate) use options::RunOptions;
 use reach::{Reach, RunCtx};
-use record::{NodeOutcome, NodeRecord, RunResult};
+pub(crate) use record::NodeOutcome;
+use record::{NodeRecord, RunResult};
 use script::Script;
 
 use crate::cli::ExecAllArgs;
 use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
-use crate::process::Outcome;
 
 pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
@@ -185,8 +187,9 @@ pub(crate) async fn run(job: &Job, env: &EnvMap, options: RunOptions) -> Result<
 #[derive(Debug, Clone)]
 pub struct NodeCapture {
     pub rank: usize,
-    /// How the command ended, or why the node could not run it (unreachable, lost).
-    pub outcome: Result<Outcome, String>,
+    /// How the command ended, or why the node could not run it
+    /// (unreachable, lost, not started within the time limit).
+    pub outcome: NodeOutcome,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
 }
@@ -216,11 +219,7 @@ pub async fn collect(
         .into_iter()
         .map(|n| NodeCapture {
             rank: n.rank,
-            outcome: match n.outcome {
-                Some(NodeOutcome::Finished(outcome)) => Ok(outcome),
-                Some(NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e)) => Err(e),
-                Some(NodeOutcome::NotStarted) | None => Err("not started (timeout)".into()),
-            },
+            outcome: n.outcome.unwrap_or(NodeOutcome::NotStarted),
             stdout: n.stats.captured_out,
             stderr: n.stats.captured_err,
         })

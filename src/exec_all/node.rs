@@ -20,11 +20,11 @@ use super::plan::NodeSpec;
 use super::reach::RunCtx;
 use super::record::NodeOutcome;
 use super::relay;
+use super::relay_record::RelayRecord;
 use super::sink::NodeSink;
 use super::writer::{Stream, Writer};
 use crate::error::Error;
 use crate::protocol::exit_info::ExitInfo;
-use crate::protocol::relay_record::RelayRecord;
 
 /// Everything one node task needs.
 pub struct NodeTask {
@@ -47,12 +47,14 @@ impl NodeTask {
             .relay
             .as_ref()
             .map(|group| relay::subtree(group, &self.spec.host, &outcome, relayed));
+        let mut evidence = self.sink.evidence.clone();
+        evidence.exit_info = exit_info;
         let end = End {
             outcome,
             stats: self.sink.stats.clone(),
+            evidence,
             ended: SystemTime::now(),
             subtree,
-            exit_info,
         };
         self.send(Event::Ended(Box::new(end)));
     }

@@ -1,12 +1,96 @@
 //! What a run keeps of each node and how the run ended: the dispatcher's
-//! records, a node's outcome and output statistics, the run's result.
-//! Read by the report, the verdict and the relay; imports nothing of exec_all.
+//! records (`NodeRecord`, also what a relay sends its head, as it is), a
+//! node's outcome and what it means, the evidence of how it ended, output
+//! statistics, the run's result. Read by the report, the verdict and the
+//! relay; imports nothing of exec_all.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
+use serde::{Deserialize, Serialize};
+
+use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
-pub use crate::protocol::relay_record::NodeOutcome;
+use crate::restart::Cause;
+
+/// How a node's part of a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeOutcome {
+    Finished(Outcome),
+    /// Never connected.
+    Unreachable(String),
+    /// Connected, then lost (keepalive, reset, agent gone) without an exit status.
+    Lost(String),
+    /// Stopped before it started (the run was already ending).
+    NotStarted,
+}
+
+impl NodeOutcome {
+    pub fn success(&self) -> bool {
+        matches!(self, NodeOutcome::Finished(o) if o.success())
+    }
+
+    /// The code exec_all exits with when this is the first failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            NodeOutcome::Finished(o) => o.shell_code(),
+            NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_) | NodeOutcome::NotStarted => {
+                crate::exit_code::CONNECTION_FAILED
+            }
+        }
+    }
+
+    /// Its status word in `--report`: `ok`, `failed`, `killed`,
+    /// `unreachable`, `lost`, `not-started` (also a node with no outcome).
+    pub fn status(outcome: Option<&NodeOutcome>) -> &'static str {
+        match outcome {
+            Some(NodeOutcome::Finished(Outcome::Exited(0))) => "ok",
+            Some(NodeOutcome::Finished(Outcome::Exited(_))) => "failed",
+            Some(NodeOutcome::Finished(Outcome::Signaled { .. })) => "killed",
+            Some(NodeOutcome::Unreachable(_)) => "unreachable",
+            Some(NodeOutcome::Lost(_)) => "lost",
+            Some(NodeOutcome::NotStarted) | None => "not-started",
+        }
+    }
+
+    /// In a few words for people: `exit 3`, `killed by SIGSEGV`,
+    /// `unreachable: WHY`, `lost: WHY`, `not started`.
+    pub fn describe(outcome: Option<&NodeOutcome>) -> String {
+        match outcome {
+            Some(NodeOutcome::Finished(o)) => o.to_string(),
+            Some(NodeOutcome::Unreachable(e)) => format!("unreachable: {e}"),
+            Some(NodeOutcome::Lost(e)) => format!("lost: {e}"),
+            Some(NodeOutcome::NotStarted) | None => "not started".into(),
+        }
+    }
+
+    /// Why the node was unreachable or lost (the command's own end has none).
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e) => Some(e),
+            NodeOutcome::Finished(_) | NodeOutcome::NotStarted => None,
+        }
+    }
+
+    /// What the restart policy makes of it as a first failure or a loss:
+    /// a node never reached, a node lost (also one that never started),
+    /// or the program's shell exit code.
+    pub fn cause(&self) -> Cause {
+        match self {
+            NodeOutcome::Unreachable(_) => Cause::Unreachable,
+            NodeOutcome::Lost(_) | NodeOutcome::NotStarted => Cause::Lost,
+            NodeOutcome::Finished(o) => Cause::Exited(o.shell_code()),
+        }
+    }
+
+    /// The command's own end: its exit code, or the signal that killed it.
+    pub fn finished(&self) -> Option<&Outcome> {
+        match self {
+            NodeOutcome::Finished(o) => Some(o),
+            _ => None,
+        }
+    }
+}
 
 /// Why the run is ending early. Ordered: the most serious reason wins.
 #[derive(
@@ -28,8 +112,9 @@ pub enum CancelReason {
     SecondSignal,
 }
 
-/// What the dispatcher keeps of each node.
-#[derive(Debug, Clone)]
+/// What the dispatcher keeps of each node; a relay sends its head the
+/// records of its group as they are (`relay_record.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
     pub rank: usize,
     pub host: String,
@@ -38,9 +123,7 @@ pub struct NodeRecord {
     pub ended: Option<SystemTime>,
     pub outcome: Option<NodeOutcome>,
     pub stats: OutputStats,
-    /// What the node saw of its script's end (OOM kills, a core); `None`
-    /// when it cannot tell (not an agent) or the script never ran.
-    pub exit_info: Option<ExitInfo>,
+    pub evidence: Evidence,
 }
 
 impl NodeRecord {
@@ -53,7 +136,7 @@ impl NodeRecord {
             ended: None,
             outcome: None,
             stats: OutputStats::default(),
-            exit_info: None,
+            evidence: Evidence::default(),
         }
     }
 
@@ -86,24 +169,50 @@ pub struct RunResult {
     pub agents_stay: bool,
 }
 
-/// What the report keeps of one node's output.
-#[derive(Debug, Clone, Default)]
+/// How much a node printed, and what became of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputStats {
     pub bytes_out: u64,
     pub bytes_err: u64,
+    /// Everything, when the sink captures instead of relaying (up to
+    /// `output::CAPTURE_MAX`); a relay never captures, so it sends none.
+    #[serde(skip)]
+    pub captured_out: Vec<u8>,
+    #[serde(skip)]
+    pub captured_err: Vec<u8>,
+    /// Why `--output`'s files of this node stopped being written (a relay
+    /// writes its group's).
+    pub file_failure: Option<String>,
+}
+
+/// What tells how and why a node's command ended: what the node saw of its
+/// end, its last lines, and the lines that name an error. The verdict and
+/// the report show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// What the node saw of its script's end (OOM kills, a core); `None`
+    /// when it cannot tell (not an agent) or the script never ran.
+    pub exit_info: Option<ExitInfo>,
     /// The last lines (both streams), oldest first.
     pub tail: VecDeque<String>,
-    /// Everything, when the sink captures instead of relaying (up to `output::CAPTURE_MAX`).
-    pub captured_out: Vec<u8>,
-    pub captured_err: Vec<u8>,
-    /// The last line that looks like an NCCL warning or error (`nccl_line`).
-    pub nccl_line: Option<String>,
-    /// NCCL's cause: its first `NCCL WARN` line, or what PyTorch quotes
-    /// after `Last error:` (`nccl_line::Cause`).
-    pub nccl_cause: Option<String>,
+    #[serde(flatten)]
+    pub errors: ErrorLines,
+}
+
+/// The lines of a node's output that name an error, as `--report` and the
+/// verdict carry them (flattened: these are their field names).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorLines {
     /// The program's own error: the last exception line of a Python
-    /// traceback, a C++ `terminate called ...`, a CUDA error (`error_line`).
+    /// traceback (not torchrun's `ChildFailedError`), a C++ `terminate
+    /// called ...` with its `what()`, a CUDA error (`error_line`).
+    #[serde(default)]
     pub program_error: Option<String>,
-    /// Why `--output`'s files of this node stopped being written.
-    pub file_failure: Option<String>,
+    /// NCCL's cause: the node's first `NCCL WARN` line, or the message
+    /// PyTorch quotes after `Last error:` (`nccl_line::Cause`).
+    #[serde(default)]
+    pub nccl_cause: Option<String>,
+    /// The node's last line that looks like an NCCL warning or error (`nccl_line`).
+    #[serde(default)]
+    pub nccl_line: Option<String>,
 }

@@ -2,14 +2,14 @@
 //! consecutive ranks, and the first node of each run (a relay) runs
 //! `multinode exec-all --relay-report` for its run. Here: the plan of the
 //! groups, the command a relay runs, the record it ends its stderr with
-//! (`protocol::relay_record`), and that record back as the head's records.
+//! (`relay_record.rs`: its records, sent as they are), and that record
+//! back as the head's.
 
 use super::event::Subtree;
 use super::options::RunOptions;
 use super::record::{NodeOutcome, NodeRecord, RunResult};
-use super::report;
+use super::relay_record::RelayRecord;
 use super::script::{self, Script};
-use crate::protocol::relay_record::{RelayRecord, RelayedNode};
 use crate::sh::quote as sh_quote;
 use crate::topology::nodeset::fold_ranks;
 
@@ -18,7 +18,7 @@ use crate::topology::nodeset::fold_ranks;
 pub fn emit_record(result: &RunResult) {
     let record = RelayRecord {
         first_failure: result.first_failure,
-        nodes: result.nodes.iter().map(to_wire).collect(),
+        nodes: result.nodes.clone(),
     };
     let line = String::from_utf8(record.to_line()).expect("JSON is UTF-8");
     crate::stdio::eprint(&line);
@@ -109,44 +109,6 @@ pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, Strin
     cmd
 }
 
-/// A node's record as a relay sends it.
-fn to_wire(n: &NodeRecord) -> RelayedNode {
-    RelayedNode {
-        rank: n.rank,
-        host: n.host.clone(),
-        address: n.address.clone(),
-        started: n.started,
-        ended: n.ended,
-        outcome: n.outcome.clone(),
-        exit_info: n.exit_info.clone(),
-        bytes_out: n.stats.bytes_out,
-        bytes_err: n.stats.bytes_err,
-        tail: n.stats.tail.iter().cloned().collect(),
-        nccl_line: n.stats.nccl_line.clone(),
-        nccl_cause: n.stats.nccl_cause.clone(),
-        program_error: n.stats.program_error.clone(),
-        file_failure: n.stats.file_failure.clone(),
-    }
-}
-
-/// A node of a relay's record, back as the dispatcher's record.
-fn from_wire(n: RelayedNode) -> NodeRecord {
-    let mut record = NodeRecord::new(n.rank, n.host);
-    record.address = n.address;
-    record.started = n.started;
-    record.ended = n.ended;
-    record.outcome = n.outcome;
-    record.exit_info = n.exit_info;
-    record.stats.bytes_out = n.bytes_out;
-    record.stats.bytes_err = n.bytes_err;
-    record.stats.tail = n.tail.into();
-    record.stats.nccl_line = n.nccl_line;
-    record.stats.nccl_cause = n.nccl_cause;
-    record.stats.program_error = n.program_error;
-    record.stats.file_failure = n.file_failure;
-    record
-}
-
 /// What a relay's task knows of its group when it ends: the relay's own
 /// report, or, when there is none (the relay was lost), every node of the
 /// group lost with it.
@@ -163,7 +125,6 @@ pub fn subtree(
                 .nodes
                 .into_iter()
                 .filter(|n| group.contains(&n.rank))
-                .map(from_wire)
                 .collect(),
         },
         None => Subtree {
@@ -176,7 +137,7 @@ pub fn subtree(
                     r.outcome = Some(NodeOutcome::Lost(format!(
                         "its relay, rank {} ({host}), ended without a report ({})",
                         group[0],
-                        report::describe(Some(outcome))
+                        NodeOutcome::describe(Some(outcome))
                     )));
                     r
                 })

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
+use super::record::{CancelReason, ErrorLines, NodeOutcome, NodeRecord, RunResult};
 use super::verdict::{self, Verdict};
 use crate::process::{Outcome, signal_name};
 
@@ -46,17 +46,9 @@ pub struct NodeReport {
     /// A core file written meanwhile, or where cores are piped.
     #[serde(default)]
     pub core: Option<String>,
-    /// The node's last line that looks like an NCCL warning or error.
-    #[serde(default)]
-    pub nccl_line: Option<String>,
-    /// NCCL's cause: its first `NCCL WARN` line, or what PyTorch quotes
-    /// after `Last error:`.
-    #[serde(default)]
-    pub nccl_cause: Option<String>,
-    /// The program's own error (a traceback's exception line, a C++
-    /// `terminate called ...`, a CUDA error), past torchrun's summary.
-    #[serde(default)]
-    pub program_error: Option<String>,
+    /// `program_error`, `nccl_cause`, `nccl_line`.
+    #[serde(flatten)]
+    pub errors: ErrorLines,
 }
 
 /// `--report FILE`.
@@ -118,61 +110,39 @@ fn epoch(t: SystemTime) -> f64 {
         .as_secs_f64()
 }
 
-fn status(outcome: Option<&NodeOutcome>) -> &'static str {
-    match outcome {
-        Some(NodeOutcome::Finished(Outcome::Exited(0))) => "ok",
-        Some(NodeOutcome::Finished(Outcome::Exited(_))) => "failed",
-        Some(NodeOutcome::Finished(Outcome::Signaled { .. })) => "killed",
-        Some(NodeOutcome::Unreachable(_)) => "unreachable",
-        Some(NodeOutcome::Lost(_)) => "lost",
-        Some(NodeOutcome::NotStarted) | None => "not-started",
-    }
-}
-
-pub fn describe(outcome: Option<&NodeOutcome>) -> String {
-    match outcome {
-        Some(NodeOutcome::Finished(o)) => o.to_string(),
-        Some(NodeOutcome::Unreachable(e)) => format!("unreachable: {e}"),
-        Some(NodeOutcome::Lost(e)) => format!("lost: {e}"),
-        Some(NodeOutcome::NotStarted) | None => "not started".into(),
-    }
-}
-
 pub fn build(result: &RunResult) -> Report {
     let nodes = result
         .nodes
         .iter()
         .map(|n| {
-            let (exit, signal, error) = match &n.outcome {
-                Some(NodeOutcome::Finished(Outcome::Exited(code))) => (Some(*code), None, None),
-                Some(NodeOutcome::Finished(Outcome::Signaled { signal, .. })) => {
-                    (None, Some(signal_name(*signal)), None)
-                }
-                Some(NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e)) => {
-                    (None, None, Some(e.clone()))
-                }
-                Some(NodeOutcome::NotStarted) | None => (None, None, None),
+            let (exit, signal) = match n.outcome.as_ref().and_then(NodeOutcome::finished) {
+                Some(Outcome::Exited(code)) => (Some(*code), None),
+                Some(Outcome::Signaled { signal, .. }) => (None, Some(signal_name(*signal))),
+                None => (None, None),
             };
+            let info = n.evidence.exit_info.as_ref();
             NodeReport {
                 rank: n.rank,
                 host: n.host.clone(),
                 address: n.address.clone(),
-                status: status(n.outcome.as_ref()).to_string(),
+                status: NodeOutcome::status(n.outcome.as_ref()).to_string(),
                 exit,
                 signal,
-                error,
+                error: n
+                    .outcome
+                    .as_ref()
+                    .and_then(NodeOutcome::error)
+                    .map(str::to_string),
                 started: n.started.map(epoch),
                 ended: n.ended.map(epoch),
                 duration_s: n.duration().map(|d| d.as_secs_f64()),
                 bytes_out: n.stats.bytes_out,
                 bytes_err: n.stats.bytes_err,
-                last_lines: n.stats.tail.iter().cloned().collect(),
-                oom_kills: n.exit_info.as_ref().and_then(|i| i.oom_kills),
-                cgroup: n.exit_info.as_ref().and_then(|i| i.cgroup.clone()),
-                core: n.exit_info.as_ref().and_then(|i| i.core.clone()),
-                nccl_line: n.stats.nccl_line.clone(),
-                nccl_cause: n.stats.nccl_cause.clone(),
-                program_error: n.stats.program_error.clone(),
+                last_lines: n.evidence.tail.iter().cloned().collect(),
+                oom_kills: info.and_then(|i| i.oom_kills),
+                cgroup: info.and_then(|i| i.cgroup.clone()),
+                core: info.and_then(|i| i.core.clone()),
+                errors: n.evidence.errors.clone(),
             }
         })
         .collect();
@@ -237,7 +207,7 @@ pub fn table(result: &RunResult) -> String {
                 n.duration()
                     .map(|d| format!("{:.1}s", d.as_secs_f64()))
                     .unwrap_or_else(|| "-".into()),
-                n.stats
+                n.evidence
                     .tail
                     .back()
                     .map(|l| cut(l, LAST_OUTPUT_MAX))
@@ -269,7 +239,13 @@ fn status_cell(n: &NodeRecord) -> String {
         return "not started".into();
     };
     let (how, _, _) = verdict::how(outcome);
-    let oom = !outcome.success() && n.exit_info.as_ref().and_then(|i| i.oom_kills).unwrap_or(0) > 0;
+    let oom = !outcome.success()
+        && n.evidence
+            .exit_info
+            .as_ref()
+            .and_then(|i| i.oom_kills)
+            .unwrap_or(0)
+            > 0;
     if oom {
         format!("{how}, OOM-killed")
     } else {
@@ -298,7 +274,7 @@ mod tests {
         n.started = Some(t0);
         n.ended = Some(t0 + Duration::from_millis(1500));
         n.outcome = Some(outcome);
-        n.stats.tail = tail.iter().map(|s| s.to_string()).collect();
+        n.evidence.tail = tail.iter().map(|s| s.to_string()).collect();
         n.stats.bytes_out = 10;
         n
     }
@@ -363,13 +339,13 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 3
         let t0 = result.started;
         let n1 = &mut result.nodes[1];
         n1.outcome = Some(NodeOutcome::Finished(Outcome::Exited(137)));
-        n1.exit_info = Some(crate::exit_info::ExitInfo {
+        n1.evidence.exit_info = Some(crate::exit_info::ExitInfo {
             oom_kills: Some(1),
             cgroup: Some("/sys/fs/cgroup/memory.events".into()),
             core: None,
         });
-        n1.stats.nccl_line = Some("h:1:1 [1] NCCL WARN socket closed".into());
-        n1.stats.tail = ["x".repeat(300)].into_iter().collect();
+        n1.evidence.errors.nccl_line = Some("h:1:1 [1] NCCL WARN socket closed".into());
+        n1.evidence.tail = ["x".repeat(300)].into_iter().collect();
         result.nodes[0].ended = Some(t0 + Duration::from_millis(2250));
         result.exit_code = 137;
         let text = table(&result);
@@ -422,9 +398,9 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
     fn the_verdict_names_the_programs_error_and_nccls_cause() {
         let mut result = result();
         let n1 = &mut result.nodes[1];
-        n1.stats.program_error = Some("[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9".into());
-        n1.stats.nccl_cause = Some("[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60".into());
-        n1.stats.nccl_line = n1.stats.program_error.clone();
+        n1.evidence.errors.program_error = Some("[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9".into());
+        n1.evidence.errors.nccl_cause = Some("[2026-12-03 14:51:53] vm:726:726 [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60".into());
+        n1.evidence.errors.nccl_line = n1.evidence.errors.program_error.clone();
         let text = table(&result);
         assert!(
             text.contains(
@@ -454,7 +430,8 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 137
             );
         }
         // A cause that is also the last NCCL line is printed once.
-        result.nodes[1].stats.nccl_cause = result.nodes[1].stats.nccl_line.clone();
+        result.nodes[1].evidence.errors.nccl_cause =
+            result.nodes[1].evidence.errors.nccl_line.clone();
         let text = table(&result);
         assert!(!text.contains("NCCL cause:"), "{text}");
         assert_eq!(

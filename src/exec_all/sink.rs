@@ -21,7 +21,7 @@ use tokio::time::{Duration, Instant};
 
 use super::error_line::ErrorScan;
 use super::files::NodeFiles;
-use super::record::OutputStats;
+use super::record::{Evidence, OutputStats};
 use super::writer::{Stream, Writer};
 
 /// A line longer than this is passed on in pieces instead of held whole.
@@ -58,6 +58,9 @@ pub struct NodeSink {
     /// Each stream read for the program's error and NCCL's cause.
     scans: [ErrorScan; 2],
     pub stats: OutputStats,
+    /// Its last lines and the errors they name (the node's task adds what
+    /// the node saw of the end).
+    pub evidence: Evidence,
 }
 
 /// The partial last line of one stream.
@@ -129,6 +132,7 @@ impl NodeSink {
             err: Partial::default(),
             scans: Default::default(),
             stats: OutputStats::default(),
+            evidence: Evidence::default(),
         }
     }
 
@@ -238,16 +242,16 @@ impl NodeSink {
             if !block.is_empty() {
                 self.emit(stream, block).await;
             }
-            self.scans[stream as usize].finish(&mut self.stats);
+            self.scans[stream as usize].finish(&mut self.evidence.errors);
         }
     }
 
     async fn emit(&mut self, stream: Stream, block: Vec<u8>) {
-        remember_tail(&mut self.stats.tail, &block);
+        remember_tail(&mut self.evidence.tail, &block);
         if let Some(line) = super::nccl_line::last_in(&block) {
-            self.stats.nccl_line = Some(line);
+            self.evidence.errors.nccl_line = Some(line);
         }
-        self.scans[stream as usize].feed(&block, &mut self.stats);
+        self.scans[stream as usize].feed(&block, &mut self.evidence.errors);
         if self.label.is_none() {
             let partial = match stream {
                 Stream::Out => &mut self.out,
@@ -412,7 +416,10 @@ mod tests {
             .await;
         sink.feed(Stream::Out, b"x: NCCL error in: y\nok\n").await;
         sink.finish().await;
-        assert_eq!(sink.stats.nccl_line.as_deref(), Some("x: NCCL error in: y"));
+        assert_eq!(
+            sink.evidence.errors.nccl_line.as_deref(),
+            Some("x: NCCL error in: y")
+        );
         let got = blocks(&mut rx);
         assert_eq!(got.len(), 2);
         for (_, text) in &got {

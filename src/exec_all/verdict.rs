@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{NodeOutcome, RunResult};
+use super::record::{ErrorLines, NodeOutcome, RunResult};
 use crate::process::{Outcome, signal_name};
 
 /// The first failure of a run.
@@ -37,17 +37,9 @@ pub struct Verdict {
     /// Why a node was unreachable or lost.
     pub error: Option<String>,
     pub last_lines: Vec<String>,
-    /// The program's own error: the last exception line of a Python
-    /// traceback (not torchrun's `ChildFailedError`), a C++ `terminate
-    /// called ...` with its `what()`, a CUDA error.
-    #[serde(default)]
-    pub program_error: Option<String>,
-    /// NCCL's cause: the node's first `NCCL WARN` line, or the message
-    /// PyTorch quotes after `Last error:`.
-    #[serde(default)]
-    pub nccl_cause: Option<String>,
-    /// The node's last line that looks like an NCCL warning or error.
-    pub nccl_line: Option<String>,
+    /// `program_error`, `nccl_cause`, `nccl_line`.
+    #[serde(flatten)]
+    pub errors: ErrorLines,
     /// From the first failure to the last node being down (seconds).
     pub down_after_s: Option<f64>,
     /// How to get onto the node (`multinode shell 5`), when its agent
@@ -93,7 +85,7 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
     let (how, exit, signal) = how(outcome);
     let ended = node.ended.unwrap_or(result.started);
     let last_down = result.nodes.iter().filter_map(|n| n.ended).max();
-    let info = node.exit_info.as_ref();
+    let info = node.evidence.exit_info.as_ref();
     let oom_killed = info.and_then(|i| i.oom_kills).map(|n| n > 0);
     Some(Verdict {
         rank,
@@ -106,17 +98,12 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
         oom_killed,
         cgroup: info.and_then(|i| i.cgroup.clone()),
         core: info.and_then(|i| i.core.clone()),
-        error: match outcome {
-            NodeOutcome::Unreachable(e) | NodeOutcome::Lost(e) => Some(e.clone()),
-            _ => None,
-        },
-        last_lines: node.stats.tail.iter().cloned().collect(),
-        program_error: node.stats.program_error.clone(),
-        nccl_cause: node.stats.nccl_cause.clone(),
-        nccl_line: node.stats.nccl_line.clone(),
+        error: outcome.error().map(str::to_string),
+        last_lines: node.evidence.tail.iter().cloned().collect(),
+        errors: node.evidence.errors.clone(),
         down_after_s: last_down.map(|t| secs(t, ended)),
         // A node lost or unreachable has no agent to get in through.
-        shell: (result.agents_stay && matches!(outcome, NodeOutcome::Finished(_)))
+        shell: (result.agents_stay && outcome.finished().is_some())
             .then(|| format!("multinode shell {rank}")),
     })
 }
@@ -157,17 +144,18 @@ pub fn render(v: &Verdict) -> String {
     if let Some(core) = &v.core {
         let _ = writeln!(out, "  core: {core}");
     }
-    if let Some(line) = &v.program_error {
+    if let Some(line) = &v.errors.program_error {
         let _ = writeln!(out, "  program error: {line}");
     }
     if let Some(line) = v
+        .errors
         .nccl_cause
         .as_ref()
-        .filter(|c| Some(*c) != v.nccl_line.as_ref())
+        .filter(|c| Some(*c) != v.errors.nccl_line.as_ref())
     {
         let _ = writeln!(out, "  NCCL cause: {line}");
     }
-    if let Some(line) = &v.nccl_line {
+    if let Some(line) = &v.errors.nccl_line {
         let _ = writeln!(out, "  last NCCL warning/error: {line}");
     }
     if !v.last_lines.is_empty() {

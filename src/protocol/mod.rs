@@ -8,7 +8,6 @@
 //! - `heartbeat`: a command's progress without output (its heartbeat file), and how it is told.
 //! - `env_pack`: a node's variables in one `env` request.
 //! - `mux`: connection sharing through the head's agent (frames on a Unix socket).
-//! - `relay_record`: what a relay's exec_all tells the head of each node of its group.
 //! - `terminal`: a terminal's modes as `pty-req` carries them, to and from termios.
 //! - `algorithms`: key exchange and cipher preferences between two `multinode` ends.
 //! - here: the variables and constants both ends share, keepalive and channel settings.
@@ -19,7 +18,6 @@ pub mod env_pack;
 pub mod exit_info;
 pub mod heartbeat;
 pub mod mux;
-pub mod relay_record;
 pub mod signals;
 pub mod terminal;
 

@@ -1,17 +1,17 @@
 //! What a relay's exec_all (`exec-all --relay-report`, past `--fanout`)
-//! tells the head of each node of its group: a [`RelayRecord`], lossless
-//! (a node's outcome whole, `core_dumped` included; what it saw of its
-//! end; every field the head keeps of a node), as the last line of the
-//! relay's stderr: [`MARKER`], then the record as JSON. The head's leg
-//! takes that line out of the stream ([`RecordTap`]); it is not the
-//! user's `--report`, whose statuses are words for people.
-
-use std::time::SystemTime;
+//! tells the head's exec_all of each node of its group: a [`RelayRecord`],
+//! the relay's own [`NodeRecord`]s serialised as they are (lossless: a
+//! node's outcome whole, `core_dumped` included, its evidence, every field
+//! the head keeps of a node but captured output, which a relay never
+//! holds), as the last line of the relay's stderr: [`MARKER`], then the
+//! record as JSON. The head's leg takes that line out of the stream
+//! ([`RecordTap`]); it is not the user's `--report`, whose statuses are
+//! words for people. Between two exec_alls of one program: no agent takes
+//! part in it.
 
 use serde::{Deserialize, Serialize};
 
-use super::exit_info::ExitInfo;
-use crate::process::Outcome;
+use super::record::NodeRecord;
 
 /// The start of the record's line. It begins with the ASCII record
 /// separator, which a program's text output does not.
@@ -19,61 +19,13 @@ pub const MARKER: &[u8] = b"\x1emultinode-relay-record ";
 /// The most bytes of a record the head takes (about 4 KB a node).
 pub const MAX_RECORD: usize = 64 * 1024 * 1024;
 
-/// How a node's part of a run ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum NodeOutcome {
-    Finished(Outcome),
-    /// Never connected.
-    Unreachable(String),
-    /// Connected, then lost (keepalive, reset, agent gone) without an exit status.
-    Lost(String),
-    /// Stopped before it started (the run was already ending).
-    NotStarted,
-}
-
-impl NodeOutcome {
-    pub fn success(&self) -> bool {
-        matches!(self, NodeOutcome::Finished(o) if o.success())
-    }
-
-    /// The code exec_all exits with when this is the first failure.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            NodeOutcome::Finished(o) => o.shell_code(),
-            NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_) | NodeOutcome::NotStarted => {
-                crate::exit_code::CONNECTION_FAILED
-            }
-        }
-    }
-}
-
-/// One node of a relay's group, as the relay's exec_all kept it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RelayedNode {
-    pub rank: usize,
-    pub host: String,
-    pub address: Option<String>,
-    pub started: Option<SystemTime>,
-    pub ended: Option<SystemTime>,
-    pub outcome: Option<NodeOutcome>,
-    pub exit_info: Option<ExitInfo>,
-    pub bytes_out: u64,
-    pub bytes_err: u64,
-    /// The last lines, oldest first.
-    pub tail: Vec<String>,
-    pub nccl_line: Option<String>,
-    pub nccl_cause: Option<String>,
-    pub program_error: Option<String>,
-    /// Why `--output`'s files of the node stopped being written (the relay writes them).
-    pub file_failure: Option<String>,
-}
-
 /// A relay's record of its group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelayRecord {
     /// The rank whose failure decided the relay's exit code.
     pub first_failure: Option<usize>,
-    pub nodes: Vec<RelayedNode>,
+    /// The records of the group's nodes, as the relay's dispatcher kept them.
+    pub nodes: Vec<NodeRecord>,
 }
 
 impl RelayRecord {
@@ -188,35 +140,59 @@ fn find_marker(data: &[u8], line_start: bool) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use super::*;
+    use crate::exec_all::record::{ErrorLines, Evidence, NodeOutcome};
+    use crate::process::Outcome;
+    use crate::protocol::exit_info::ExitInfo;
 
     fn record() -> RelayRecord {
+        let mut node = NodeRecord::new(2, "n2".into());
+        node.address = Some("10.0.0.2:29400".into());
+        node.started = Some(SystemTime::UNIX_EPOCH);
+        node.ended = Some(SystemTime::now());
+        node.outcome = Some(NodeOutcome::Finished(Outcome::Signaled {
+            signal: 11,
+            core_dumped: true,
+        }));
+        node.stats.bytes_out = 3;
+        node.stats.bytes_err = 4;
+        node.stats.file_failure = Some("disk full".into());
+        node.evidence = Evidence {
+            exit_info: Some(ExitInfo {
+                oom_kills: Some(1),
+                cgroup: Some("/sys/fs/cgroup/x/memory.events".into()),
+                core: Some("/tmp/core.1".into()),
+            }),
+            tail: ["a".to_string(), "b".to_string()].into(),
+            errors: ErrorLines {
+                program_error: Some("E".into()),
+                nccl_cause: Some("x NCCL WARN cause".into()),
+                nccl_line: Some("x NCCL WARN line".into()),
+            },
+        };
+        let mut lost = NodeRecord::new(3, "n3".into());
+        lost.outcome = Some(NodeOutcome::Lost("connection reset".into()));
         RelayRecord {
             first_failure: Some(2),
-            nodes: vec![RelayedNode {
-                rank: 2,
-                host: "n2".into(),
-                address: Some("10.0.0.2:29400".into()),
-                started: Some(SystemTime::UNIX_EPOCH),
-                ended: Some(SystemTime::now()),
-                outcome: Some(NodeOutcome::Finished(Outcome::Signaled {
-                    signal: 11,
-                    core_dumped: true,
-                })),
-                exit_info: Some(ExitInfo {
-                    oom_kills: Some(1),
-                    cgroup: Some("/sys/fs/cgroup/x/memory.events".into()),
-                    core: Some("/tmp/core.1".into()),
-                }),
-                bytes_out: 3,
-                bytes_err: 4,
-                tail: vec!["a".into()],
-                nccl_line: None,
-                nccl_cause: None,
-                program_error: Some("E".into()),
-                file_failure: None,
-            }],
+            nodes: vec![node, lost, NodeRecord::new(4, "n4".into())],
         }
+    }
+
+    /// Every field the head keeps of a node comes back equal after the
+    /// wire, but captured output, which a relay never holds.
+    #[test]
+    fn a_record_is_equal_after_the_wire() {
+        let record = record();
+        let line = record.to_line();
+        let mut tap = RecordTap::default();
+        assert!(tap.feed(&line).is_empty());
+        assert_eq!(tap.take(), Some(record.clone()));
+
+        let mut captured = record.clone();
+        captured.nodes[0].stats.captured_out = b"not sent".to_vec();
+        assert_eq!(captured.to_line(), line, "captured output stays home");
     }
 
     /// However the line is cut into chunks, the record comes back whole
