@@ -13,7 +13,7 @@ use crate::cli::DemoArgs;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Script;
-use crate::exec_all::{RunOptions, finish_output, run_blocking};
+use crate::exec_all::{RunOptions, finish_output, launch, on_runtime};
 
 const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
 head $MULTINODE_NODE_IP, slots $MULTINODE_TOTAL_SLOTS in all\"";
@@ -98,7 +98,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
         std::env::set_var("MULTINODE_SECRET", &secret);
         std::env::set_var("MULTINODE_AGENT_PORT", args.port.to_string());
     }
-    let result = run_blocking(&job, &env, options)?;
+    let result = on_runtime(async |stops| launch(&job, &env, options, stops).await)?;
     drop(agents);
     finish_output(&result);
     Ok(result.exit_code)

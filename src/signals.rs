@@ -29,27 +29,16 @@ pub const FORWARDED_SIGNALS: &[i32] = &[
 pub const REPEAT_WINDOW: Duration = Duration::from_millis(250);
 
 /// Once created, these signals no longer have their default effect: they
-/// arrive here instead, in order.
+/// arrive here instead, in order, for as long as the runtime it was made
+/// in runs (exec_all makes one for a run and all its attempts: a signal
+/// between two attempts waits here for the next).
 pub struct Stops {
     rx: mpsc::UnboundedReceiver<i32>,
-    listeners: Listeners,
+    /// Tasks of the runtime `Stops` was made in, which end with it.
+    listeners: Vec<JoinHandle<()>>,
     /// The last signal [`Stops::next_distinct`] returned, and when.
     last: Option<(i32, Instant)>,
 }
-
-/// Who moves the signals into [`Stops`]' queue.
-enum Listeners {
-    /// Tasks of the runtime `Stops` was made in, which end with it.
-    Tasks(Vec<JoinHandle<()>>),
-    /// A thread of their own ([`Stops::on_own_thread`]), told to end
-    /// when `Stops` is dropped.
-    Thread(Option<tokio::sync::oneshot::Sender<()>>),
-}
-
-/// [`Stops`] that several runs share one after the other, each on a
-/// runtime of its own (exec_all's attempts): whatever arrives between two
-/// runs waits in it for the next.
-pub type SharedStops = std::sync::Arc<tokio::sync::Mutex<Stops>>;
 
 impl Stops {
     /// Must be called inside a tokio runtime; the signals are queued only
@@ -59,43 +48,22 @@ impl Stops {
         let listeners = listen(signals, &tx)?;
         Ok(Stops {
             rx,
-            listeners: Listeners::Tasks(listeners),
+            listeners,
             last: None,
         })
     }
 
-    /// The same, listened for by a thread with a runtime of its own, so
-    /// that no signal is missed while the caller has no runtime, or is
-    /// between two: tokio keeps a signal's handler once it is installed,
-    /// and a signal that arrives while no runtime listens for it is lost
-    /// (not queued, and its default effect is gone). The queue can be read
-    /// from any runtime.
-    pub fn on_own_thread(signals: &[i32]) -> Result<Self, Error> {
-        let failed = |e: std::io::Error| Error::Failed(format!("cannot listen for signals: {e}"));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()
-            .map_err(failed)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        // Installed here, before this returns: none is missed from now on.
-        let listeners = runtime.block_on(async { listen(signals, &tx) })?;
-        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name("mn-signals".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let _ = end_rx.await;
-                    for listener in listeners {
-                        listener.abort();
-                    }
-                })
-            })
-            .map_err(failed)?;
-        Ok(Stops {
+    /// Stops that never come: for a run driven by hand (tests), which
+    /// must not take the test process's signals.
+    #[cfg(test)]
+    pub fn none() -> Self {
+        // The sender is dropped: `next` waits for ever, `try_next` finds none.
+        let (_, rx) = mpsc::unbounded_channel();
+        Stops {
             rx,
-            listeners: Listeners::Thread(Some(end_tx)),
+            listeners: Vec::new(),
             last: None,
-        })
+        }
     }
 
     /// A signal already received and not yet taken, if any.
@@ -109,7 +77,8 @@ impl Stops {
     pub async fn next(&mut self) -> i32 {
         match self.rx.recv().await {
             Some(signo) => signo,
-            // The listeners live as long as self: never reached, but wait rather than spin.
+            // No sender left (`none`; the listeners live as long as self):
+            // wait rather than spin.
             None => std::future::pending().await,
         }
     }
@@ -165,14 +134,7 @@ fn listen(signals: &[i32], tx: &mpsc::UnboundedSender<i32>) -> Result<Vec<JoinHa
 
 impl Drop for Stops {
     fn drop(&mut self) {
-        match &mut self.listeners {
-            Listeners::Tasks(tasks) => tasks.iter().for_each(JoinHandle::abort),
-            Listeners::Thread(end) => {
-                if let Some(end) = end.take() {
-                    let _ = end.send(());
-                }
-            }
-        }
+        self.listeners.iter().for_each(JoinHandle::abort);
     }
 }
 

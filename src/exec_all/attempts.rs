@@ -6,9 +6,9 @@
 //! leaves, which spare joins, and whether to run again.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::launch::launch;
 use super::options::RunOptions;
 use super::record::{CancelReason, NodeOutcome, RunResult};
 use super::report::{self, AttemptReport, Excluded};
@@ -19,7 +19,7 @@ use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
-use crate::signals::{STOP_SIGNALS, SharedStops, Stops};
+use crate::signals::Stops;
 
 /// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
 pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
@@ -94,13 +94,15 @@ impl Restarts {
 }
 
 /// Runs `base` over the pool's nodes until success, a stop, or the
-/// restarts are spent. Returns the last attempt's result and every
-/// attempt's record.
-pub(crate) fn run(
+/// restarts are spent, each attempt and health check a launch on the
+/// caller's runtime, with its stop signals. Returns the last attempt's
+/// result and every attempt's record.
+pub(crate) async fn run(
     job: &Job,
     env: &EnvMap,
     restarts: &Restarts,
     base: RunOptions,
+    stops: &mut Stops,
 ) -> Result<(RunResult, Vec<AttemptReport>), Error> {
     if job.rank != 0 {
         return Err(Error::usage(format!(
@@ -113,135 +115,42 @@ pub(crate) fn run(
         .map_err(|e| Error::usage(e.to_string()))?;
     let mut records: Vec<AttemptReport> = Vec::new();
     let mut failed_at: Option<f64> = None;
-    // Each run below has a runtime of its own; the stop signals are held
-    // over all of them, so that one between two runs is not lost.
-    let stops: SharedStops = Arc::new(tokio::sync::Mutex::new(Stops::on_own_thread(STOP_SIGNALS)?));
-    let base = RunOptions {
-        stops: Some(stops.clone()),
-        ..base
-    };
     loop {
         let attempt = pool.restarts();
-        let mut health_failed = Vec::new();
-        if let Some(cmd) = &restarts.health_check {
-            let (failing, check) =
-                match health(job, env, &pool, cmd, restarts.health_timeout, &stops)? {
-                    Checked::Failing(nodes, check) => (nodes, check),
-                    // A signal or closed output while the check ran: the run
-                    // stops there, as it would in an attempt; no node failed.
-                    Checked::Stopped(result) => {
-                        let failure = "not started: stopped during the health check";
-                        records.push(stopped_before(job, &pool, failure, result.exit_code));
+        let health_failed = match &restarts.health_check {
+            Some(cmd) => match health_step(job, env, restarts, cmd, &mut pool, stops).await? {
+                HealthStep::Passed(failed) => failed,
+                HealthStep::End(ended, stopped) => {
+                    let (result, record) = *ended;
+                    records.push(record);
+                    if stopped || attempt > 0 {
                         say(&summary(&records));
-                        return Ok((result, records));
                     }
-                };
-            health_failed = failing.iter().map(|&i| host(job, i)).collect();
-            if !failing.is_empty() {
-                say(&format!(
-                    "health check: {} failed; excluded",
-                    health_failed.join(", ")
-                ));
-            }
-            if let Err(stop) = pool.health_failed(&failing) {
-                // No attempt can start (the head failed the check, or too
-                // few nodes passed it): the run ends here, with the check's
-                // run as its result (its table names each failing node and
-                // its last lines) and exit 1.
-                let why = stop_line(job, &stop);
-                say(&format!("attempt {attempt}: not started: {why}"));
-                records.push(AttemptReport {
-                    attempt,
-                    hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
-                    health_failed,
-                    exit_code: crate::exit_code::RUN_STOPPED,
-                    failure: Some("not started".into()),
-                    verdict: None,
-                    snapshot: None,
-                    excluded: Vec::new(),
-                    restart_s: None,
-                    then: why,
-                });
-                if attempt > 0 {
-                    say(&summary(&records));
+                    return Ok((result, records));
                 }
-                let result = RunResult {
-                    exit_code: crate::exit_code::RUN_STOPPED,
-                    ..check
-                };
-                return Ok((result, records));
-            }
-        }
-        let active = pool.active();
-        let options = RunOptions {
-            attempt_env: vec![
-                (RESTART_COUNT_VAR.into(), attempt.to_string()),
-                (MAX_RESTARTS_VAR.into(), restarts.max_restarts.to_string()),
-                // The attempt's lists hold no spare: `multinode env` on a
-                // node must not split one off again.
-                (crate::topology::spares::SPARES_VAR.into(), "0".into()),
-            ],
-            // Stdin is read once: later attempts get none.
-            forward_stdin: base.forward_stdin && attempt == 0,
-            output_dir: base.output_dir.as_ref().map(|dir| {
-                if restarts.max_restarts > 0 {
-                    dir.join(format!("attempt-{attempt}"))
-                } else {
-                    dir.clone()
-                }
-            }),
-            ..base.clone()
-        };
-        let result = super::run_blocking(&job.attempt(&active), env, options)?;
-        let end = attempt_end(&result, &active);
-        let decision = pool.after(&end);
-        let restart_s = failed_at.and_then(|at| all_started(&result).map(|s| s - at));
-        // Built once: it reads every node's record and last lines.
-        let verdict = verdict::build(&result);
-        failed_at = verdict.as_ref().map(|v| v.at);
-        let failure = (result.exit_code != 0).then(|| failure(&result, verdict.as_ref()));
-        let excluded = match &decision {
-            Decision::Restart { excluded } => excluded.clone(),
-            Decision::Stop(Stop::HeadFailed(why)) => vec![(0, why.clone())],
-            Decision::Stop(_) => Vec::new(),
-        };
-        records.push(AttemptReport {
-            attempt,
-            hosts: active.iter().map(|&i| host(job, i)).collect(),
-            health_failed,
-            exit_code: result.exit_code,
-            failure: failure.clone(),
-            verdict,
-            snapshot: (result.cancelled == Some(CancelReason::Hung))
-                .then(|| result.snapshot.clone())
-                .flatten(),
-            excluded: excluded
-                .iter()
-                .map(|(i, why)| Excluded {
-                    host: host(job, *i),
-                    why: why.to_string(),
-                })
-                .collect(),
-            restart_s,
-            then: match &decision {
-                Decision::Restart { .. } => "restart".into(),
-                Decision::Stop(stop) => stop_line(job, stop),
             },
+            None => Vec::new(),
+        };
+        let active = pool.active();
+        let options = attempt_options(&base, restarts, attempt);
+        let result = launch(&job.attempt(&active), env, options, stops).await?;
+        let decision = pool.after(&attempt_end(&result, &active));
+        let restart_s = failed_at.and_then(|at| all_started(&result).map(|s| s - at));
+        let record = attempt_record(job, attempt, &active, &result, &decision, health_failed);
+        failed_at = record.verdict.as_ref().map(|v| v.at);
+        let failure = record.failure.clone().unwrap_or_default();
+        records.push(AttemptReport {
+            restart_s,
+            ..record
         });
         match decision {
             Decision::Restart { excluded } => {
                 // What the user would have read had the run ended here.
                 crate::stdio::eprint(&report::table(&result));
-                say(&restart_line(
-                    job,
-                    attempt,
-                    failure.as_deref().unwrap_or_default(),
-                    &excluded,
-                    &pool,
-                ));
+                say(&restart_line(job, attempt, &failure, &excluded, &pool));
                 // A signal since the attempt's end waited in `stops`: the
                 // next attempt does not start.
-                if let Some(signo) = stops.try_lock().ok().and_then(|mut s| s.try_next()) {
+                if let Some(signo) = stops.try_next() {
                     let exit_code = crate::exit_code::from_signal(signo);
                     let failure = format!("not started: stopped by signal {signo}");
                     records.push(stopped_before(job, &pool, &failure, exit_code));
@@ -262,6 +171,138 @@ pub(crate) fn run(
             }
         }
     }
+}
+
+/// The options of attempt `attempt`: its restart count, no spare in its
+/// lists, stdin for the first alone, `--output` in a folder of its own.
+fn attempt_options(base: &RunOptions, restarts: &Restarts, attempt: u32) -> RunOptions {
+    RunOptions {
+        attempt_env: vec![
+            (RESTART_COUNT_VAR.into(), attempt.to_string()),
+            (MAX_RESTARTS_VAR.into(), restarts.max_restarts.to_string()),
+            // The attempt's lists hold no spare: `multinode env` on a
+            // node must not split one off again.
+            (crate::topology::spares::SPARES_VAR.into(), "0".into()),
+        ],
+        // Stdin is read once: later attempts get none.
+        forward_stdin: base.forward_stdin && attempt == 0,
+        output_dir: base.output_dir.as_ref().map(|dir| {
+            if restarts.max_restarts > 0 {
+                dir.join(format!("attempt-{attempt}"))
+            } else {
+                dir.clone()
+            }
+        }),
+        ..base.clone()
+    }
+}
+
+/// An attempt's record, from its result and what the pool decided after it
+/// (`restart_s` is the caller's).
+fn attempt_record(
+    job: &Job,
+    attempt: u32,
+    active: &[usize],
+    result: &RunResult,
+    decision: &Decision,
+    health_failed: Vec<String>,
+) -> AttemptReport {
+    // Built once: it reads every node's record and last lines.
+    let verdict = verdict::build(result);
+    let excluded = match decision {
+        Decision::Restart { excluded } => excluded.clone(),
+        Decision::Stop(Stop::HeadFailed(why)) => vec![(0, why.clone())],
+        Decision::Stop(_) => Vec::new(),
+    };
+    AttemptReport {
+        attempt,
+        hosts: active.iter().map(|&i| host(job, i)).collect(),
+        health_failed,
+        exit_code: result.exit_code,
+        failure: (result.exit_code != 0).then(|| failure(result, verdict.as_ref())),
+        verdict,
+        snapshot: (result.cancelled == Some(CancelReason::Hung))
+            .then(|| result.snapshot.clone())
+            .flatten(),
+        excluded: excluded
+            .iter()
+            .map(|(i, why)| Excluded {
+                host: host(job, *i),
+                why: why.to_string(),
+            })
+            .collect(),
+        restart_s: None,
+        then: match decision {
+            Decision::Restart { .. } => "restart".into(),
+            Decision::Stop(stop) => stop_line(job, stop),
+        },
+    }
+}
+
+/// What the health check before an attempt let happen.
+enum HealthStep {
+    /// The attempt starts; these nodes failed the check and were excluded.
+    Passed(Vec<String>),
+    /// The run ends before the attempt: its result, the attempt's record,
+    /// and whether exec_all was stopped (else too few nodes passed).
+    End(Box<(RunResult, AttemptReport)>, bool),
+}
+
+/// The health check before the pool's next attempt: the nodes that fail it
+/// are excluded; the run ends here when exec_all was stopped meanwhile,
+/// the head failed it, or too few nodes passed it.
+async fn health_step(
+    job: &Job,
+    env: &EnvMap,
+    restarts: &Restarts,
+    cmd: &str,
+    pool: &mut Pool,
+    stops: &mut Stops,
+) -> Result<HealthStep, Error> {
+    let attempt = pool.restarts();
+    let (failing, check) = match health(job, env, pool, cmd, restarts.health_timeout, stops).await?
+    {
+        Checked::Failing(nodes, check) => (nodes, check),
+        // A signal or closed output while the check ran: the run
+        // stops there, as it would in an attempt; no node failed.
+        Checked::Stopped(result) => {
+            let failure = "not started: stopped during the health check";
+            let record = stopped_before(job, pool, failure, result.exit_code);
+            return Ok(HealthStep::End(Box::new((result, record)), true));
+        }
+    };
+    let health_failed: Vec<String> = failing.iter().map(|&i| host(job, i)).collect();
+    if !failing.is_empty() {
+        say(&format!(
+            "health check: {} failed; excluded",
+            health_failed.join(", ")
+        ));
+    }
+    let Err(stop) = pool.health_failed(&failing) else {
+        return Ok(HealthStep::Passed(health_failed));
+    };
+    // No attempt can start (the head failed the check, or too few nodes
+    // passed it): the run ends here, with the check's run as its result
+    // (its table names each failing node and its last lines) and exit 1.
+    let why = stop_line(job, &stop);
+    say(&format!("attempt {attempt}: not started: {why}"));
+    let record = AttemptReport {
+        attempt,
+        hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
+        health_failed,
+        exit_code: crate::exit_code::RUN_STOPPED,
+        failure: Some("not started".into()),
+        verdict: None,
+        snapshot: None,
+        excluded: Vec::new(),
+        restart_s: None,
+        then: why,
+    };
+    let result = RunResult {
+        exit_code: crate::exit_code::RUN_STOPPED,
+        ..check
+    };
+    Ok(HealthStep::End(Box::new((result, record)), false))
 }
 
 /// The record of the pool's next attempt, which a stop signal kept from
@@ -296,13 +337,13 @@ enum Checked {
 /// Runs `cmd` on every node still in the run, spares included: the nodes
 /// that fail it (or do not end it within `timeout`), unless exec_all was
 /// stopped meanwhile.
-fn health(
+async fn health(
     job: &Job,
     env: &EnvMap,
     pool: &Pool,
     cmd: &str,
     timeout: Duration,
-    stops: &SharedStops,
+    stops: &mut Stops,
 ) -> Result<Checked, Error> {
     let mut candidates = pool.active();
     candidates.extend(pool.spares());
@@ -310,10 +351,9 @@ fn health(
         fail_fast: false,
         timeout: Some(timeout),
         label: true,
-        stops: Some(stops.clone()),
         ..RunOptions::new(Script::Inline(cmd.as_bytes().to_vec()))
     };
-    let result = super::run_blocking(&job.attempt(&candidates), env, options)?;
+    let result = launch(&job.attempt(&candidates), env, options, stops).await?;
     // `--health-timeout` is the check's own `Timeout`: the nodes still in it fail.
     if matches!(
         result.cancelled,
@@ -486,5 +526,5 @@ fn summary(records: &[AttemptReport]) -> String {
 }
 
 fn say(line: &str) {
-    crate::stdio::eprint(&format!("{}: {line}\n", super::program_name()));
+    crate::stdio::eprint(&format!("{}: {line}\n", super::finish::program_name()));
 }

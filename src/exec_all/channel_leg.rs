@@ -40,6 +40,32 @@ pub struct ChannelLeg {
     exit: Option<Outcome>,
 }
 
+/// A channel through the head agent's shared connection; `None` when it
+/// has no connection to the node to share (then the node is connected to).
+fn shared<T>(exec: Result<Option<T>, MuxError>) -> Result<Option<T>, NodeOutcome> {
+    exec.map_err(|e| match e {
+        MuxError::Unreachable(e) => NodeOutcome::Unreachable(e),
+        MuxError::Failed(e) => NodeOutcome::Lost(format!("cannot start the script: {e}")),
+    })
+}
+
+/// `work`, unless an order (a signal, abandon) comes first: then the node
+/// was stopped `when` (before connecting, while connecting) and is not started.
+async fn or_stopped<T>(
+    work: impl std::future::Future<Output = T>,
+    orders: &mut mpsc::UnboundedReceiver<Order>,
+    rank: usize,
+    when: &str,
+) -> Result<T, NodeOutcome> {
+    tokio::select! {
+        out = work => Ok(out),
+        order = orders.recv() => {
+            debug!(rank, ?order, "stopped {when}");
+            Err(NodeOutcome::NotStarted)
+        }
+    }
+}
+
 impl ChannelLeg {
     pub(super) async fn start(
         ctx: &RunCtx,
@@ -72,38 +98,21 @@ impl ChannelLeg {
         if let Some(mux) = mux {
             let vars = agent_vars(ctx, node_env.clone());
             let command = spec.command.to_vec();
-            let shared = tokio::select! {
-                shared = mux.exec(&target, |peer| (command, with_address(vars, peer))) => shared,
-                order = orders.recv() => {
-                    debug!(rank = spec.rank, ?order, "stopped before connecting");
-                    return Err(NodeOutcome::NotStarted);
-                }
-            };
-            match shared {
-                Ok(Some(s)) => return Ok(ChannelLeg::new(ctx, s.peer, s.rx, s.tx, None, stdin)),
-                Ok(None) => {}
-                Err(MuxError::Unreachable(e)) => return Err(NodeOutcome::Unreachable(e)),
-                Err(MuxError::Failed(e)) => {
-                    return Err(NodeOutcome::Lost(format!("cannot start the script: {e}")));
-                }
+            let exec = mux.exec(&target, |peer| (command, with_address(vars, peer)));
+            if let Some(s) =
+                shared(or_stopped(exec, orders, spec.rank, "before connecting").await?)?
+            {
+                return Ok(ChannelLeg::new(ctx, s.peer, s.rx, s.tx, None, stdin));
             }
         }
         let connected = {
-            let _slot = tokio::select! {
-                slot = ctx.connect_slots.acquire() => slot.expect("the semaphore is never closed"),
-                order = orders.recv() => {
-                    debug!(rank = spec.rank, ?order, "stopped before connecting");
-                    return Err(NodeOutcome::NotStarted);
-                }
-            };
-            tokio::select! {
-                // Boxed: the handshake's state (~3 KB) is freed once connected.
-                conn = Box::pin(connector.connect(&target)) => conn,
-                order = orders.recv() => {
-                    debug!(rank = spec.rank, ?order, "stopped while connecting");
-                    return Err(NodeOutcome::NotStarted);
-                }
-            }
+            let slot = ctx.connect_slots.acquire();
+            let _slot = or_stopped(slot, orders, spec.rank, "before connecting")
+                .await?
+                .expect("the semaphore is never closed");
+            // Boxed: the handshake's state (~3 KB) is freed once connected.
+            let connect = Box::pin(connector.connect(&target));
+            or_stopped(connect, orders, spec.rank, "while connecting").await?
         };
         let conn = connected.map_err(|e| NodeOutcome::Unreachable(e.to_string()))?;
         let peer = conn.peer();

@@ -1,19 +1,25 @@
-//! The dispatcher: the one owner of a run. A single `select!` over node
-//! events, signals and timers decides when the run ends and why.
+//! The dispatcher: the one owner of a run. Its sources (node events, stop
+//! signals, SIGUSR1, timers, closed output) are turned into one [`Wake`] at a
+//! time, and one method handles each: the dispatcher's state is its
+//! fields. It decides when the run ends and why; what it says on the way
+//! goes through [`Live`].
 
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::event::{End, Event, Order};
+use super::event::{End, Event, Order, Subtree};
+use super::live::Live;
 use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
-use super::writer::{Stream, Writer};
+use super::writer::Writer;
 use crate::exit_code;
-use crate::signals::{STOP_SIGNALS, SharedStops, Stops};
-use crate::snapshot::survey::{RunNodes, render_both};
+use crate::signals::Stops;
+use crate::snapshot::survey::RunNodes;
 
+/// What a run's dispatcher is told to do.
 pub struct Dispatch {
     pub fail_fast: bool,
     pub grace: Duration,
@@ -27,9 +33,6 @@ pub struct Dispatch {
     /// long ends the run as hung, after a snapshot of every node.
     pub hang_timeout: Option<Duration>,
     pub progress_seen: std::sync::Arc<super::progress::Progress>,
-    /// The stop signals, when the caller holds them over several runs
-    /// (restarts); else the run listens for them itself.
-    pub stops: Option<SharedStops>,
 }
 
 /// Escalation once the run is ending: signal, then SIGKILL, then abandon.
@@ -42,6 +45,15 @@ enum Phase {
     Abandoned,
 }
 
+impl Phase {
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Phase::Terminating(at) | Phase::Killing(at) => Some(*at),
+            Phase::Running | Phase::Abandoned => None,
+        }
+    }
+}
+
 /// The dispatcher's handle on one node task: a node, or a relay that runs
 /// exec_all for a group of nodes. Events carry the task's rank.
 pub struct TaskHandle {
@@ -49,290 +61,379 @@ pub struct TaskHandle {
     pub orders: mpsc::UnboundedSender<Order>,
 }
 
+/// The channels a run's dispatcher reads: its tasks' events, and the
+/// writer's word that stdout or stderr can no longer be written.
+pub struct Channels {
+    pub events: mpsc::UnboundedReceiver<(usize, Event)>,
+    pub output_closed: mpsc::UnboundedReceiver<()>,
+}
+
+/// What wakes the dispatcher: one source at a time.
+enum Wake {
+    Node(usize, Event),
+    Signal(i32),
+    SnapshotAsked,
+    TimedOut,
+    /// The hang timeout's time came (output may have come meanwhile).
+    Quiet,
+    OutputClosed,
+    /// The grace of the current phase is over.
+    Deadline,
+    ProgressTick,
+}
+
+/// The dispatcher's sources, apart from its state: they are read while the
+/// state says which of them to wait for.
+struct Sources<'s> {
+    channels: Channels,
+    stops: &'s mut Stops,
+    /// SIGUSR1, when the run can take snapshots.
+    usr1: Option<tokio::signal::unix::Signal>,
+    tick: tokio::time::Interval,
+}
+
+/// Runs the dispatcher until every task has ended; `stops` gives the stop
+/// signals, which are passed on to every node (the second: SIGKILL).
 pub async fn run(
     spec: &Dispatch,
-    mut nodes: Vec<NodeRecord>,
+    nodes: Vec<NodeRecord>,
     tasks: Vec<TaskHandle>,
-    mut events: mpsc::UnboundedReceiver<(usize, Event)>,
-    mut output_closed: mpsc::UnboundedReceiver<()>,
+    channels: Channels,
     writer: Writer,
+    stops: &mut Stops,
 ) -> RunResult {
-    let started = SystemTime::now();
-    let index: std::collections::HashMap<usize, usize> =
-        nodes.iter().enumerate().map(|(i, n)| (n.rank, i)).collect();
-    let mut remaining = tasks.len();
-    let mut done: std::collections::HashSet<usize> = std::collections::HashSet::new();
-    let mut running = 0usize;
-    // Nodes not yet running their script (connecting) and not ended: the
-    // hang watchdog waits for none, since --connect-timeout bounds them and
-    // a node that never connects must end unreachable, not the run hung.
-    let mut unstarted = tasks.len();
-    let mut first_failure: Option<usize> = None;
-    let mut cancelled: Option<CancelReason> = None;
-    let mut phase = Phase::Running;
-    let mut own_stops;
-    let mut shared_stops;
-    let mut stops: Option<&mut Stops> = match &spec.stops {
-        Some(shared) => {
-            shared_stops = shared.lock().await;
-            Some(&mut *shared_stops)
-        }
-        None => {
-            own_stops = Stops::new(STOP_SIGNALS).ok();
-            own_stops.as_mut()
-        }
+    let mut sources = Sources {
+        channels,
+        stops,
+        // SIGUSR1: print what every node is doing, and go on.
+        usr1: spec.snapshot.as_ref().and_then(|_| {
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
+        }),
+        tick: tokio::time::interval(Duration::from_millis(100)),
     };
-    let timeout_at = spec.timeout.map(|t| Instant::now() + t);
-    let mut progress = tokio::time::interval(Duration::from_millis(100));
-    let mut progress_on = spec.progress && tasks.len() > 1;
-    let kill_grace = spec.grace.max(Duration::from_millis(100));
-    // SIGUSR1: print what every node is doing, and go on.
-    let mut usr1 = spec.snapshot.as_ref().and_then(|_| {
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
-    });
-    let mut snapshot: Option<serde_json::Value> = None;
+    let mut dispatcher = Dispatcher::new(spec, nodes, tasks, writer);
+    while dispatcher.remaining > 0 {
+        let wake = sources.next(&dispatcher).await;
+        dispatcher.handle(wake).await;
+    }
+    dispatcher.finish().await
+}
 
-    // Sends `order` to every task that has not ended.
-    let broadcast = |done: &std::collections::HashSet<usize>, order: Order| {
-        for task in &tasks {
-            if !done.contains(&task.rank) {
-                let _ = task.orders.send(order);
+impl Sources<'_> {
+    /// The next thing that happened, of those the dispatcher's state waits for.
+    async fn next(&mut self, d: &Dispatcher<'_>) -> Wake {
+        let running = d.cancelled.is_none();
+        let timeout_at = d.timeout_at.filter(|_| running);
+        let quiet_at = match d.spec.hang_timeout {
+            Some(limit) if running && d.unstarted == 0 => {
+                Some(Instant::from_std(d.spec.progress_seen.last() + limit))
             }
-        }
-    };
-
-    while remaining > 0 {
-        let deadline = match phase {
-            Phase::Terminating(at) | Phase::Killing(at) => Some(at),
-            Phase::Running | Phase::Abandoned => None,
+            _ => None,
         };
-        let escalate = async {
-            match deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let timed_out = async {
-            match timeout_at {
-                Some(at) if cancelled.is_none() => tokio::time::sleep_until(at).await,
-                _ => std::future::pending().await,
-            }
-        };
-        let quiet = async {
-            match spec.hang_timeout {
-                Some(limit) if cancelled.is_none() && unstarted == 0 => {
-                    tokio::time::sleep_until(Instant::from_std(spec.progress_seen.last() + limit))
-                        .await;
-                }
-                _ => std::future::pending().await,
-            }
-        };
-        let signal = async {
-            match stops.as_mut() {
-                Some(stops) => stops.next_distinct().await,
-                None => std::future::pending().await,
-            }
-        };
-        let snapshot_asked = async {
-            match usr1.as_mut() {
+        let usr1 = async {
+            match self.usr1.as_mut() {
                 Some(s) => s.recv().await,
                 None => std::future::pending().await,
             }
         };
-        let mut reason: Option<CancelReason> = None;
         tokio::select! {
-            Some(()) = snapshot_asked => {
-                if let Some(run_nodes) = spec.snapshot.clone() {
-                    let writer = writer.clone();
-                    let since = started.elapsed().unwrap_or_default().as_secs_f64();
-                    info!("SIGUSR1: taking a snapshot of every node");
-                    tokio::spawn(async move {
-                        let (table, _) = render_both(&run_nodes.take().await);
-                        writer.text(Stream::Err, format!(
-                            "mn-exec-all: snapshot on SIGUSR1, {since:.1}s into the run:\n{table}"
-                        )).await;
-                    });
-                }
-            }
-            Some((rank, event)) = events.recv() => {
-                let node = &mut nodes[index[&rank]];
-                match event {
-                    Event::Started { address } => {
-                        node.started = Some(SystemTime::now());
-                        node.address = address;
-                        running += 1;
-                        unstarted -= 1;
-                        if unstarted == 0 {
-                            // The hang timeout counts from here at the earliest.
-                            spec.progress_seen.touch();
-                        }
-                    }
-                    Event::Ended(end) => {
-                        let End { outcome, stats, evidence, ended, subtree } = *end;
-                        debug!(rank, host = %node.host, ?outcome, "node ended");
-                        if node.started.is_none() {
-                            node.started = Some(ended);
-                            unstarted -= 1;
-                            if unstarted == 0 {
-                                spec.progress_seen.touch();
-                            }
-                        }
-                        node.ended = Some(ended);
-                        node.stats = stats;
-                        node.evidence = evidence;
-                        let failed = !outcome.success();
-                        node.outcome = Some(outcome);
-                        remaining -= 1;
-                        done.insert(rank);
-                        // A relay's group: what its exec_all reported of each node.
-                        let mut failing_rank = rank;
-                        if let Some(subtree) = subtree {
-                            for mut record in subtree.records {
-                                if let Some(&i) = index.get(&record.rank) {
-                                    if record.host.is_empty() {
-                                        record.host = nodes[i].host.clone();
-                                    }
-                                    // The relay's own node: what its leg saw here
-                                    // stands where its record has no output.
-                                    let own = record.rank == rank && record.evidence.tail.is_empty();
-                                    let mine = std::mem::replace(&mut nodes[i], record);
-                                    if own {
-                                        nodes[i].stats = mine.stats;
-                                        nodes[i].evidence.tail = mine.evidence.tail;
-                                        nodes[i].evidence.errors = mine.evidence.errors;
-                                    }
-                                }
-                            }
-                            failing_rank = subtree.first_failure.unwrap_or(rank);
-                        }
-                        if failed && first_failure.is_none() && cancelled.is_none() {
-                            first_failure = Some(failing_rank);
-                            if spec.fail_fast {
-                                reason = Some(CancelReason::NodeFailed);
-                            }
-                        }
-                    }
-                }
-            }
-            signo = signal => {
-                reason = Some(if matches!(cancelled, Some(CancelReason::Signal(_)) | Some(CancelReason::SecondSignal)) {
-                    CancelReason::SecondSignal
-                } else {
-                    CancelReason::Signal(signo)
-                });
-            }
-            () = timed_out => reason = Some(CancelReason::Timeout),
-            // Output may have come while this slept: then it is armed again.
-            () = quiet => {
-                let limit = spec.hang_timeout.unwrap_or_default();
-                if spec.progress_seen.last().elapsed() >= limit {
-                    reason = Some(CancelReason::Hung);
-                }
-            }
-            Some(()) = output_closed.recv() => reason = Some(CancelReason::OutputClosed),
-            () = escalate => {
-                phase = match phase {
-                    Phase::Terminating(_) => {
-                        info!("grace period over: SIGKILL to every node still running");
-                        broadcast(&done, Order::Signal(libc::SIGKILL));
-                        Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)))
-                    }
-                    _ => {
-                        info!("nodes still there after SIGKILL: abandoning them");
-                        broadcast(&done, Order::Abandon);
-                        Phase::Abandoned
-                    }
-                };
-            }
-            _ = progress.tick(), if progress_on => {
-                let connecting = tasks.len() - running;
-                if connecting == 0 {
-                    progress_on = false;
-                    writer.progress(String::new()).await;
-                } else {
-                    writer.progress(format!(
-                        "mn-exec-all: {running}/{} nodes started, {connecting} connecting",
-                        tasks.len()
-                    )).await;
-                }
-            }
-        }
-        if let Some(reason) = reason
-            && cancelled.is_none_or(|c| reason > c)
-        {
-            let first = cancelled.is_none();
-            cancelled = Some(reason);
-            match reason {
-                CancelReason::SecondSignal => {
-                    info!("second signal: SIGKILL to every node");
-                    broadcast(&done, Order::Signal(libc::SIGKILL));
-                    phase = Phase::Killing(Instant::now() + kill_grace.max(Duration::from_secs(2)));
-                }
-                CancelReason::Signal(signo) => {
-                    info!(signo, "passing the signal on to every node");
-                    broadcast(&done, Order::Signal(signo));
-                    if first {
-                        phase = Phase::Terminating(Instant::now() + spec.grace);
-                    }
-                }
-                _ if first => {
-                    let caught = match reason {
-                        CancelReason::Timeout if spec.snapshot_on_timeout => Some((
-                            "--timeout",
-                            format!(
-                                "--timeout {}s expired",
-                                spec.timeout.unwrap_or_default().as_secs_f64()
-                            ),
-                        )),
-                        CancelReason::Hung => Some((
-                            "--hang-timeout",
-                            format!(
-                                "no node printed anything or touched its heartbeat file for {}s (--hang-timeout): the run is hung",
-                                spec.hang_timeout.unwrap_or_default().as_secs_f64()
-                            ),
-                        )),
-                        _ => None,
-                    };
-                    if let (Some((flag, said)), Some(run_nodes)) = (caught, &spec.snapshot) {
-                        // The nodes still run: this is what the limit caught them doing.
-                        info!("{flag}: taking a snapshot of every node before ending the run");
-                        let (table, json) = render_both(&run_nodes.take().await);
-                        writer
-                            .text(
-                                Stream::Err,
-                                format!("mn-exec-all: {said}; what every node was doing:\n{table}"),
-                            )
-                            .await;
-                        snapshot = Some(json);
-                    }
-                    info!(?reason, "ending the run: SIGTERM to every node");
-                    broadcast(&done, Order::Signal(libc::SIGTERM));
-                    phase = Phase::Terminating(Instant::now() + spec.grace);
-                }
-                _ => {}
-            }
+            Some(()) = usr1 => Wake::SnapshotAsked,
+            Some((rank, event)) = self.channels.events.recv() => Wake::Node(rank, event),
+            signo = self.stops.next_distinct() => Wake::Signal(signo),
+            () = sleep_until(timeout_at) => Wake::TimedOut,
+            () = sleep_until(quiet_at) => Wake::Quiet,
+            Some(()) = self.channels.output_closed.recv() => Wake::OutputClosed,
+            () = sleep_until(d.phase.deadline()) => Wake::Deadline,
+            _ = self.tick.tick(), if d.live.progress_on() => Wake::ProgressTick,
         }
     }
-    if progress_on {
-        writer.progress(String::new()).await;
+}
+
+/// Sleeps until `at`; never, without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A run's state: its records, who is still there, why it is ending.
+struct Dispatcher<'a> {
+    spec: &'a Dispatch,
+    nodes: Vec<NodeRecord>,
+    /// A rank's place in `nodes`.
+    index: HashMap<usize, usize>,
+    tasks: Vec<TaskHandle>,
+    /// The tasks that ended (by rank).
+    done: HashSet<usize>,
+    remaining: usize,
+    running: usize,
+    /// Nodes not yet running their script (connecting) and not ended: the
+    /// hang watchdog waits for none, since --connect-timeout bounds them and
+    /// a node that never connects must end unreachable, not the run hung.
+    unstarted: usize,
+    first_failure: Option<usize>,
+    cancelled: Option<CancelReason>,
+    phase: Phase,
+    started: SystemTime,
+    timeout_at: Option<Instant>,
+    kill_grace: Duration,
+    /// What a limit caught the nodes doing (for the report).
+    snapshot: Option<serde_json::Value>,
+    live: Live,
+}
+
+impl<'a> Dispatcher<'a> {
+    fn new(
+        spec: &'a Dispatch,
+        nodes: Vec<NodeRecord>,
+        tasks: Vec<TaskHandle>,
+        writer: Writer,
+    ) -> Self {
+        let index = nodes.iter().enumerate().map(|(i, n)| (n.rank, i)).collect();
+        let live = Live::new(writer, spec.progress && tasks.len() > 1);
+        Dispatcher {
+            spec,
+            nodes,
+            index,
+            remaining: tasks.len(),
+            unstarted: tasks.len(),
+            tasks,
+            done: HashSet::new(),
+            running: 0,
+            first_failure: None,
+            cancelled: None,
+            phase: Phase::Running,
+            started: SystemTime::now(),
+            timeout_at: spec.timeout.map(|t| Instant::now() + t),
+            kill_grace: spec.grace.max(Duration::from_millis(100)),
+            snapshot: None,
+            live,
+        }
     }
 
-    let failure_code = first_failure.map(|rank| {
-        nodes[index[&rank]]
-            .outcome
-            .as_ref()
-            .map(NodeOutcome::exit_code)
-            .unwrap_or(exit_code::CONNECTION_FAILED)
-    });
-    RunResult {
-        exit_code: run_exit_code(cancelled, failure_code),
-        cancelled,
-        first_failure,
-        nodes,
-        started,
-        output_failure: None,
-        snapshot,
-        agents_stay: false,
+    async fn handle(&mut self, wake: Wake) {
+        let reason = match wake {
+            Wake::Node(rank, Event::Started { address }) => {
+                self.node_started(rank, address);
+                None
+            }
+            Wake::Node(rank, Event::Ended(end)) => self.node_ended(rank, *end),
+            Wake::Signal(signo) => Some(match self.cancelled {
+                Some(CancelReason::Signal(_) | CancelReason::SecondSignal) => {
+                    CancelReason::SecondSignal
+                }
+                _ => CancelReason::Signal(signo),
+            }),
+            Wake::SnapshotAsked => {
+                if let Some(nodes) = self.spec.snapshot.clone() {
+                    info!("SIGUSR1: taking a snapshot of every node");
+                    let since = self.started.elapsed().unwrap_or_default();
+                    self.live.snapshot_asked(nodes, since.as_secs_f64());
+                }
+                None
+            }
+            Wake::TimedOut => Some(CancelReason::Timeout),
+            Wake::Quiet => {
+                let limit = self.spec.hang_timeout.unwrap_or_default();
+                (self.spec.progress_seen.last().elapsed() >= limit).then_some(CancelReason::Hung)
+            }
+            Wake::OutputClosed => Some(CancelReason::OutputClosed),
+            Wake::Deadline => {
+                self.escalate();
+                None
+            }
+            Wake::ProgressTick => {
+                self.live.progress(self.running, self.tasks.len()).await;
+                None
+            }
+        };
+        if let Some(reason) = reason {
+            self.cancel(reason).await;
+        }
+    }
+
+    fn node_started(&mut self, rank: usize, address: Option<String>) {
+        let node = &mut self.nodes[self.index[&rank]];
+        node.started = Some(SystemTime::now());
+        node.address = address;
+        self.running += 1;
+        self.one_less_unstarted();
+    }
+
+    fn one_less_unstarted(&mut self) {
+        self.unstarted -= 1;
+        if self.unstarted == 0 {
+            // The hang timeout counts from here at the earliest.
+            self.spec.progress_seen.touch();
+        }
+    }
+
+    /// A task ended: its record, its relay's group; a failure to act on.
+    fn node_ended(&mut self, rank: usize, end: End) -> Option<CancelReason> {
+        let End {
+            outcome,
+            stats,
+            evidence,
+            ended,
+            subtree,
+        } = end;
+        let node = &mut self.nodes[self.index[&rank]];
+        debug!(rank, host = %node.host, ?outcome, "node ended");
+        let never_started = node.started.is_none();
+        node.started.get_or_insert(ended);
+        node.ended = Some(ended);
+        node.stats = stats;
+        node.evidence = evidence;
+        let failed = !outcome.success();
+        node.outcome = Some(outcome);
+        if never_started {
+            self.one_less_unstarted();
+        }
+        self.remaining -= 1;
+        self.done.insert(rank);
+        let failing_rank = match subtree {
+            Some(subtree) => self.merge_subtree(rank, subtree),
+            None => rank,
+        };
+        if failed && self.first_failure.is_none() && self.cancelled.is_none() {
+            self.first_failure = Some(failing_rank);
+            return self.spec.fail_fast.then_some(CancelReason::NodeFailed);
+        }
+        None
+    }
+
+    /// A relay's group: what its exec_all reported of each node replaces
+    /// the records here. Returns the rank whose failure decided the relay's
+    /// exit (the relay's own, when none did).
+    fn merge_subtree(&mut self, rank: usize, subtree: Subtree) -> usize {
+        for mut record in subtree.records {
+            let Some(&i) = self.index.get(&record.rank) else {
+                continue;
+            };
+            if record.host.is_empty() {
+                record.host = self.nodes[i].host.clone();
+            }
+            // The relay's own node: what its leg saw here stands where its
+            // record has no output.
+            let own = record.rank == rank && record.evidence.tail.is_empty();
+            let mine = std::mem::replace(&mut self.nodes[i], record);
+            if own {
+                self.nodes[i].stats = mine.stats;
+                self.nodes[i].evidence.tail = mine.evidence.tail;
+                self.nodes[i].evidence.errors = mine.evidence.errors;
+            }
+        }
+        subtree.first_failure.unwrap_or(rank)
+    }
+
+    /// Sends `order` to every task that has not ended.
+    fn broadcast(&self, order: Order) {
+        for task in &self.tasks {
+            if !self.done.contains(&task.rank) {
+                let _ = task.orders.send(order);
+            }
+        }
+    }
+
+    /// The grace is over: SIGKILL to every node still running; after
+    /// SIGKILL's own wait, those still there are abandoned.
+    fn escalate(&mut self) {
+        self.phase = match self.phase {
+            Phase::Terminating(_) => {
+                info!("grace period over: SIGKILL to every node still running");
+                self.broadcast(Order::Signal(libc::SIGKILL));
+                Phase::Killing(Instant::now() + self.kill_grace.max(Duration::from_secs(2)))
+            }
+            _ => {
+                info!("nodes still there after SIGKILL: abandoning them");
+                self.broadcast(Order::Abandon);
+                Phase::Abandoned
+            }
+        };
+    }
+
+    /// The run ends for `reason`, unless a more serious one already ends it.
+    async fn cancel(&mut self, reason: CancelReason) {
+        if self.cancelled.is_some_and(|c| reason <= c) {
+            return;
+        }
+        let first = self.cancelled.is_none();
+        self.cancelled = Some(reason);
+        match reason {
+            CancelReason::SecondSignal => {
+                info!("second signal: SIGKILL to every node");
+                self.broadcast(Order::Signal(libc::SIGKILL));
+                self.phase =
+                    Phase::Killing(Instant::now() + self.kill_grace.max(Duration::from_secs(2)));
+            }
+            CancelReason::Signal(signo) => {
+                info!(signo, "passing the signal on to every node");
+                self.broadcast(Order::Signal(signo));
+                if first {
+                    self.phase = Phase::Terminating(Instant::now() + self.spec.grace);
+                }
+            }
+            _ if first => {
+                self.snapshot_before_ending(reason).await;
+                info!(?reason, "ending the run: SIGTERM to every node");
+                self.broadcast(Order::Signal(libc::SIGTERM));
+                self.phase = Phase::Terminating(Instant::now() + self.spec.grace);
+            }
+            _ => {}
+        }
+    }
+
+    /// Before `--timeout` (with `--snapshot-on-timeout`) or `--hang-timeout`
+    /// ends the run: what the limit caught every node doing.
+    async fn snapshot_before_ending(&mut self, reason: CancelReason) {
+        let said = match reason {
+            CancelReason::Timeout if self.spec.snapshot_on_timeout => (
+                "--timeout",
+                format!(
+                    "--timeout {}s expired",
+                    self.spec.timeout.unwrap_or_default().as_secs_f64()
+                ),
+            ),
+            CancelReason::Hung => (
+                "--hang-timeout",
+                format!(
+                    "no node printed anything or touched its heartbeat file for {}s (--hang-timeout): the run is hung",
+                    self.spec.hang_timeout.unwrap_or_default().as_secs_f64()
+                ),
+            ),
+            _ => return,
+        };
+        let Some(nodes) = &self.spec.snapshot else {
+            return;
+        };
+        // The nodes still run: this is what the limit caught them doing.
+        info!(
+            "{}: taking a snapshot of every node before ending the run",
+            said.0
+        );
+        self.snapshot = Some(self.live.caught(&said.1, nodes).await);
+    }
+
+    async fn finish(mut self) -> RunResult {
+        self.live.end_progress().await;
+        let failure_code = self.first_failure.map(|rank| {
+            self.nodes[self.index[&rank]]
+                .outcome
+                .as_ref()
+                .map(NodeOutcome::exit_code)
+                .unwrap_or(exit_code::CONNECTION_FAILED)
+        });
+        RunResult {
+            exit_code: run_exit_code(self.cancelled, failure_code),
+            cancelled: self.cancelled,
+            first_failure: self.first_failure,
+            nodes: self.nodes,
+            started: self.started,
+            output_failure: None,
+            snapshot: self.snapshot,
+            agents_stay: false,
+        }
     }
 }
 
@@ -383,7 +484,6 @@ mod tests {
             snapshot_on_timeout: false,
             hang_timeout: None,
             progress_seen: std::sync::Arc::new(super::super::progress::Progress::new(None)),
-            stops: None,
         }
     }
 
@@ -411,8 +511,14 @@ mod tests {
         let records = (0..n)
             .map(|r| NodeRecord::new(r, format!("node{r}")))
             .collect();
+        let channels = Channels {
+            events: events_rx,
+            output_closed: closed_rx,
+        };
         let result = tokio::spawn(async move {
-            run(&spec, records, handles, events_rx, closed_rx, writer).await
+            // No stop signal reaches a run driven by hand.
+            let mut stops = Stops::none();
+            run(&spec, records, handles, channels, writer, &mut stops).await
         });
         Run {
             events,

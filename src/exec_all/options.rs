@@ -12,7 +12,6 @@ use crate::cli::ExecAllArgs;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::{read_at_most, read_file_at_most};
-use crate::signals::SharedStops;
 use crate::topology::nodeset;
 
 /// Up to this many other nodes, exec_all talks to every node itself (`--fanout`).
@@ -66,10 +65,6 @@ pub(crate) struct RunOptions {
     /// `--hang-timeout`: end the run, as hung, when no node printed
     /// anything for this long.
     pub hang_timeout: Option<Duration>,
-    /// The stop signals, held over several runs (restarts): one that
-    /// arrives between two runs ends the next at once, rather than being
-    /// lost. None: the run listens for them itself.
-    pub stops: Option<SharedStops>,
 }
 
 impl RunOptions {
@@ -99,7 +94,6 @@ impl RunOptions {
             shell_hint: false,
             attempt_env: Vec::new(),
             hang_timeout: None,
-            stops: None,
         }
     }
 

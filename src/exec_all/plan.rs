@@ -71,6 +71,30 @@ pub fn selected(n: usize, options: &RunOptions) -> Result<Vec<usize>, Error> {
     Ok(ranks)
 }
 
+/// What every other node gets of the head's variables: like `srun
+/// --export=ALL`, the head's variables but per-host ones, as `--export`
+/// selects; and an attempt's variables, whatever `--export` says (relays
+/// pass them on).
+fn exported(options: &RunOptions, head_env: &EnvMap) -> Vec<(String, String)> {
+    let head_vars: Vec<(String, String)> = head_env
+        .0
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    // The contract is set per node; the head's own values of those
+    // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
+    // ~12 bytes a node, sent to every node: quadratic in the node count).
+    let mut exported: Vec<(String, String)> = options
+        .export
+        .select(&head_vars)
+        .into_iter()
+        .filter(|(k, _)| !Contract::names().any(|n| n == k))
+        .filter(|(k, _)| !options.attempt_env.iter().any(|(n, _)| n == k))
+        .collect();
+    exported.extend(options.attempt_env.iter().cloned());
+    exported
+}
+
 /// Plans a run of `options` over the nodes of `job` (this node is
 /// `job.rank`), the others reached by `remote`; `head_env` is this
 /// process's environment (what `--export` selects from).
@@ -93,24 +117,7 @@ pub fn plan(
         LegKind::Agent => options.script.agent_command(&options.args),
         _ => options.script.shell_command(&options.args),
     });
-    // Like `srun --export=ALL`: the head's variables, minus per-host ones.
-    let head_vars: Vec<(String, String)> = head_env
-        .0
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    // The contract is set per node below; the head's own values of those
-    // variables would only be overwritten (and MULTINODE_HOSTLIST alone is
-    // ~12 bytes a node, sent to every node: quadratic in the node count).
-    let mut exported: Vec<(String, String)> = options
-        .export
-        .select(&head_vars)
-        .into_iter()
-        .filter(|(k, _)| !Contract::names().any(|n| n == k))
-        .filter(|(k, _)| !options.attempt_env.iter().any(|(n, _)| n == k))
-        .collect();
-    // An attempt's variables, whatever --export says (relays pass them on).
-    exported.extend(options.attempt_env.iter().cloned());
+    let exported = exported(options, head_env);
     // Rendered once; agents get the hostlists folded (constant bytes a node).
     let contract = Contract::new(job);
     let forward_all = head_env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");

@@ -46,6 +46,34 @@ pub struct ProcessLeg {
     heartbeat: Option<HeartbeatFile>,
 }
 
+/// What the supervisor runs: this node's script, or the wrapper with the
+/// node's host and its command line (the variables in it).
+fn argv(ctx: &RunCtx, spec: &NodeSpec, local: bool) -> Vec<OsString> {
+    if local {
+        return ctx.script.local_argv(&ctx.args).into_iter().collect();
+    }
+    let Reach::Wrapper(wrapper) = &ctx.reach else {
+        unreachable!("a remote node is a process here only through a wrapper")
+    };
+    let command = super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &spec.env);
+    vec![
+        wrapper.clone().into(),
+        spec.host.clone().into(),
+        std::ffi::OsStr::from_bytes(&command).to_os_string(),
+    ]
+}
+
+/// The node run here gets a heartbeat file when heartbeats are watched;
+/// its supervisor removes it if this process is killed.
+fn heartbeat_file(ctx: &RunCtx) -> Option<HeartbeatFile> {
+    let dir = ctx.heartbeat_dir.as_deref()?;
+    HeartbeatFile::create(dir)
+        .inspect_err(|e| {
+            tracing::warn!(dir = %dir.display(), error = %e, "no heartbeat file for this node's command");
+        })
+        .ok()
+}
+
 impl ProcessLeg {
     pub fn start(
         ctx: &RunCtx,
@@ -53,32 +81,11 @@ impl ProcessLeg {
         stdin: Option<mpsc::Receiver<Bytes>>,
     ) -> Result<ProcessLeg, NodeOutcome> {
         let local = spec.leg == LegKind::Local;
-        let mut argv: Vec<OsString> = Vec::new();
-        if local {
-            argv.extend(ctx.script.local_argv(&ctx.args));
-        } else {
-            let Reach::Wrapper(wrapper) = &ctx.reach else {
-                unreachable!("a remote node is a process here only through a wrapper")
-            };
-            let command =
-                super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &spec.env);
-            argv.push(wrapper.clone().into());
-            argv.push(spec.host.clone().into());
-            argv.push(std::ffi::OsStr::from_bytes(&command).to_os_string());
-        }
+        let argv = argv(ctx, spec, local);
         // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
         let watch =
             local.then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));
-        // The node run here gets a heartbeat file when heartbeats are
-        // watched; its supervisor removes it if this process is killed.
-        let heartbeat = match (local, ctx.heartbeat_dir.as_deref()) {
-            (true, Some(dir)) => HeartbeatFile::create(dir)
-                .inspect_err(|e| {
-                    tracing::warn!(dir = %dir.display(), error = %e, "no heartbeat file for this node's command");
-                })
-                .ok(),
-            _ => None,
-        };
+        let heartbeat = if local { heartbeat_file(ctx) } else { None };
         let supervised = crate::supervise::wrap(
             &ctx.bin,
             ctx.grace,
