@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::sys::stat::{UtimensatFlags, utimensat};
+use nix::sys::time::TimeSpec;
+
 use crate::env_map::EnvMap;
 use crate::protocol::heartbeat::FILE_VAR;
 
@@ -29,10 +32,12 @@ pub(crate) const MIN_GAP: Duration = Duration::from_millis(500);
 /// Heartbeats passed on are at least this far apart.
 const PASS_UP_EVERY: Duration = Duration::from_millis(250);
 
-/// A command's heartbeat file, removed when dropped.
+/// A command's heartbeat file, removed when dropped: whatever the command
+/// made of it (a directory with files in it goes whole, a link is removed
+/// and not followed).
 #[derive(Debug)]
 pub(crate) struct HeartbeatFile {
-    path: tempfile::TempPath,
+    path: PathBuf,
     /// The modification time at the last look.
     seen: Option<SystemTime>,
     tick: Option<tokio::time::Interval>,
@@ -46,8 +51,9 @@ impl HeartbeatFile {
             .prefix("heartbeat-")
             .tempfile_in(dir)?;
         let seen = file.as_file().metadata()?.modified().ok();
+        let path = file.into_temp_path().keep().map_err(|e| e.error)?;
         Ok(HeartbeatFile {
-            path: file.into_temp_path(),
+            path,
             seen,
             tick: None,
         })
@@ -91,6 +97,14 @@ impl HeartbeatFile {
     }
 }
 
+impl Drop for HeartbeatFile {
+    fn drop(&mut self) {
+        if let Err(e) = crate::private_files::remove_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot remove a heartbeat file");
+        }
+    }
+}
+
 /// Waits for the next heartbeat of `file`; never, without one.
 pub(crate) async fn next_beat(file: Option<&mut HeartbeatFile>) {
     match file {
@@ -121,7 +135,10 @@ impl PassUp {
 
     /// A command made progress: touch the file, unless it was touched less
     /// than [`PASS_UP_EVERY`] ago. A file that is gone is not made again
-    /// (its watcher removed it: nobody would look).
+    /// (its watcher removed it: nobody would look). Touched by its path
+    /// (`utimensat`), never opened: the variable may name a FIFO, whose
+    /// open for writing waits for a reader (for good, on a runtime's
+    /// worker); and a link is touched itself, not what it points to.
     pub(crate) fn beat(&self) {
         let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
         let last = self.last_ms.load(Ordering::Relaxed);
@@ -136,10 +153,13 @@ impl PassUp {
         {
             return; // another node's task touches it now
         }
-        let touched = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&self.path)
-            .and_then(|f| f.set_modified(SystemTime::now()));
+        let touched = utimensat(
+            nix::fcntl::AT_FDCWD,
+            &self.path,
+            &TimeSpec::UTIME_OMIT,
+            &TimeSpec::UTIME_NOW,
+            UtimensatFlags::NoFollowSymlink,
+        );
         if let Err(e) = touched {
             tracing::debug!(path = %self.path.display(), error = %e, "heartbeat not passed on");
         }
@@ -229,5 +249,67 @@ mod tests {
         up.beat();
         assert!(!path.exists(), "a file that is gone is not made again");
         assert!(PassUp::from_env(&EnvMap::default()).is_none());
+    }
+
+    /// A relay's own heartbeat file is whatever its environment names: a
+    /// FIFO is touched without being opened (an open for writing would
+    /// wait for a reader for good, on a runtime's worker), and a link is
+    /// touched itself, never what it points to.
+    #[test]
+    fn a_passed_on_heartbeat_opens_no_fifo_and_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&target)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let long_ago = TimeSpec::new(1_000_000, 0);
+        utimensat(
+            nix::fcntl::AT_FDCWD,
+            &fifo,
+            &long_ago,
+            &long_ago,
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .unwrap();
+        let (done, beaten) = std::sync::mpsc::channel();
+        for path in [fifo.clone(), link] {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut env = EnvMap::default();
+                env.0.insert(FILE_VAR.into(), path.to_str().unwrap().into());
+                PassUp::from_env(&env).unwrap().beat();
+                let _ = done.send(path);
+            });
+        }
+        for _ in 0..2 {
+            beaten
+                .recv_timeout(Duration::from_secs(5))
+                .expect("a heartbeat passed on does not wait");
+        }
+        assert!(modified(&fifo) > old, "the FIFO is touched");
+        assert_eq!(modified(&target), old, "the link is not followed");
+    }
+
+    /// A command may make its heartbeat file a directory with files in it:
+    /// it goes all the same when its owner is dropped.
+    #[test]
+    fn a_heartbeat_file_made_a_directory_goes_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = HeartbeatFile::create(dir.path()).unwrap();
+        let path = file.path().to_path_buf();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir_all(path.join("deeper")).unwrap();
+        std::fs::write(path.join("deeper/x"), b"").unwrap();
+        drop(file);
+        assert!(!path.exists(), "{} is left", path.display());
     }
 }

@@ -157,15 +157,16 @@ pub fn cmd_keygen(
         .client
         .to_openssh(LineEnding::LF)
         .map_err(|e| Error::Failed(format!("cannot encode the client key: {e}")))?;
-    write_new(output, private.as_bytes(), 0o600)?;
     let public = openssh_public(keys.client_public(), "multinode-client")?;
     let mut pub_path = output.as_os_str().to_owned();
     pub_path.push(".pub");
-    write_new(
-        Path::new(&pub_path),
-        format!("{public}\n").as_bytes(),
-        0o644,
-    )?;
+    let pub_path = Path::new(&pub_path);
+    // Both places checked before either is touched: FILE is never written
+    // (nor an old one removed) when FILE.pub cannot be.
+    can_replace(output)?;
+    can_replace(pub_path)?;
+    write_new(output, private.as_bytes(), 0o600)?;
+    write_new(pub_path, format!("{public}\n").as_bytes(), 0o644)?;
     if known_hosts {
         let line = format!(
             "* {}\n",
@@ -184,6 +185,44 @@ pub fn openssh_public(key: &PublicKey, comment: &str) -> Result<String, Error> {
         .map_err(|e| Error::Failed(format!("cannot encode a public key: {e}")))
 }
 
+/// Refuses a `path` whose entry this user cannot remove, before anything is
+/// written: a directory, or another user's file or link in a sticky
+/// directory (`/tmp`: only its owner, the directory's or root may remove
+/// it). Nothing there is fine; so is an entry of this user's, or any entry
+/// in a directory this user may write to that is not sticky.
+fn can_replace(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entry) = fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let refuse = |why: String| {
+        Error::usage(format!(
+            "cannot replace {}: {why}; remove it or choose another --output",
+            path.display()
+        ))
+    };
+    if entry.is_dir() {
+        return Err(refuse("it is a directory".into()));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let Ok(parent) = fs::metadata(dir) else {
+        return Ok(()); // the write says what is wrong
+    };
+    let sticky = parent.mode() & 0o1000 != 0;
+    if sticky && me != 0 && entry.uid() != me && parent.uid() != me {
+        return Err(refuse(format!(
+            "it belongs to uid {}, and in {} (sticky) only its owner may remove it",
+            entry.uid(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to a new file at `path` with `mode`, replacing what is there.
 /// Replace rather than truncate: an existing file with loose permissions never
 /// holds the key for a moment, and a link planted at `path` (by another user,
@@ -191,7 +230,15 @@ pub fn openssh_public(key: &PublicKey, comment: &str) -> Result<String, Error> {
 /// create through one.
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Error> {
     let fail = |e: std::io::Error| Error::Failed(format!("cannot write {}: {e}", path.display()));
-    let _ = fs::remove_file(path);
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::usage(format!(
+                "cannot replace {}: {e}; remove it or choose another --output",
+                path.display()
+            )));
+        }
+        _ => {}
+    }
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -318,5 +365,26 @@ mod tests {
     fn debug_never_shows_the_secret() {
         let s = secret("do-not-print-this-secret");
         assert!(!format!("{s:?}").contains("do-not-print"));
+    }
+
+    /// Where `FILE.pub` cannot be replaced, `FILE` is not written either:
+    /// one error, exit code 2, and nothing changed.
+    #[test]
+    fn keygen_writes_nothing_when_either_place_cannot_be_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        fs::write(&secret, "0123456789abcdef-keygen").unwrap();
+        let key = dir.path().join("k");
+        fs::create_dir(dir.path().join("k.pub")).unwrap();
+        let err = cmd_keygen(Some(&secret), &key, false).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(
+            err.to_string().contains("k.pub: it is a directory"),
+            "{err}"
+        );
+        assert!(fs::symlink_metadata(&key).is_err(), "FILE was written");
+        fs::remove_dir(dir.path().join("k.pub")).unwrap();
+        cmd_keygen(Some(&secret), &key, false).expect("written");
+        assert!(key.is_file() && dir.path().join("k.pub").is_file());
     }
 }

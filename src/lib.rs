@@ -59,6 +59,7 @@ pub(crate) mod topology;
 pub mod transport;
 
 mod logging;
+mod private_files;
 mod read_limit;
 mod run;
 mod sh;

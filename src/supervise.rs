@@ -29,7 +29,8 @@ use crate::signals::FORWARDED_SIGNALS;
 const PARENT_CHECK: Duration = Duration::from_millis(500);
 
 /// The argv that runs `command` under a supervisor; `remove`: a file of the
-/// command's that its caller removes, which the supervisor removes when
+/// command's that its caller removes, which the supervisor removes (with
+/// everything in it, should the command have made it a directory) when
 /// the caller died (`--remove`).
 pub fn wrap(
     bin: &std::path::Path,
@@ -161,7 +162,8 @@ fn reap(child: Pid) -> Option<i32> {
 
 /// The caller is gone: end the whole group, this process last. `remove`
 /// goes just before the SIGKILL, which ends this process too (a command
-/// still ending could have touched it, and `touch` makes a file again).
+/// still ending could have touched it, and `touch` makes a file again);
+/// whatever the command made of it goes whole, no link followed.
 fn end_group(child: Pid, grace: Duration, remove: Option<&std::path::Path>) -> ! {
     let group = getpgrp();
     // This process is in the group too: the command's exit is what counts.
@@ -170,7 +172,7 @@ fn end_group(child: Pid, grace: Duration, remove: Option<&std::path::Path>) -> !
             if sig == signal::Signal::SIGKILL
                 && let Some(path) = remove
             {
-                let _ = std::fs::remove_file(path);
+                let _ = crate::private_files::remove_all(path);
             }
             let _ = signal::killpg(group, sig);
         },

@@ -1,7 +1,46 @@
 //! Text tables for people: every column but the last padded to its widest
 //! cell (in characters), two spaces apart, no trailing spaces. The one
 //! renderer of `multinode hosts`, `multinode check`, exec_all's failure
-//! table and `multinode ps`.
+//! table and `multinode ps`; and [`printable`], what such text shows of
+//! strings a job chose (its command lines, names, stack frames).
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// `text` with its control characters shown as escapes, for a terminal: a
+/// job's command line, process name or stack frame is the job's to choose,
+/// and raw, an ESC or a BEL would retitle the operator's terminal, clear
+/// it or move the cursor, a line feed make a fake line. The escapes are
+/// C's and those of the shell's `$'...'` (visible, and unambiguous: a
+/// backslash is doubled): `\t`, `\n`, `\r`, `\e` (ESC), `\\`, `\xHH` for
+/// the other C0 controls and DEL, `\uHHHH` for the C1 controls (U+0080 to
+/// U+009F, which a terminal may take as ESC sequences). Everything else,
+/// any script included, is shown as it is. Text without any of these is
+/// returned as it is, not copied.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let needs = |c: char| c == '\\' || c.is_control();
+    if !text.contains(needs) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\x1b' => out.push_str("\\e"),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// The widths of a table's columns, fitted to its rows.
 pub struct Columns {
@@ -58,6 +97,24 @@ pub fn render<R: AsRef<[S]>, S: AsRef<str>>(rows: &[R]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_as_escapes_and_the_rest_as_it_is() {
+        assert!(matches!(
+            printable("python3 train.py --lr=0.1 gpü"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            printable("\x1b]0;PWNED\x07\x1b[2J sleep 25"),
+            "\\e]0;PWNED\\x07\\e[2J sleep 25"
+        );
+        assert_eq!(
+            printable("a\tb\nc\rd\x00\x7f\u{9b}1m\u{85}é"),
+            "a\\tb\\nc\\rd\\x00\\x7f\\u009b1m\\u0085é"
+        );
+        // A backslash is doubled: what was typed never reads as an escape.
+        assert_eq!(printable("echo \\e[2J"), "echo \\\\e[2J");
+    }
 
     #[test]
     fn columns_are_padded_but_the_last_and_lines_trimmed() {

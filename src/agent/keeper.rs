@@ -211,7 +211,7 @@ impl Keeper {
     }
 
     /// If the agent dies, the keeper removes `path` (a file, or a directory
-    /// and the files in it: [`remove_path`]), after the groups. Paths are removed in the reverse order
+    /// and everything in it: [`remove_path`]), after the groups. Paths are removed in the reverse order
     /// of registration. A path with a newline is not kept.
     pub(crate) fn remove_on_death(&self, path: &Path) {
         if path.as_os_str().as_bytes().contains(&b'\n') {
@@ -364,18 +364,14 @@ pub fn keep_groups(grace: Duration) -> Result<i32, Error> {
     Ok(0)
 }
 
-/// Removes a file, or a directory and the files in it (nothing deeper: the
-/// agent's own directories hold files only).
+/// Removes a file, or a directory and everything in it, following no link
+/// (`private_files::remove_all`): the agent's private directory holds its
+/// commands' heartbeat files, which a command may have made a directory
+/// with files in it.
 pub(crate) fn remove_path(path: &Path) {
-    if std::fs::remove_file(path).is_ok() {
-        return;
+    if let Err(e) = crate::private_files::remove_all(path) {
+        warn!(path = %path.display(), error = %e, "cannot remove what the agent left");
     }
-    if let Ok(entries) = std::fs::read_dir(path) {
-        for entry in entries.flatten() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-    let _ = std::fs::remove_dir(path);
 }
 
 #[cfg(test)]
@@ -435,5 +431,36 @@ mod tests {
         keeper.forget(Pid::from_raw(100));
         assert_eq!(lines(&keeper_end), "-100\n");
         assert_eq!(keeper.lock().live, HashSet::from([101]));
+    }
+
+    /// What the agent leaves to its keeper may hold more than files: a
+    /// command made its heartbeat file a directory with files in it. All
+    /// of it goes, and a link in it is removed, never followed.
+    #[test]
+    fn a_path_goes_whole_and_links_in_it_are_not_followed() {
+        let base = tempfile::tempdir().expect("tempdir");
+        let outside = base.path().join("outside");
+        std::fs::create_dir(&outside).expect("mkdir");
+        std::fs::write(outside.join("keep"), "precious").expect("write");
+        let dir = base.path().join("private");
+        std::fs::create_dir_all(dir.join("heartbeat-x/deeper")).expect("mkdir");
+        std::fs::write(dir.join("heartbeat-x/deeper/f"), "").expect("write");
+        std::fs::write(dir.join("hosts"), "").expect("write");
+        std::os::unix::fs::symlink(&outside, dir.join("heartbeat-x/link")).expect("link");
+        remove_path(&dir);
+        assert!(!dir.exists(), "{} is left", dir.display());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("keep")).expect("still there"),
+            "precious"
+        );
+        // A link given as the path is removed itself.
+        let link = base.path().join("link");
+        std::os::unix::fs::symlink(&outside, &link).expect("link");
+        remove_path(&link);
+        assert!(
+            std::fs::symlink_metadata(&link).is_err(),
+            "the link is left"
+        );
+        assert!(outside.join("keep").exists());
     }
 }

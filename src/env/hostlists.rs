@@ -207,22 +207,38 @@ pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String>
 }
 
 /// Where this user's private files of a run go: `$XDG_RUNTIME_DIR` when it
-/// is set and a directory of this user's, else the system's temporary
-/// directory (files there get unpredictable names and mode 0600).
+/// is set, a directory of this user's, and not one where other users could
+/// move an entry away and put their own in its place (writable by them and
+/// not sticky, as the head agent's socket's directory is checked); else
+/// the system's temporary directory (files there get unpredictable names
+/// and mode 0600, and it is sticky).
 pub(crate) fn runtime_base(env: &crate::env_map::EnvMap) -> PathBuf {
-    env.get("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| {
-            std::fs::metadata(dir)
-                .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw())
-        })
-        .unwrap_or_else(std::env::temp_dir)
+    let Some(dir) = env.get("XDG_RUNTIME_DIR").map(PathBuf::from) else {
+        return std::env::temp_dir();
+    };
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw() => {
+            match crate::private_files::others_can_replace(&m) {
+                None => dir,
+                Some(why) => {
+                    let instead = std::env::temp_dir();
+                    tracing::warn!(
+                        "not using XDG_RUNTIME_DIR {}: it {why}, who could replace what is put there; \
+                         using {} (make it mode 0700)",
+                        dir.display(),
+                        instead.display()
+                    );
+                    instead
+                }
+            }
+        }
+        _ => std::env::temp_dir(),
+    }
 }
 
 /// Makes an agent's own directory for its hostfiles: mode 0700, under an
-/// unpredictable name, in `$XDG_RUNTIME_DIR` when it is set (a directory of
-/// this user's), else in the system's temporary directory. The agent
-/// removes it when it ends (its group keeper, if it is killed).
+/// unpredictable name, in [`runtime_base`]. The agent removes it, and all
+/// that is in it, when it ends (its group keeper, if it is killed).
 pub(crate) fn private_dir(env: &crate::env_map::EnvMap) -> Result<PathBuf, String> {
     let base = runtime_base(env);
     let dir = tempfile::Builder::new()
@@ -612,5 +628,31 @@ mod tests {
         let mut none = vec![("A".to_string(), "1".to_string())];
         expand_wire(&mut none).expect("nothing to do");
         assert_eq!(none.len(), 1);
+    }
+
+    /// An `XDG_RUNTIME_DIR` that other users can write to (and is not
+    /// sticky) lets them move a private directory away and put their own
+    /// in its place: the system's temporary directory is used instead.
+    #[test]
+    fn a_runtime_dir_others_can_write_to_is_not_used() {
+        for (mode, used) in [
+            (0o700, true),
+            (0o1777, true),
+            (0o777, false),
+            (0o770, false),
+        ] {
+            let base = tempfile::tempdir().expect("tempdir");
+            std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+            let env = crate::topology::machine::fake::env(&[(
+                "XDG_RUNTIME_DIR",
+                base.path().to_str().expect("UTF-8"),
+            )]);
+            let got = runtime_base(&env);
+            assert_eq!(got == base.path(), used, "mode {mode:o}: {}", got.display());
+            let dir = private_dir(&env).expect("made");
+            assert_eq!(dir.parent() == Some(base.path()), used, "mode {mode:o}");
+            std::fs::remove_dir(dir).expect("empty");
+        }
     }
 }

@@ -1,5 +1,10 @@
 //! The snapshot for people (a headline, the folded groups, then the
 //! processes of one node of each group) and for programs (JSON). Pure.
+//!
+//! What a job chose (command lines, process names, stack frames, and what
+//! an agent says) is put in the table through [`printable`]: its control
+//! characters are shown as escapes, never sent to the operator's terminal.
+//! The JSON has it as it is (JSON escapes it).
 
 use std::fmt::Write as _;
 
@@ -7,6 +12,7 @@ use serde::Serialize;
 
 use super::fold::Group;
 use super::{NodeSnapshot, Proc};
+use crate::table::printable;
 use crate::topology::nodeset::fold_ranks;
 
 /// The JSON document of `--format json` and of the report's `snapshot`.
@@ -137,7 +143,7 @@ fn shorten(s: &str, max: usize) -> String {
 /// One node's processes, indented, a stack under each Python process.
 fn processes(out: &mut String, snap: &NodeSnapshot) {
     if let Some(e) = &snap.error {
-        let _ = writeln!(out, "  no snapshot: {e}");
+        let _ = writeln!(out, "  no snapshot: {}", printable(e));
         return;
     }
     if snap.processes.is_empty() {
@@ -150,13 +156,15 @@ fn processes(out: &mut String, snap: &NodeSnapshot) {
         .map(|p| {
             [
                 p.pid.to_string(),
-                p.state.clone(),
+                printable(&p.state).into_owned(),
                 format!("{:.0}", p.cpu_pct),
                 size_kib(p.rss_kib),
                 duration(p.elapsed_s),
-                p.wchan.clone().unwrap_or_else(|| "-".into()),
+                p.wchan
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |w| printable(w).into_owned()),
                 gpu_text(p),
-                shorten(&p.cmdline_or_comm(), 70),
+                shorten(&printable(&p.cmdline_or_comm()), 70),
             ]
         })
         .collect();
@@ -186,13 +194,19 @@ fn processes(out: &mut String, snap: &NodeSnapshot) {
                 p.pid
             );
             for f in frames.iter().take(12) {
-                let _ = writeln!(out, "        {} ({}:{})", f.function, f.file, f.line);
+                let _ = writeln!(
+                    out,
+                    "        {} ({}:{})",
+                    printable(&f.function),
+                    printable(&f.file),
+                    f.line
+                );
             }
             if frames.len() > 12 {
                 let _ = writeln!(out, "        ... {} more", frames.len() - 12);
             }
         } else if let Some(note) = &p.stack_note {
-            let _ = writeln!(out, "      no python stack: {note}");
+            let _ = writeln!(out, "      no python stack: {}", printable(note));
         }
     }
 }
@@ -211,7 +225,7 @@ impl Proc {
 /// group's first node in detail (odd groups first).
 pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", headline(groups, snaps));
+    let _ = writeln!(out, "{}", printable(&headline(groups, snaps)));
     if let Some(hint) = shell_hint(groups, snaps) {
         let _ = writeln!(out, "{hint}");
     }
@@ -229,7 +243,7 @@ pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
             "{:<ranks_w$}  {:<5}  {}",
             g.ranks,
             g.rank_list.len(),
-            g.summary
+            printable(&g.summary)
         );
     }
     for g in groups {
@@ -249,12 +263,15 @@ pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(out, "rank {first} ({}){also}:", snap.host);
+        let _ = writeln!(out, "rank {first} ({}){also}:", printable(&snap.host));
         processes(&mut out, snap);
     }
     let notes: Vec<String> = snaps
         .iter()
-        .filter_map(|s| s.gpu_note.as_ref().map(|n| format!("rank {}: {n}", s.rank)))
+        .filter_map(|s| {
+            let note = s.gpu_note.as_deref()?;
+            Some(format!("rank {}: {}", s.rank, printable(note)))
+        })
         .collect();
     if !notes.is_empty() {
         let _ = writeln!(out);
@@ -342,6 +359,44 @@ mod tests {
         assert_eq!(
             json["snapshots"][0]["processes"][0]["gpu"]["utilization_pct"],
             100
+        );
+    }
+
+    /// A job's command lines, names, frames and wait channels are its own
+    /// to choose: their control characters (a terminal's title, a cleared
+    /// screen, a line feed that makes a fake line) reach the operator's
+    /// terminal escaped; the JSON keeps them as they are.
+    #[test]
+    fn control_characters_of_the_job_reach_the_terminal_escaped() {
+        let mut one = snap(0, &["hang\x1b[2J", "<module>"], 0);
+        let p = &mut one.processes[0];
+        p.cmdline = "\x1b]0;PWNED\x07\x1b[2J sleep 25\nrank 9: fake".into();
+        p.comm = "sle\u{9b}ep".into();
+        p.wchan = Some("do\rselect".into());
+        if let Some(frames) = p.stack.as_mut() {
+            frames[1].file = "t\x7f.py".into();
+        }
+        let snaps = vec![one];
+        let groups = fold(&snaps);
+        let table = render_table(&groups, &snaps);
+        let raw: Vec<char> = table
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect();
+        assert!(raw.is_empty(), "{raw:?} in {table}");
+        for shown in [
+            r"\e]0;PWNED\x07\e[2J sleep 25\nrank 9: fake",
+            r"do\rselect",
+            r"sle\u009bep sleeping in hang\e[2J <- <module>",
+            r"<module> (t\x7f.py:12)",
+        ] {
+            assert!(table.contains(shown), "{shown} in {table}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&render_json(&groups, &snaps)).expect("json");
+        assert_eq!(
+            json["snapshots"][0]["processes"][0]["cmdline"],
+            "\x1b]0;PWNED\x07\x1b[2J sleep 25\nrank 9: fake"
         );
     }
 

@@ -238,13 +238,10 @@ fn check_place(path: &Path) -> Result<(), OpenError> {
             meta.uid()
         )));
     }
-    let others_write = meta.mode() & 0o022 != 0;
-    let sticky = meta.mode() & 0o1000 != 0;
-    if others_write && !sticky {
+    if let Some(why) = crate::private_files::others_can_replace(&meta) {
         return Err(OpenError::Refused(format!(
-            "its directory {} can be written by other users (mode {:o})",
-            dir.display(),
-            meta.mode() & 0o7777
+            "its directory {} {why}",
+            dir.display()
         )));
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! it is; the file goes when the command ends; clients that did not ask
 //! (OpenSSH's `ssh`, `mn-ssh`) see nothing of it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -217,4 +217,160 @@ fn the_heartbeat_files_go_when_exec_all_is_killed() {
             .all(|p| !Path::new(p).exists())),
         "left: {paths:?}"
     );
+}
+
+/// Runs `child` for at most `limit`; kills it past that. Its output, or
+/// `None` when it had to be killed.
+fn output_within(mut child: std::process::Child, limit: Duration) -> Option<std::process::Output> {
+    let ended = eventually(limit, || matches!(child.try_wait(), Ok(Some(_))));
+    if !ended {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    ended.then_some(out)
+}
+
+/// `MULTINODE_HEARTBEAT_FILE` names whatever the environment says: a FIFO
+/// there is touched without being opened (an open for writing would wait
+/// for a reader for good, and SIGTERM with it), and the run ends as usual.
+#[test]
+fn a_relay_whose_heartbeat_file_is_a_fifo_does_not_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("beat");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let child = cmd(&mn_exec_all())
+        .env("MULTINODE_HOSTLIST", format!("{}:1", fresh_loopback()))
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_HEARTBEAT_FILE", &fifo)
+        .args([
+            "-c",
+            "touch \"$MULTINODE_HEARTBEAT_FILE\"; sleep 1; echo done",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = output_within(child, Duration::from_secs(10)).expect("it ends within 10 s");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "done\n");
+    let meta = std::fs::symlink_metadata(&fifo).unwrap();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()),
+        "the FIFO is left as it was"
+    );
+}
+
+/// Writes the script's heartbeat file's path to `dir/path.$RANK`, makes
+/// the file a directory with files in it, then sleeps `tag`.
+fn heartbeat_made_a_directory(dir: &Path, tag: &str) -> String {
+    format!(
+        "f=\"$MULTINODE_HEARTBEAT_FILE\"; rm \"$f\"; mkdir -p \"$f/deeper\"; \
+         touch \"$f/x\" \"$f/deeper/y\"; echo \"$f\" > {}/path.$RANK; exec sleep {tag}",
+        dir.display()
+    )
+}
+
+/// The paths `heartbeat_made_a_directory` wrote for `ranks`, once all are there.
+fn written_paths(dir: &Path, ranks: std::ops::Range<usize>) -> Vec<String> {
+    let read = |rank: usize| {
+        std::fs::read_to_string(dir.join(format!("path.{rank}")))
+            .map(|p| p.trim().to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || ranks
+            .clone()
+            .all(|r| !read(r).is_empty())),
+        "every rank wrote its path"
+    );
+    ranks.map(read).collect()
+}
+
+/// A heartbeat file that the command made a directory with files in it
+/// goes whole when exec_all is killed: on its own node (its supervisor's
+/// `--remove`) and on an agent's (the command's end).
+#[test]
+fn a_heartbeat_file_made_a_directory_goes_when_exec_all_is_killed() {
+    let cluster = Cluster::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let tag = sleep_tag();
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--hang-timeout", "60", "--grace", "1", "-c"])
+        .arg(heartbeat_made_a_directory(dir.path(), &tag))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let paths = written_paths(dir.path(), 0..2);
+    assert!(
+        eventually(Duration::from_secs(10), || sleepers(&tag).len() == 2),
+        "both nodes run"
+    );
+    for path in &paths {
+        assert!(Path::new(path).is_dir(), "{path} is a directory now");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "{:?}",
+        sleepers(&tag)
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || paths
+            .iter()
+            .all(|p| std::fs::symlink_metadata(p).is_err())),
+        "left: {paths:?}"
+    );
+}
+
+/// The agent's private directory (`$XDG_RUNTIME_DIR/multinode-agent-*`)
+/// goes when the agent is stopped (SIGTERM) or killed (its keeper removes
+/// it), also with a running command's heartbeat file made a directory
+/// with files in it.
+#[test]
+fn the_agents_private_directory_goes_with_a_heartbeat_directory_in_it() {
+    for kill9 in [false, true] {
+        let base = tempfile::tempdir().unwrap();
+        let mut agent = Agent::start_with(
+            &fresh_loopback(),
+            29922,
+            &[],
+            &[("XDG_RUNTIME_DIR", base.path().to_str().unwrap())],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tag = sleep_tag();
+        let mut client = cmd(&mn_ssh())
+            .args(["-o", "SetEnv=MULTINODE_HEARTBEAT=1", &agent.host])
+            .arg(heartbeat_made_a_directory(dir.path(), &tag).replace("$RANK", "0"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let file = PathBuf::from(&written_paths(dir.path(), 0..1)[0]);
+        let private = file.parent().unwrap().to_path_buf();
+        assert_eq!(private.parent(), Some(base.path()), "{}", file.display());
+        assert!(file.join("deeper/y").exists());
+        if kill9 {
+            agent.child.kill().unwrap();
+            let _ = agent.child.wait();
+        } else {
+            drop(agent);
+        }
+        assert!(
+            eventually(Duration::from_secs(15), || !private.exists()),
+            "{} left behind (kill -9: {kill9})",
+            private.display()
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || sleepers(&tag).is_empty()),
+            "kill -9: {kill9}"
+        );
+        let _ = client.kill();
+        let _ = client.wait();
+    }
 }

@@ -332,3 +332,104 @@ fn an_agents_hostfiles_are_in_a_private_directory_that_goes_with_it() {
         ],
     );
 }
+
+/// Runs `sh -c script sh ARGS...` as `uid` (`setpriv`); whether it succeeded.
+fn as_user(uid: u32, script: &str, args: &[&std::path::Path]) -> bool {
+    std::process::Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "sh", "-c", script, "sh"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("setpriv (util-linux)")
+        .success()
+}
+
+/// An `XDG_RUNTIME_DIR` of the job's user that other users can write to
+/// (mode 0777) is not where the agent's private directory goes: there
+/// another user could move it away and put one of their own in its place,
+/// and later commands would get that user's hostfile. The system's
+/// temporary directory (sticky) is used instead.
+#[test]
+fn an_xdg_runtime_dir_others_can_write_to_is_not_used() {
+    let (_guard, base) = shared_dir(0, 0o777);
+    let agent = Agent::start_with(
+        &fresh_loopback(),
+        29922,
+        &[],
+        &[("XDG_RUNTIME_DIR", base.to_str().unwrap())],
+    );
+    let out = cmd(&mn_ssh())
+        .args([
+            "-o",
+            &format!("SetEnv={FOLDED_9000}"),
+            &agent.host,
+            "printf '%s\\n' \"$MULTINODE_HOSTFILE\"",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    let text = stdout(&out);
+    let private = std::path::Path::new(text.trim()).parent().unwrap();
+    assert_ne!(private.parent(), Some(base.as_path()), "{text}");
+    assert_eq!(
+        std::fs::read_dir(&base).unwrap().count(),
+        0,
+        "nothing of the agent's in {}",
+        base.display()
+    );
+    let moved = as_user(
+        NOBODY,
+        "mv \"$1\" \"$1.moved\" && mkdir -m 777 \"$1\"",
+        &[private],
+    );
+    assert!(!moved, "another user replaced {}", private.display());
+}
+
+/// Another user planted `FILE.pub` (or `FILE`) in a sticky directory, where
+/// nobody else can remove it: `multinode keygen -o FILE` writes nothing at
+/// all and says so in one line, exit code 2; what was planted is left.
+#[test]
+fn keygen_writes_nothing_where_another_users_file_cannot_be_replaced() {
+    let (_guard, dir) = shared_dir(0, 0o1777);
+    // The job's user: neither root (which may remove anything) nor NOBODY.
+    const JOB_USER: u32 = 65533;
+    for planted in ["k.pub", "k"] {
+        let key = dir.join("k");
+        let target = dir.join(planted);
+        assert!(as_user(NOBODY, "echo planted > \"$1\"", &[&target]));
+        let out = cmd(std::path::Path::new("setpriv"))
+            .arg(format!("--reuid={JOB_USER}"))
+            .arg(format!("--regid={JOB_USER}"))
+            .arg("--clear-groups")
+            .arg(multinode())
+            .args(["keygen", "-o"])
+            .arg(&key)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{planted}: {err}");
+        assert_eq!(err.lines().count(), 1, "{planted}: one line: {err}");
+        assert!(
+            err.contains(&target.display().to_string()) && err.contains("uid 65534"),
+            "{planted}: {err}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "planted\n");
+        let other = if planted == "k" {
+            dir.join("k.pub")
+        } else {
+            key
+        };
+        assert!(
+            std::fs::symlink_metadata(&other).is_err(),
+            "{planted}: {} was written",
+            other.display()
+        );
+        std::fs::remove_file(&target).unwrap();
+    }
+}

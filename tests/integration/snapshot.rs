@@ -723,3 +723,57 @@ fn ps_sees_the_node_exec_all_runs_itself() {
     );
     drop(agents);
 }
+
+/// A job's process may name itself anything (`exec -a`): `multinode ps`
+/// shows its control characters escaped, so a title, a cleared screen or
+/// a fake line never reaches the operator's terminal; `--format json`
+/// keeps them as they are (JSON escapes them).
+#[test]
+fn ps_shows_control_characters_of_a_command_line_escaped() {
+    let agent = Agent::start(&fresh_loopback());
+    let tag = sleep_tag();
+    let name = "\x1b]0;PWNED\x07\x1b[2J";
+    let mut command = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg(format!(
+            "exec bash -c 'exec -a \"$(printf \"\\033]0;PWNED\\007\\033[2J\")\" sleep {tag}'"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ps = |format: &str| {
+        cmd(&multinode())
+            .env("MULTINODE_HOSTLIST", format!("{}:1", agent.host))
+            .env("MULTINODE_NODE_RANK", "0")
+            .args(["ps", "--format", format])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let shown = format!("{name} {tag}");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let doc: serde_json::Value =
+                serde_json::from_slice(&ps("json").stdout).unwrap_or_default();
+            doc["snapshots"][0]["processes"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["cmdline"] == shown.as_str()))
+        }),
+        "the JSON has the command line as it is"
+    );
+    let out = ps("table");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        !table.chars().any(|c| c.is_control() && c != '\n'),
+        "{table:?}"
+    );
+    assert!(
+        table.contains(&format!(r"\e]0;PWNED\x07\e[2J {tag}")),
+        "{table}"
+    );
+    let _ = command.kill();
+    let _ = command.wait();
+}
