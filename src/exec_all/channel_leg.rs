@@ -14,16 +14,15 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::event::{Closed, LegMsg, Order};
-use super::plan::{LegKind, NodeSpec};
-use super::reach::{Reach, RunCtx};
+use super::plan::NodeSpec;
+use super::reach::{RunCtx, Ssh};
 use super::record::NodeOutcome;
 use crate::process::Outcome;
-use crate::protocol::CWD_VAR;
 use crate::protocol::exit_info::{self, ExitInfo};
 use crate::protocol::heartbeat;
 use crate::protocol::signals::exit_outcome;
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
-use crate::transport::client::{Connection, Target};
+use crate::transport::client::Connection;
 use crate::transport::mux::MuxError;
 
 /// A command on a node reached over SSH: its channel, and the connection
@@ -67,38 +66,28 @@ async fn or_stopped<T>(
 }
 
 impl ChannelLeg {
+    /// Starts `spec`'s command on its node, reached over `ssh` (an agent
+    /// or a stock sshd: `spec.leg` says what the channel sends).
     pub(super) async fn start(
         ctx: &RunCtx,
+        ssh: &Ssh,
         spec: &mut NodeSpec,
         orders: &mut mpsc::UnboundedReceiver<Order>,
         stdin: Option<mpsc::Receiver<Bytes>>,
     ) -> Result<ChannelLeg, NodeOutcome> {
-        let (connector, port, user, mux) = match &ctx.reach {
-            Reach::Agent {
-                connector,
-                port,
-                user,
-                mux,
-            } => (connector, *port, user, mux.as_ref()),
-            Reach::Sshd {
-                connector,
-                port,
-                user,
-            } => (connector, *port, user, None),
-            Reach::Wrapper(_) => unreachable!("a wrapper's nodes are processes here"),
-        };
-        let target = Target {
-            host: spec.host.clone(),
-            port,
-            user: user.clone(),
-        };
+        let target = ssh.target(&spec.host);
         // The node's variables leave the spec: sent once, not held for the run.
         let node_env = std::mem::take(&mut spec.env);
+        let heartbeats = ctx.heartbeat_dir.is_some();
         // Inside `multinode agent -- JOB`: through the head agent's connection.
-        if let Some(mux) = mux {
-            let vars = agent_vars(ctx, node_env.clone());
+        if let Some(mux) = &ssh.mux {
+            let (leg, vars) = (spec.leg, node_env.clone());
             let command = spec.command.to_vec();
-            let exec = mux.exec(&target, |peer| (command, with_address(vars, peer)));
+            let exec = mux.exec(&target, |peer| {
+                let request =
+                    leg.channel_request(&command, with_address(vars, peer), &ctx.cwd, heartbeats);
+                (request.command, request.env)
+            });
             if let Some(s) =
                 shared(or_stopped(exec, orders, spec.rank, "before connecting").await?)?
             {
@@ -111,28 +100,21 @@ impl ChannelLeg {
                 .await?
                 .expect("the semaphore is never closed");
             // Boxed: the handshake's state (~3 KB) is freed once connected.
-            let connect = Box::pin(connector.connect(&target));
+            let connect = Box::pin(ssh.connector.connect(&target));
             or_stopped(connect, orders, spec.rank, "while connecting").await?
         };
         let conn = connected.map_err(|e| NodeOutcome::Unreachable(e.to_string()))?;
         let peer = conn.peer();
-        // An agent takes the variables and the directory as `env` requests; a
-        // stock sshd drops those (AcceptEnv), so they go in the command line.
-        let vars = match spec.leg {
-            LegKind::Agent => with_address(agent_vars(ctx, node_env), peer),
-            _ => with_address(node_env, peer),
-        };
-        let channel = match spec.leg {
-            LegKind::Agent => Box::pin(conn.exec(&spec.command, &vars)).await,
-            _ => {
-                let command =
-                    super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &vars);
-                Box::pin(conn.exec(&command, &[])).await
-            }
-        };
+        let request = spec.leg.channel_request(
+            &spec.command,
+            with_address(node_env, peer),
+            &ctx.cwd,
+            heartbeats,
+        );
+        let channel = Box::pin(conn.exec(&request.command, &request.env)).await;
         // Sent: not held for the command's whole run (a node's variables can
         // be tens of KB, times every node).
-        drop(vars);
+        drop(request);
         let channel =
             channel.map_err(|e| NodeOutcome::Lost(format!("cannot start the script: {e}")))?;
         let (rx, tx) = channel.split();
@@ -226,18 +208,6 @@ impl ChannelLeg {
             },
         }
     }
-}
-
-/// The variables for an agent, which takes the directory and the requests
-/// for exit info and (when watched) heartbeats as `env` requests too
-/// ([`with_address`] completes them).
-fn agent_vars(ctx: &RunCtx, mut vars: Vec<(String, String)>) -> Vec<(String, String)> {
-    vars.push((CWD_VAR.to_string(), ctx.cwd.clone()));
-    vars.push((exit_info::REQUEST_VAR.to_string(), "1".to_string()));
-    if ctx.heartbeat_dir.is_some() {
-        vars.push((heartbeat::REQUEST_VAR.to_string(), "1".to_string()));
-    }
-    vars
 }
 
 /// The variables with the node's address as it was reached.

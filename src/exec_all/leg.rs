@@ -13,9 +13,10 @@ use tokio::sync::mpsc;
 
 use super::channel_leg::ChannelLeg;
 use super::event::{Closed, LegMsg, Order};
-use super::plan::{LegKind, NodeSpec};
+use super::leg_kind::LegKind;
+use super::plan::NodeSpec;
 use super::process_leg::ProcessLeg;
-use super::reach::RunCtx;
+use super::reach::{Reach, RunCtx};
 use super::record::NodeOutcome;
 use super::relay_record::RecordTap;
 use crate::protocol::signals::signal_to_sig;
@@ -44,12 +45,13 @@ impl Leg {
         orders: &mut mpsc::UnboundedReceiver<Order>,
         stdin: Option<mpsc::Receiver<Bytes>>,
     ) -> Result<Leg, NodeOutcome> {
-        let started = match spec.leg {
-            LegKind::Local | LegKind::Wrapper => {
-                Started::Process(ProcessLeg::start(ctx, spec, stdin)?)
+        let started = match (spec.leg, &ctx.reach) {
+            (LegKind::Local, _) => Started::Process(ProcessLeg::start(ctx, spec, None, stdin)?),
+            (_, Reach::Wrapper(wrapper)) => {
+                Started::Process(ProcessLeg::start(ctx, spec, Some(wrapper), stdin)?)
             }
-            LegKind::Agent | LegKind::Sshd => {
-                Started::Channel(ChannelLeg::start(ctx, spec, orders, stdin).await?)
+            (_, Reach::Agent(ssh) | Reach::Sshd(ssh)) => {
+                Started::Channel(ChannelLeg::start(ctx, ssh, spec, orders, stdin).await?)
             }
         };
         Ok(Leg {

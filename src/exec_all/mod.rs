@@ -9,7 +9,8 @@
 //!   output settings, a relay's group); pure.
 //! - `reach`: how the other nodes are reached, decided once a run (`Reach`).
 //! - `leg`: a started command and its messages; `channel_leg`: over SSH (an
-//!   agent, sshd); `process_leg`: a process here (this node, a wrapper).
+//!   agent, sshd); `process_leg`: a process here (this node, a wrapper);
+//!   `leg_kind`: the four kinds, each what it gives its node.
 //! - `node`: one task per node, one loop over any leg.
 //! - `sink`: a node's output cut into lines; `writer`: the one writer thread.
 //! - `files`: `--output DIR`, a file per rank and stream.
@@ -38,6 +39,7 @@ mod finish;
 mod group;
 mod launch;
 mod leg;
+mod leg_kind;
 mod live;
 mod nccl_line;
 mod node;

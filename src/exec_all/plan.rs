@@ -10,25 +10,13 @@
 
 use bytes::Bytes;
 
+use super::leg_kind::LegKind;
 use super::options::RunOptions;
 use super::relay;
 use super::sink::SinkSettings;
 use crate::env::{Contract, Job};
 use crate::env_map::EnvMap;
 use crate::error::Error;
-
-/// How a node's command is started and its messages come back (see `leg`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LegKind {
-    /// This node: a process here.
-    Local,
-    /// `WRAPPER HOST COMMAND`: a process here per node.
-    Wrapper,
-    /// A node's agent, in-process (job secret): variables as `env` requests.
-    Agent,
-    /// A stock sshd, in-process (user keys): variables in the command line.
-    Sshd,
-}
 
 /// What one node task runs.
 #[derive(Debug)]
@@ -113,10 +101,7 @@ pub fn plan(
             options.fanout
         )));
     }
-    let command = Bytes::from(match remote {
-        LegKind::Agent => options.script.agent_command(&options.args),
-        _ => options.script.shell_command(&options.args),
-    });
+    let command = remote.command(&options.script, &options.args);
     let exported = exported(options, head_env);
     // Rendered once; agents get the hostlists folded (constant bytes a node).
     let contract = Contract::new(job);
@@ -127,20 +112,8 @@ pub fn plan(
         .map(|group| {
             let rank = group[0];
             let host = job.topology.nodes[rank].host.clone();
-            let leg = if rank == job.rank {
-                LegKind::Local
-            } else {
-                remote
-            };
-            let mut env = match leg {
-                LegKind::Local => options.attempt_env.clone(),
-                _ => exported.clone(),
-            };
-            env.extend(match leg {
-                LegKind::Local => contract.for_rank(rank),
-                LegKind::Agent => contract.wire_for_rank(rank),
-                LegKind::Wrapper | LegKind::Sshd => contract.remote_for_rank(rank),
-            });
+            let leg = LegKind::of(rank, job.rank, remote);
+            let env = leg.vars(rank, options, &exported, &contract);
             let is_relay = group.len() > 1;
             let output = SinkSettings {
                 label: options.label.then(|| format!("{rank} {host}: ")),

@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::event::{Closed, LegMsg};
-use super::plan::{LegKind, NodeSpec};
-use super::reach::{Reach, RunCtx};
+use super::plan::NodeSpec;
+use super::reach::RunCtx;
 use super::record::NodeOutcome;
 use crate::exit_info::{self, ExitInfo};
 use crate::heartbeat::{self, HeartbeatFile};
@@ -46,18 +46,15 @@ pub struct ProcessLeg {
     heartbeat: Option<HeartbeatFile>,
 }
 
-/// What the supervisor runs: this node's script, or the wrapper with the
+/// What the supervisor runs: this node's script, or `wrapper` with the
 /// node's host and its command line (the variables in it).
-fn argv(ctx: &RunCtx, spec: &NodeSpec, local: bool) -> Vec<OsString> {
-    if local {
+fn argv(ctx: &RunCtx, spec: &NodeSpec, wrapper: Option<&str>) -> Vec<OsString> {
+    let Some(wrapper) = wrapper else {
         return ctx.script.local_argv(&ctx.args).into_iter().collect();
-    }
-    let Reach::Wrapper(wrapper) = &ctx.reach else {
-        unreachable!("a remote node is a process here only through a wrapper")
     };
     let command = super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &spec.env);
     vec![
-        wrapper.clone().into(),
+        wrapper.into(),
         spec.host.clone().into(),
         std::ffi::OsStr::from_bytes(&command).to_os_string(),
     ]
@@ -75,13 +72,16 @@ fn heartbeat_file(ctx: &RunCtx) -> Option<HeartbeatFile> {
 }
 
 impl ProcessLeg {
+    /// Starts `spec`'s command as a process here: this node's script, or
+    /// (`wrapper`) `WRAPPER HOST COMMAND` for a node it reaches.
     pub fn start(
         ctx: &RunCtx,
         spec: &mut NodeSpec,
+        wrapper: Option<&str>,
         stdin: Option<mpsc::Receiver<Bytes>>,
     ) -> Result<ProcessLeg, NodeOutcome> {
-        let local = spec.leg == LegKind::Local;
-        let argv = argv(ctx, spec, local);
+        let local = wrapper.is_none();
+        let argv = argv(ctx, spec, wrapper);
         // This machine's cgroup, for the node run here (a wrapper's node cannot tell).
         let watch =
             local.then(|| exit_info::Watch::start(&std::env::current_dir().unwrap_or_default()));

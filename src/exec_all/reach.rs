@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::leg_kind::LegKind;
 use super::options::RunOptions;
-use super::plan::LegKind;
 use super::script::Script;
 use crate::env::Job;
 use crate::env_map::EnvMap;
@@ -24,24 +24,35 @@ use crate::transport::mux::MuxClient;
 const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the other nodes are reached, decided once a run.
-#[expect(clippy::large_enum_variant, reason = "one a run, never moved")]
 pub(crate) enum Reach {
     /// `WRAPPER HOST COMMAND`, one process here per node.
     Wrapper(String),
     /// In-process russh sessions to the nodes' agents (the job secret);
     /// inside `multinode agent -- JOB`, on the head agent's connections.
-    Agent {
-        connector: Connector,
-        port: u16,
-        user: String,
-        mux: Option<MuxClient>,
-    },
+    Agent(Ssh),
     /// In-process russh sessions to a stock sshd (the user's keys).
-    Sshd {
-        connector: Connector,
-        port: u16,
-        user: String,
-    },
+    Sshd(Ssh),
+}
+
+/// The nodes reached over SSH in-process: how to connect, as whom.
+pub(crate) struct Ssh {
+    pub connector: Connector,
+    pub port: u16,
+    pub user: String,
+    /// The head agent's shared connections (agents, inside `multinode
+    /// agent -- JOB`); `None` for a stock sshd.
+    pub mux: Option<MuxClient>,
+}
+
+impl Ssh {
+    /// Where rank `host` is connected to.
+    pub fn target(&self, host: &str) -> Target {
+        Target {
+            host: host.to_string(),
+            port: self.port,
+            user: self.user.clone(),
+        }
+    }
 }
 
 impl Reach {
@@ -62,13 +73,13 @@ impl Reach {
         };
         let route = Route::from_env(&spec, env)?;
         Ok(match route.kind {
-            TransportKind::Agent => Reach::Agent {
+            TransportKind::Agent => Reach::Agent(Ssh {
                 connector: route.connector,
                 port: job.agent_port,
                 user: route.user,
                 mux: route.mux,
-            },
-            TransportKind::OpenSsh => Reach::Sshd {
+            }),
+            TransportKind::OpenSsh => Reach::Sshd(Ssh {
                 connector: route.connector,
                 port: match env.get("MULTINODE_SSH_PORT") {
                     None => route.port,
@@ -79,7 +90,8 @@ impl Reach {
                     })?,
                 },
                 user: route.user,
-            },
+                mux: None,
+            }),
         })
     }
 
@@ -87,15 +99,15 @@ impl Reach {
     pub fn kind(&self) -> LegKind {
         match self {
             Reach::Wrapper(_) => LegKind::Wrapper,
-            Reach::Agent { .. } => LegKind::Agent,
-            Reach::Sshd { .. } => LegKind::Sshd,
+            Reach::Agent(_) => LegKind::Agent,
+            Reach::Sshd(_) => LegKind::Sshd,
         }
     }
 
     /// The connector to the nodes' agents, when they are reached through them.
     pub fn agent_connector(&self) -> Option<&Connector> {
         match self {
-            Reach::Agent { connector, .. } => Some(connector),
+            Reach::Agent(ssh) => Some(&ssh.connector),
             _ => None,
         }
     }
@@ -127,7 +139,7 @@ impl Reach {
     pub fn port(&self) -> u16 {
         match self {
             Reach::Wrapper(_) => 0,
-            Reach::Agent { port, .. } | Reach::Sshd { port, .. } => *port,
+            Reach::Agent(ssh) | Reach::Sshd(ssh) => ssh.port,
         }
     }
 }
@@ -186,16 +198,9 @@ impl RunCtx {
         // Inside `multinode agent -- JOB` (the mux), the head's agent runs this
         // exec_all and so shows its node already.
         let local_agent = match &reach {
-            Reach::Agent {
-                mux: None,
-                user,
-                port,
-                ..
-            } if runs_here && options.show_local_to_agent => Some(Target {
-                host: job.topology.nodes[job.rank].host.clone(),
-                port: *port,
-                user: user.clone(),
-            }),
+            Reach::Agent(ssh) if ssh.mux.is_none() && runs_here && options.show_local_to_agent => {
+                Some(ssh.target(&job.topology.nodes[job.rank].host))
+            }
             _ => None,
         };
         RunCtx {

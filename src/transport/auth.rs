@@ -33,6 +33,19 @@ pub enum HostKeyPolicy {
     AcceptAll,
 }
 
+impl HostKeyPolicy {
+    /// `-o StrictHostKeyChecking=VALUE`, as OpenSSH reads it: `yes`;
+    /// `no` or `off`; anything else (`ask`, `accept-new`) refuses a changed
+    /// key and accepts an unknown host without recording it.
+    pub fn from_option(value: &str) -> Self {
+        match value.to_ascii_lowercase().as_str() {
+            "yes" => HostKeyPolicy::Strict,
+            "no" | "off" => HostKeyPolicy::AcceptAll,
+            _ => HostKeyPolicy::RefuseChanged,
+        }
+    }
+}
+
 pub struct OpenSshAuth {
     pub identities: Vec<(PathBuf, PrivateKey)>,
     pub known_hosts: Vec<PathBuf>,
@@ -281,4 +294,23 @@ pub(super) async fn authenticate(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_host_key_checking_is_read_as_openssh_reads_it() {
+        for (value, policy) in [
+            ("yes", HostKeyPolicy::Strict),
+            ("YES", HostKeyPolicy::Strict),
+            ("no", HostKeyPolicy::AcceptAll),
+            ("off", HostKeyPolicy::AcceptAll),
+            ("accept-new", HostKeyPolicy::RefuseChanged),
+            ("ask", HostKeyPolicy::RefuseChanged),
+        ] {
+            assert_eq!(HostKeyPolicy::from_option(value), policy, "{value}");
+        }
+    }
 }

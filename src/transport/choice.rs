@@ -69,10 +69,11 @@ pub struct ClientSpec {
     pub connect_timeout: Option<Duration>,
     /// `-b ADDR`: the source address; default: the system's choice.
     pub bind_address: Option<std::net::IpAddr>,
-    /// `StrictHostKeyChecking` (OpenSSH): `yes`, `no`/`off`, else refuse changed keys.
-    pub host_key_checking: Option<String>,
-    /// `UserKnownHostsFile` (OpenSSH): files separated by spaces.
-    pub known_hosts: Option<String>,
+    /// `StrictHostKeyChecking` (OpenSSH); default: refuse changed keys.
+    pub host_key_checking: Option<HostKeyPolicy>,
+    /// `UserKnownHostsFile` (OpenSSH), `~` not yet expanded; default:
+    /// `~/.ssh/known_hosts` and `/etc/ssh/ssh_known_hosts`.
+    pub known_hosts: Option<Vec<PathBuf>>,
 }
 
 /// How to reach a node: the connector (keys, algorithms, timeout) and the
@@ -207,29 +208,18 @@ fn openssh_auth(spec: &ClientSpec, env: &EnvMap) -> Result<OpenSshAuth, Error> {
         }
     }
     let known_hosts = match spec.known_hosts.as_deref() {
-        Some(list) => list
-            .split_whitespace()
-            .map(|p| expand_tilde(Path::new(p), &home))
-            .collect(),
+        Some(list) => list.iter().map(|p| expand_tilde(p, &home)).collect(),
         None => vec![
             home.join(".ssh/known_hosts"),
             PathBuf::from("/etc/ssh/ssh_known_hosts"),
         ],
     };
-    let policy = match spec
-        .host_key_checking
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        Some("yes") => HostKeyPolicy::Strict,
-        Some("no" | "off") => HostKeyPolicy::AcceptAll,
-        _ => HostKeyPolicy::RefuseChanged,
-    };
     Ok(OpenSshAuth {
         identities,
         known_hosts,
-        policy,
+        policy: spec
+            .host_key_checking
+            .unwrap_or(HostKeyPolicy::RefuseChanged),
         for_want_of_secret: false,
     })
 }

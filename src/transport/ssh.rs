@@ -16,6 +16,7 @@
 
 use std::ffi::OsString;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use tracing::debug;
 
 use super::channel::{ChannelRx, ChannelTx};
 use super::choice::{ClientSpec, Route};
-use super::client::{Connector, Start, Target};
+use super::client::{Connector, HostKeyPolicy, Start, Target};
 use super::forward;
 use super::mux::{MuxClient, MuxError};
 use super::ssh_args::{self, RequestTty, SshInvocation};
@@ -138,8 +139,13 @@ fn client_spec(inv: &SshInvocation) -> Result<ClientSpec, Error> {
         bind_address: inv.bind_address,
         identities: inv.identities.clone(),
         connect_timeout,
-        host_key_checking: inv.option("StrictHostKeyChecking").map(str::to_string),
-        known_hosts: inv.option("UserKnownHostsFile").map(str::to_string),
+        host_key_checking: inv
+            .option("StrictHostKeyChecking")
+            .map(HostKeyPolicy::from_option),
+        // Files separated by spaces, as ssh_config(5) has them.
+        known_hosts: inv
+            .option("UserKnownHostsFile")
+            .map(|list| list.split_whitespace().map(PathBuf::from).collect()),
     })
 }
 
