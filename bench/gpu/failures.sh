@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317 # stop_agents runs from the EXIT trap
 # The first-failure verdict on real PyTorch failures, in one call on a
 # machine with a GPU (the `nvidia-h200` device kind; no sshd needed), from
 # the repository root:
@@ -44,16 +43,11 @@ PORT=29922
 steps=" ${MN_GPU_STEPS:-A B C} "
 want() { [[ $steps == *" $1 "* ]]; }
 results=()
-record() { results+=("$1|$2|$3"); printf '>>> %s: %s (%s)\n' "$1" "$2" "$3"; }
 # show CMD...: prints the command, then runs it.
 show() { printf '+ %s\n' "$*"; "$@"; }
-agents=()
-stop_agents() {
-    for pid in "${agents[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${agents[@]}"; do wait "$pid" 2>/dev/null; done
-    agents=()
-}
-trap stop_agents EXIT
+# agents, stop_agents (on EXIT), record, now, secs, gpu_pids
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # The agent of rank 1, on GPU 0; returns once it listens (10 s at most).
 start_agent() {
     printf '+ %s\n' "MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK=1 CUDA_VISIBLE_DEVICES=0 multinode agent --listen 127.0.0.3:$PORT &"
@@ -68,7 +62,6 @@ start_agent() {
     echo "the agent at 127.0.0.3:$PORT did not listen within 10 s"
     return 1
 }
-gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'; }
 # json FILE EXPR: a Python expression over the JSON document `d` of FILE.
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317 # stop_agents runs from the EXIT trap
 # `multinode ps` on the hang of issue 30 (points 3 and 4), on a machine with
 # one GPU (the `nvidia-h200` device kind), from the repository root:
 #
@@ -44,23 +43,15 @@ export MULTINODE_SECRET PYTHONUNBUFFERED=1
 HOSTS=127.0.0.2:1,127.0.0.3:1
 PORT=${MN_GPU_PORT:-29922}
 results=()
-record() { results+=("$1|$2|$3"); printf '>>> %s: %s (%s)\n' "$1" "$2" "$3"; }
-now() { date +%s.%N; }
-secs() { python3 -c "print(f'{$2 - $1:.2f}')"; }
-agents=()
-stop_agents() {
-    for pid in "${agents[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${agents[@]}"; do wait "$pid" 2>/dev/null; done
-    agents=()
-}
-trap stop_agents EXIT
+# agents, stop_agents (on EXIT), record, now, secs, gpu_pids
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # The job's view of node RANK, as a job script there has it.
 node_env() {
     local rank=$1
     shift
     env MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK="$rank" MULTINODE_AGENT_PORT="$PORT" CUDA_VISIBLE_DEVICES=0 "$@"
 }
-gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'; }
 # wait_for FILE PATTERN SECONDS PID: until FILE holds PATTERN (not once PID ended).
 wait_for() {
     local i

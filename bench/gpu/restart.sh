@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317 # stop_agents runs from the EXIT trap
 # Restarts with a spare on real PyTorch, in one call on a machine with a
 # GPU (the `nvidia-h200` device kind; no sshd needed), from the repository
 # root:
@@ -32,13 +31,9 @@ export MULTINODE_SECRET PYTHONUNBUFFERED=1
 HOSTS=127.0.0.2:1,127.0.0.3:1,127.0.0.4:1,127.0.0.5:1
 PORT=29922
 ckpt=$(mktemp -d)
-agents=()
-stop_agents() {
-    for pid in "${agents[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${agents[@]}"; do wait "$pid" 2>/dev/null; done
-    agents=()
-}
-trap stop_agents EXIT
+# agents, stop_agents (on EXIT), record, now, secs, gpu_pids
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # start_agent RANK ADDRESS: an agent, on GPU 0; returns once it listens.
 start_agent() {
     printf '+ %s\n' "MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK=$1 CUDA_VISIBLE_DEVICES=0 multinode agent --listen $2:$PORT &"

@@ -36,17 +36,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 HOSTS=127.0.0.2:1,127.0.0.3:1
 PORT=29922
 results=()
-record() { results+=("$1|$2|$3"); printf '>>> %s: %s (%s)\n' "$1" "$2" "$3"; }
 steps=" ${MN_GPU_STEPS:-1 2 3 4 5 6} "
 want() { [[ $steps == *" $1 "* ]]; }
-now() { date +%s.%N; }
-agents=()
-stop_agents() {
-    for pid in "${agents[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${agents[@]}"; do wait "$pid" 2>/dev/null; done
-    agents=()
-}
-trap stop_agents EXIT
+# agents, stop_agents (on EXIT), record, now, secs, gpu_pids
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # agent RANK GPU [-- JOB...]: an agent for node RANK of $HOSTS, owning GPU.
 agent() {
@@ -56,7 +50,6 @@ agent() {
         CUDA_VISIBLE_DEVICES=$gpu multinode agent --listen "127.0.0.$((rank + 2)):$PORT" "$@" &
     agents+=($!)
 }
-gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'; }
 
 echo "=== machine"
 date -u

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317 # stop_agents runs from the EXIT trap
 # The GPU runs of `multinode ps` and `--snapshot-on-timeout`, in one call on
 # a machine with 2 GPUs (the `nvidia-h200-x2` device kind), from the
 # repository root:
@@ -40,16 +39,9 @@ PORT=29922
 steps=" ${MN_GPU_STEPS:-A B C} "
 want() { [[ $steps == *" $1 "* ]]; }
 results=()
-record() { results+=("$1|$2|$3"); printf '>>> %s: %s (%s)\n' "$1" "$2" "$3"; }
-now() { date +%s.%N; }
-secs() { python3 -c "print(f'{$2 - $1:.2f}')"; }
-agents=()
-stop_agents() {
-    for pid in "${agents[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${agents[@]}"; do wait "$pid" 2>/dev/null; done
-    agents=()
-}
-trap stop_agents EXIT
+# agents, stop_agents (on EXIT), record, now, secs, gpu_pids
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # agent RANK GPU [-- JOB...]: an agent for node RANK of $HOSTS, owning GPU.
 agent() {
     local rank=$1 gpu=$2
@@ -60,7 +52,6 @@ agent() {
 }
 # The head's view, as a job script on the head has it.
 head_env() { env MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK=0 MULTINODE_AGENT_PORT=$PORT "$@"; }
-gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'; }
 # wait_for FILE PATTERN SECONDS PID: until FILE holds PATTERN (not once PID ended).
 wait_for() {
     local i

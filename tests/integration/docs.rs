@@ -501,3 +501,51 @@ fn the_restarts_page_runs_on_one_machine_as_written() {
     got.sort();
     assert_eq!(got, want, "{text}");
 }
+
+/// bench/gpu's scripts (run on the GPU machine, which CI has not) parse,
+/// and share one definition of what each used to copy: the agents ended
+/// on exit (`stop_agents`) and the small helpers, in bench/gpu/lib.sh.
+#[test]
+fn the_gpu_bench_scripts_parse_and_share_one_lib() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/gpu");
+    let mut defined = Vec::new();
+    let mut scripts = 0;
+    for entry in std::fs::read_dir(&dir).expect("bench/gpu") {
+        let path = entry.expect("entry").path();
+        if path.extension() != Some(OsStr::new("sh")) {
+            continue;
+        }
+        scripts += 1;
+        let parsed = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .output()
+            .expect("bash runs");
+        assert!(
+            parsed.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+        let text = std::fs::read_to_string(&path).expect("read");
+        for name in ["stop_agents", "record", "now", "secs", "gpu_pids"] {
+            if text.contains(&format!("\n{name}() {{")) {
+                defined.push(format!("{name} in {}", path.display()));
+            }
+        }
+        if text.contains("agents+=") {
+            assert!(
+                text.contains("/lib.sh\""),
+                "{} starts agents without lib.sh",
+                path.display()
+            );
+        }
+    }
+    assert!(scripts >= 8, "{scripts} scripts");
+    defined.sort();
+    let lib = dir.join("lib.sh").display().to_string();
+    assert_eq!(
+        defined,
+        ["gpu_pids", "now", "record", "secs", "stop_agents"].map(|n| format!("{n} in {lib}")),
+    );
+}
