@@ -65,10 +65,6 @@ fn agent_with_log(args: &[&str]) -> (tempfile::TempDir, PathBuf, Agent) {
     (dir, log, agent)
 }
 
-fn log_text(log: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned()
-}
-
 /// A TCP connection from the loopback address `from`.
 fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};

@@ -121,23 +121,6 @@ fn read_all_later(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<
     })
 }
 
-/// Waits for `child` at most `limit`; past it, kills its process group.
-fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if start.elapsed() > limit {
-            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn ok(out: &Output, what: &str) {
     assert!(
         out.status.success(),

@@ -49,10 +49,6 @@ impl Nodes {
     }
 }
 
-fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
 /// What a node of this machine can say of OOM kills: a count where its
 /// cgroup's counter is readable (as `exit_info` finds it), else nothing.
 fn oom_counter_readable() -> bool {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -130,21 +130,6 @@ fn fail_fast_ends_every_other_node_and_keeps_the_status() {
     );
 }
 
-fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn kill_all(pids: Vec<u32>) {
     for pid in pids {
         let _ = nix::sys::signal::kill(
@@ -173,7 +158,7 @@ fn a_node_whose_agent_dies_is_lost_and_the_run_ends() {
     victim.child.kill().unwrap();
     victim.child.wait().unwrap();
     let start = Instant::now();
-    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("exec_all must end");
+    let status = wait_within(&mut child, Duration::from_secs(20)).expect("exec_all must end");
     assert_eq!(status.code(), Some(255));
     // A SIGKILLed agent's TCP connection closes, which ends the session at once.
     assert!(
@@ -257,7 +242,7 @@ fn sigint_reaches_every_node_and_a_second_one_kills() {
         (first + Duration::from_millis(400)).saturating_duration_since(std::time::Instant::now()),
     );
     signal(child.id(), nix::sys::signal::Signal::SIGINT);
-    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
+    let status = wait_within(&mut child, Duration::from_secs(10)).expect("exec_all must end");
     out.extend(lines.try_iter().map(|l| l + "\n"));
     for rank in 0..3 {
         assert!(
@@ -286,7 +271,7 @@ fn sigterm_to_exec_all_is_passed_on() {
     let mut buf = [0u8; 9];
     child.stdout.as_mut().unwrap().read_exact(&mut buf).unwrap();
     signal(child.id(), nix::sys::signal::Signal::SIGTERM);
-    let status = wait_timeout(&mut child, Duration::from_secs(10)).expect("exec_all must end");
+    let status = wait_within(&mut child, Duration::from_secs(10)).expect("exec_all must end");
     assert_eq!(status.code(), Some(143));
 }
 
@@ -939,7 +924,7 @@ fn a_frozen_agent_is_lost_in_under_5_seconds() {
     let frozen = nix::unistd::Pid::from_raw(cluster.agents[1].pid() as i32);
     nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let start = Instant::now();
-    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    let status = wait_within(&mut child, Duration::from_secs(20));
     let took = start.elapsed();
     nix::sys::signal::kill(frozen, nix::sys::signal::Signal::SIGCONT).unwrap();
     assert_eq!(status.expect("exec_all must end").code(), Some(255));

@@ -40,10 +40,6 @@ fn one_keeper(agent: u32) -> u32 {
     found[0]
 }
 
-fn log_text(log: &std::path::Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned()
-}
-
 /// `mn-ssh HOST 'sleep TAG'` in the background, once its sleeper runs.
 fn sleeper(agent: &Agent, tag: &str) -> Child {
     let child = cmd(&mn_ssh())

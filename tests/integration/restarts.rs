@@ -7,10 +7,6 @@ use std::time::Duration;
 
 use crate::util::*;
 
-fn report(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
 /// What is left to read of a child's piped stdout or stderr, once it has
 /// ended.
 fn all_of(pipe: Option<impl Read>) -> String {

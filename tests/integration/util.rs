@@ -296,18 +296,37 @@ pub fn sh(script: &str, env: &[(&str, &str)]) -> Output {
 /// Waits up to `limit` for `child` to exit: its code (-1 for a signal), or
 /// `None` after killing and reaping it when it did not.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<i32> {
+    wait_within(child, limit).map(|status| status.code().unwrap_or(-1))
+}
+
+/// Waits up to `limit` for `child` to exit: its status, or `None` after
+/// killing it (and the process group it leads, if it leads one) and
+/// reaping it when it did not.
+pub fn wait_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return Some(status.code().unwrap_or(-1));
+            return Some(status);
         }
         if start.elapsed() > limit {
+            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
             let _ = child.kill();
             let _ = child.wait();
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A log file's text so far (empty when it is not there yet).
+pub fn log_text(log: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned()
+}
+
+/// `--report FILE` as JSON.
+pub fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 /// The job's derived client key and a known_hosts file with the agents'
