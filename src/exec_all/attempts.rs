@@ -9,12 +9,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::launch::launch;
-use super::options::RunOptions;
+use super::options::{Restarts, RunOptions};
 use super::record::{CancelReason, NodeOutcome, RunResult};
 use super::report::{self, AttemptReport, Excluded};
 use super::script::Script;
 use super::verdict::{self, Verdict};
-use crate::cli::ExecAllArgs;
 use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
@@ -25,73 +24,6 @@ use crate::signals::Stops;
 pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
 /// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
 pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
-
-/// How long a health check may take on a node, unless `--health-timeout` says.
-pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The restart options of a run, validated.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Restarts {
-    pub max_restarts: u32,
-    pub min_nodes: Option<usize>,
-    /// `--health-check CMD`, run with `sh -c` on every node before each attempt.
-    pub health_check: Option<String>,
-    /// How long a health check may take on a node.
-    pub health_timeout: Duration,
-}
-
-/// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
-/// each else its variable; `None` when none is set.
-impl Restarts {
-    pub(crate) fn from_args(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error> {
-        fn number<T: std::str::FromStr>(
-            env: &EnvMap,
-            name: &str,
-            what: &str,
-        ) -> Result<Option<T>, Error> {
-            env.get(name)
-                .map(|v| {
-                    v.parse::<T>().map_err(|_| {
-                        Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
-                    })
-                })
-                .transpose()
-        }
-        let max_restarts = match args.max_restarts {
-            Some(n) => Some(n),
-            None => number(env, MAX_RESTARTS_VAR, "a number of restarts (0, 1, 2, ...)")?,
-        };
-        let min_nodes = match args.min_nodes {
-            Some(n) => Some(n),
-            None => number(env, "MULTINODE_MIN_NODES", "a number of nodes (1, 2, ...)")?,
-        };
-        let health_check = args
-            .health_check
-            .clone()
-            .or_else(|| env.get("MULTINODE_HEALTH_CHECK").map(String::from))
-            .filter(|c| !c.trim().is_empty());
-        let health_timeout = match args.health_timeout {
-        Some(t) => t,
-        None => match number::<f64>(env, "MULTINODE_HEALTH_TIMEOUT", "a number of seconds")? {
-            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
-                Error::usage(format!(
-                    "MULTINODE_HEALTH_TIMEOUT='{s}' is not a number of seconds >= 0; fix it or unset it"
-                ))
-            })?,
-            None => DEFAULT_HEALTH_TIMEOUT,
-        },
-    };
-        if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(Restarts {
-            max_restarts: max_restarts.unwrap_or(0),
-            min_nodes,
-            health_check,
-            health_timeout,
-        }))
-    }
-}
 
 /// Runs `base` over the pool's nodes until success, a stop, or the
 /// restarts are spent, each attempt and health check a launch on the

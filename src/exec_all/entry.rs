@@ -1,6 +1,6 @@
-//! exec_all's entry points: the command (`main`: one run, or attempts with
-//! restarts and spares), `collect` for `check` (every node's output
-//! gathered), and [`on_runtime`], the one runtime a run or all its
+//! exec_all's entry points: an invocation run (`run`: one launch, or
+//! attempts with restarts and spares), `collect` for `check` (every node's
+//! output gathered), and [`on_runtime`], the one runtime a run or all its
 //! attempts run on, with the stop signals listened for from its start.
 
 use std::time::Duration;
@@ -8,47 +8,31 @@ use std::time::Duration;
 use super::attempts;
 use super::finish;
 use super::launch::launch;
-use super::options::RunOptions;
+use super::options::{Invocation, Role, RunOptions};
 use super::record::NodeOutcome;
 use super::script::Script;
-use crate::cli::ExecAllArgs;
 use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::signals::{STOP_SIGNALS, Stops};
 
-/// `multinode exec-all`, `mn-exec-all`, the helper's `exec_all`.
-pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
-    let env = EnvMap::from_process();
-    let mut inputs = args.topology.inputs();
-    // A relay runs one attempt's group: the head has split off the spares.
-    inputs.spares = if args.relay_report {
-        Some(0)
-    } else {
-        args.spares
+/// Runs what exec-all was asked (`invocation.rs` read it): one launch, or
+/// attempts with restarts and spares; then the end the user, or the head
+/// of a relay, reads.
+pub(crate) fn run(invocation: Invocation, env: &EnvMap) -> Result<i32, Error> {
+    let Invocation { job, options, role } = invocation;
+    let restarts = match &role {
+        Role::Head(head) => head.restarts.as_ref(),
+        Role::Relay => None,
     };
-    let job = crate::env::resolve_job(&inputs, &env)?;
-    let restarts = if args.relay_report {
-        None
-    } else {
-        attempts::Restarts::from_args(&args, &env)?
-    };
-    let options = RunOptions::from_args(&args, &env, job.topology.nodes.len())?;
-    if (restarts.is_some() || job.spares > 0) && (args.nodes.is_some() || args.exclude.is_some()) {
-        return Err(Error::usage(
-            "--nodes and --exclude choose ranks of one run; with restarts or spares the ranks \
-             change from one attempt to the next: drop them, or run without restarts and spares",
-        ));
-    }
-    let (result, attempts) = on_runtime(async |stops| {
-        if restarts.is_none() && job.spares == 0 {
-            return Ok((launch(&job, &env, options, stops).await?, None));
+    let (result, attempts) = on_runtime(async |stops| match restarts {
+        None => Ok((launch(&job, env, options, stops).await?, None)),
+        Some(restarts) => {
+            let (result, attempts) = attempts::run(&job, env, restarts, options, stops).await?;
+            Ok((result, Some(attempts)))
         }
-        let restarts = restarts.unwrap_or_default();
-        let (result, attempts) = attempts::run(&job, &env, &restarts, options, stops).await?;
-        Ok((result, Some(attempts)))
     })?;
-    finish::end(result, attempts, &args)
+    finish::end(result, attempts, &role)
 }
 
 /// Runs `work` on a new runtime, with the stop signals (SIGINT, SIGTERM,

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use super::options::Role;
 use super::record::RunResult;
-use crate::cli::ExecAllArgs;
 use crate::error::Error;
 
 /// The end of exec-all's run: a relay's record back to its head on
@@ -13,17 +13,20 @@ use crate::error::Error;
 pub(super) fn end(
     mut result: RunResult,
     attempts: Option<Vec<super::report::AttemptReport>>,
-    args: &ExecAllArgs,
+    role: &Role,
 ) -> Result<i32, Error> {
-    if args.relay_report {
-        // This exec_all runs a group for a head: its record goes back on stderr.
-        super::relay::emit_record(&result);
-        return Ok(result.exit_code);
-    }
-    if let Some(path) = &args.report {
+    let head = match role {
+        Role::Head(head) => head,
+        Role::Relay => {
+            // This exec_all runs a group for a head: its record goes back on stderr.
+            super::relay::emit_record(&result);
+            return Ok(result.exit_code);
+        }
+    };
+    if let Some(path) = &head.report {
         write_report(&result, attempts, path)?;
     }
-    if args.group
+    if head.group
         && let Err(code) = print_groups(&result)
         && result.exit_code == 0
     {

@@ -1,7 +1,8 @@
 //! exec_all: one script on every node at once, `RANK` set per node. A run
 //! is planned, then one task a node runs its leg, and the dispatcher collects.
 //!
-//! - `entry`: exec-all's `main`, `collect` for `check`, the one runtime.
+//! - `entry`: an invocation run, `collect` for `check`, the one runtime.
+//! - `invocation`: exec-all's `main`: its command line read once (the job, the options, the role).
 //! - `launch`: one launch over a job's nodes (an attempt, a health check).
 //! - `options`: the validated options of a run, from exec-all's arguments.
 //! - `script`: what each node runs, and the environment it gets.
@@ -37,6 +38,7 @@ mod event;
 mod files;
 mod finish;
 mod group;
+mod invocation;
 mod launch;
 mod leg;
 mod leg_kind;
@@ -58,8 +60,9 @@ mod verdict;
 mod writer;
 
 pub(crate) use entry::on_runtime;
-pub use entry::{NodeCapture, collect, main};
+pub use entry::{NodeCapture, collect};
 pub(crate) use finish::finish_output;
+pub use invocation::main;
 pub(crate) use launch::launch;
 pub(crate) use options::RunOptions;
 pub(crate) use record::NodeOutcome;

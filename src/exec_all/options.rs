@@ -1,18 +1,13 @@
-//! The validated options of a run, whoever asks for it (exec-all, the demo,
-//! check's `collect`), the one place their defaults are written, and
-//! exec-all's command line turned into them (the script read, ranks parsed).
+//! The validated options of a run, whoever asks for it (exec-all through
+//! `invocation.rs`, the demo, check's `collect`), and the one place their
+//! defaults are written.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
-use crate::cli::ExecAllArgs;
-use crate::env_map::EnvMap;
-use crate::error::Error;
-use crate::read_limit::{read_at_most, read_file_at_most};
-use crate::topology::nodeset;
+use super::script::{Export, Script};
 
 /// Up to this many other nodes, exec_all talks to every node itself (`--fanout`).
 pub const DEFAULT_FANOUT: usize = 256;
@@ -96,152 +91,45 @@ impl RunOptions {
             hang_timeout: None,
         }
     }
-
-    /// exec-all's arguments for a job of `n` nodes.
-    pub fn from_args(args: &ExecAllArgs, env: &EnvMap, n: usize) -> Result<Self, Error> {
-        // A relay's output reaches the head, which watches for hangs.
-        let hang_timeout = match args.relay_report {
-            true => None,
-            false => hang_timeout(args, env)?,
-        };
-        let (script, rest) = read_script(args)?;
-        Ok(RunOptions {
-            hang_timeout,
-            forward_stdin: matches!(script, Script::Inline(_)),
-            args: rest,
-            label: args.label,
-            fail_fast: !args.no_fail_fast,
-            grace: args.grace,
-            timeout: args.timeout,
-            connect_timeout: args.connect_timeout,
-            ranks: args
-                .nodes
-                .as_deref()
-                .map(|s| parse_ranks(s, n, "--nodes"))
-                .transpose()?,
-            exclude: args
-                .exclude
-                .as_deref()
-                .map(|s| parse_ranks(s, n, "--exclude"))
-                .transpose()?
-                .unwrap_or_default(),
-            export: Export::parse(&args.export)?,
-            max_connecting: args.max_connecting,
-            fanout: args.fanout,
-            output_dir: args.output.clone(),
-            timestamps: args.timestamps,
-            group: args.group,
-            snapshot_on_timeout: args.snapshot_on_timeout,
-            // A relay runs as its agent's command: that agent shows its node.
-            show_local_to_agent: !args.relay_report,
-            // A relay's verdict is not printed: its head's is.
-            shell_hint: !args.relay_report,
-            ..RunOptions::new(script)
-        })
-    }
 }
 
-/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
-pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
-
-/// `--hang-timeout`, else `MULTINODE_HANG_TIMEOUT`; `None` when neither is set.
-fn hang_timeout(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Duration>, Error> {
-    if args.hang_timeout.is_some() {
-        return Ok(args.hang_timeout);
-    }
-    env.get(HANG_TIMEOUT_VAR)
-        .map(|v| {
-            v.parse::<f64>()
-                .ok()
-                .filter(|s| *s > 0.0)
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                .ok_or_else(|| {
-                    Error::usage(format!(
-                        "{HANG_TIMEOUT_VAR}='{v}' is not a number of seconds > 0; fix it or unset it"
-                    ))
-                })
-        })
-        .transpose()
+/// One exec-all, as its command line and environment say.
+pub(crate) struct Invocation {
+    pub job: crate::env::Job,
+    pub options: RunOptions,
+    pub role: Role,
 }
 
-/// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.
-fn read_script(args: &ExecAllArgs) -> Result<(Script, Vec<OsString>), Error> {
-    let mut rest = args.script_and_args.clone();
-    let script = if let Some(command) = &args.command {
-        Script::Inline(command.as_encoded_bytes().to_vec())
-    } else {
-        if rest.is_empty() {
-            return Err(Error::usage(
-                "no script given: pass a SCRIPT file, - to read it from stdin, or -c CMD",
-            ));
-        }
-        let first = rest.remove(0);
-        if first == "-" {
-            let text = read_at_most(std::io::stdin().lock(), MAX_SCRIPT as u64).map_err(|e| {
-                let msg = format!("cannot read the script from stdin: {e}");
-                if e.kind() == std::io::ErrorKind::FileTooLarge {
-                    Error::Usage(msg)
-                } else {
-                    Error::Failed(msg)
-                }
-            })?;
-            Script::Stdin(text)
-        } else {
-            let path = PathBuf::from(&first);
-            let text = read_file_at_most(&path, MAX_SCRIPT as u64).map_err(|e| {
-                Error::usage(format!(
-                    "cannot read the script {}: {e} (give a file, - for stdin, or -c CMD)",
-                    path.display()
-                ))
-            })?;
-            Script::Inline(text)
-        }
-    };
-    if let Script::Inline(text) = &script
-        && text.len() > MAX_INLINE_SCRIPT
-    {
-        return Err(Error::usage(format!(
-            "the script is {} bytes; scripts over {} KiB must come on stdin: mn-exec-all - < SCRIPT",
-            text.len(),
-            MAX_INLINE_SCRIPT / 1024
-        )));
-    }
-    Ok((script, rest))
+/// Whom this exec_all runs for.
+pub(crate) enum Role {
+    /// The user's: restarts and spares, and what the user reads at the end.
+    Head(Head),
+    /// A head's, past `--fanout` (`--relay-report`): one attempt's group, no
+    /// spares, no restarts, no hang watch of its own (its head watches); its
+    /// record of the group goes back to the head on stderr.
+    Relay,
 }
 
-/// `0,2-5` as a set of ranks below `n` (the format: `topology::nodeset`).
-fn parse_ranks(spec: &str, n: usize, flag: &str) -> Result<BTreeSet<usize>, Error> {
-    nodeset::parse_ranks(spec, n)
-        .map_err(|why| Error::usage(format!("{flag} {spec:?}: {why}; use ranks like 0,2-5")))
+/// What the head does beyond the run.
+pub(crate) struct Head {
+    /// Restarts, when asked for (with spares, `Restarts::default()`).
+    pub restarts: Option<Restarts>,
+    /// `--report FILE`.
+    pub report: Option<PathBuf>,
+    /// `--group`: identical outputs printed once, at the end.
+    pub group: bool,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// How long a health check may take on a node, unless `--health-timeout` says.
+pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60);
 
-    #[test]
-    fn ranks_parse_and_are_checked() {
-        assert_eq!(
-            parse_ranks("0,2-4", 5, "--nodes").unwrap(),
-            BTreeSet::from([0, 2, 3, 4])
-        );
-        assert!(
-            parse_ranks("5", 5, "--nodes")
-                .unwrap_err()
-                .to_string()
-                .contains("past the last")
-        );
-        assert!(
-            parse_ranks("3-1", 5, "--nodes")
-                .unwrap_err()
-                .to_string()
-                .contains("reversed")
-        );
-        assert!(
-            parse_ranks("a", 5, "--exclude")
-                .unwrap_err()
-                .to_string()
-                .contains("not a rank")
-        );
-    }
+/// The restart options of a run, validated.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Restarts {
+    pub max_restarts: u32,
+    pub min_nodes: Option<usize>,
+    /// `--health-check CMD`, run with `sh -c` on every node before each attempt.
+    pub health_check: Option<String>,
+    /// How long a health check may take on a node.
+    pub health_timeout: Duration,
 }

@@ -1,0 +1,300 @@
+//! exec-all's command line, read once: the one file of exec_all that reads
+//! the clap struct (`cli::ExecAllArgs`), and exec-all's `main`. It becomes
+//! an `Invocation` (`options.rs`): the job, the run's options, and the role
+//! (the head, or a relay a head runs for a group of its nodes: decided
+//! here, once); each flag that a variable may give instead is read by
+//! [`flag_or_var`], with its one message.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::attempts::MAX_RESTARTS_VAR;
+use super::options::{DEFAULT_HEALTH_TIMEOUT, Head, Invocation, Restarts, Role, RunOptions};
+use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
+use crate::cli::ExecAllArgs;
+use crate::env_map::EnvMap;
+use crate::error::Error;
+use crate::read_limit::{read_at_most, read_file_at_most};
+use crate::topology::nodeset;
+
+/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
+pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
+/// `--min-nodes`.
+const MIN_NODES_VAR: &str = "MULTINODE_MIN_NODES";
+/// `--health-check`.
+const HEALTH_CHECK_VAR: &str = "MULTINODE_HEALTH_CHECK";
+/// `--health-timeout`.
+const HEALTH_TIMEOUT_VAR: &str = "MULTINODE_HEALTH_TIMEOUT";
+
+/// `multinode exec-all`, `mn-exec-all`, the helper's `exec_all`: its
+/// command line read, then run.
+pub fn main(args: ExecAllArgs) -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let invocation = parse(args, &env)?;
+    super::entry::run(invocation, &env)
+}
+
+/// The invocation `args` and `env` make.
+fn parse(args: ExecAllArgs, env: &EnvMap) -> Result<Invocation, Error> {
+    let relay = args.relay_report;
+    let mut inputs = args.topology.inputs();
+    if relay {
+        // A relay runs one attempt's group: the head has split off the spares.
+        inputs.spares = Some(0);
+    } else {
+        inputs.spares = args.spares;
+    }
+    let job = crate::env::resolve_job(&inputs, env)?;
+    let options = run_options(&args, env, job.topology.nodes.len(), relay)?;
+    let role = if relay {
+        Role::Relay
+    } else {
+        let restarts = restarts(&args, env)?;
+        let restarts = match (restarts, job.spares) {
+            (None, 0) => None,
+            (restarts, _) => Some(restarts.unwrap_or_default()),
+        };
+        if restarts.is_some() && (args.nodes.is_some() || args.exclude.is_some()) {
+            return Err(Error::usage(
+                "--nodes and --exclude choose ranks of one run; with restarts or spares the ranks \
+                 change from one attempt to the next: drop them, or run without restarts and spares",
+            ));
+        }
+        Role::Head(Head {
+            restarts,
+            report: args.report,
+            group: args.group,
+        })
+    };
+    Ok(Invocation { job, options, role })
+}
+
+/// The run's options for a job of `n` nodes; a relay's (`relay`) differ
+/// where its head does the work.
+fn run_options(
+    args: &ExecAllArgs,
+    env: &EnvMap,
+    n: usize,
+    relay: bool,
+) -> Result<RunOptions, Error> {
+    // A relay's output reaches the head, which watches for hangs.
+    let hang_timeout = match relay {
+        true => None,
+        false => flag_or_var(
+            args.hang_timeout,
+            env,
+            HANG_TIMEOUT_VAR,
+            "a number of seconds > 0",
+            |v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0)
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            },
+        )?,
+    };
+    let (script, rest) = read_script(args)?;
+    Ok(RunOptions {
+        hang_timeout,
+        forward_stdin: matches!(script, Script::Inline(_)),
+        args: rest,
+        label: args.label,
+        fail_fast: !args.no_fail_fast,
+        grace: args.grace,
+        timeout: args.timeout,
+        connect_timeout: args.connect_timeout,
+        ranks: args
+            .nodes
+            .as_deref()
+            .map(|s| parse_ranks(s, n, "--nodes"))
+            .transpose()?,
+        exclude: args
+            .exclude
+            .as_deref()
+            .map(|s| parse_ranks(s, n, "--exclude"))
+            .transpose()?
+            .unwrap_or_default(),
+        export: Export::parse(&args.export)?,
+        max_connecting: args.max_connecting,
+        fanout: args.fanout,
+        output_dir: args.output.clone(),
+        timestamps: args.timestamps,
+        group: args.group,
+        snapshot_on_timeout: args.snapshot_on_timeout,
+        // A relay runs as its agent's command: that agent shows its node.
+        show_local_to_agent: !relay,
+        // A relay's verdict is not printed: its head's is.
+        shell_hint: !relay,
+        ..RunOptions::new(script)
+    })
+}
+
+/// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
+/// each else its variable; `None` when none is set.
+fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error> {
+    let number = |flag, name, what| flag_or_var(flag, env, name, what, |v| v.parse().ok());
+    let max_restarts = number(
+        args.max_restarts,
+        MAX_RESTARTS_VAR,
+        "a number of restarts (0, 1, 2, ...)",
+    )?;
+    let min_nodes = flag_or_var(
+        args.min_nodes,
+        env,
+        MIN_NODES_VAR,
+        "a number of nodes (1, 2, ...)",
+        |v| v.parse().ok(),
+    )?;
+    let health_check = args
+        .health_check
+        .clone()
+        .or_else(|| env.get(HEALTH_CHECK_VAR).map(String::from))
+        .filter(|c| !c.trim().is_empty());
+    let health_timeout = flag_or_var(
+        args.health_timeout,
+        env,
+        HEALTH_TIMEOUT_VAR,
+        "a number of seconds >= 0",
+        |v| {
+            v.parse::<f64>()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        },
+    )?
+    .unwrap_or(DEFAULT_HEALTH_TIMEOUT);
+    if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Restarts {
+        max_restarts: max_restarts.unwrap_or(0),
+        min_nodes,
+        health_check,
+        health_timeout,
+    }))
+}
+
+/// A flag's value, else its variable's (`name`) read by `parse`; `None`
+/// when neither is set. A variable `parse` does not take is one line that
+/// says what it should be (`what`): fix it or unset it.
+pub(crate) fn flag_or_var<T>(
+    flag: Option<T>,
+    env: &EnvMap,
+    name: &str,
+    what: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, Error> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    env.get(name)
+        .map(|v| {
+            parse(v).ok_or_else(|| {
+                Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
+            })
+        })
+        .transpose()
+}
+
+/// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.
+fn read_script(args: &ExecAllArgs) -> Result<(Script, Vec<OsString>), Error> {
+    let mut rest = args.script_and_args.clone();
+    let script = if let Some(command) = &args.command {
+        Script::Inline(command.as_encoded_bytes().to_vec())
+    } else {
+        if rest.is_empty() {
+            return Err(Error::usage(
+                "no script given: pass a SCRIPT file, - to read it from stdin, or -c CMD",
+            ));
+        }
+        let first = rest.remove(0);
+        if first == "-" {
+            let text = read_at_most(std::io::stdin().lock(), MAX_SCRIPT as u64).map_err(|e| {
+                let msg = format!("cannot read the script from stdin: {e}");
+                if e.kind() == std::io::ErrorKind::FileTooLarge {
+                    Error::Usage(msg)
+                } else {
+                    Error::Failed(msg)
+                }
+            })?;
+            Script::Stdin(text)
+        } else {
+            let path = PathBuf::from(&first);
+            let text = read_file_at_most(&path, MAX_SCRIPT as u64).map_err(|e| {
+                Error::usage(format!(
+                    "cannot read the script {}: {e} (give a file, - for stdin, or -c CMD)",
+                    path.display()
+                ))
+            })?;
+            Script::Inline(text)
+        }
+    };
+    if let Script::Inline(text) = &script
+        && text.len() > MAX_INLINE_SCRIPT
+    {
+        return Err(Error::usage(format!(
+            "the script is {} bytes; scripts over {} KiB must come on stdin: mn-exec-all - < SCRIPT",
+            text.len(),
+            MAX_INLINE_SCRIPT / 1024
+        )));
+    }
+    Ok((script, rest))
+}
+
+/// `0,2-5` as a set of ranks below `n` (the format: `topology::nodeset`).
+fn parse_ranks(spec: &str, n: usize, flag: &str) -> Result<BTreeSet<usize>, Error> {
+    nodeset::parse_ranks(spec, n)
+        .map_err(|why| Error::usage(format!("{flag} {spec:?}: {why}; use ranks like 0,2-5")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_parse_and_are_checked() {
+        assert_eq!(
+            parse_ranks("0,2-4", 5, "--nodes").unwrap(),
+            BTreeSet::from([0, 2, 3, 4])
+        );
+        assert!(
+            parse_ranks("5", 5, "--nodes")
+                .unwrap_err()
+                .to_string()
+                .contains("past the last")
+        );
+        assert!(
+            parse_ranks("3-1", 5, "--nodes")
+                .unwrap_err()
+                .to_string()
+                .contains("reversed")
+        );
+        assert!(
+            parse_ranks("a", 5, "--exclude")
+                .unwrap_err()
+                .to_string()
+                .contains("not a rank")
+        );
+    }
+
+    #[test]
+    fn a_flag_wins_over_its_variable_and_a_bad_variable_is_one_line() {
+        let env = crate::topology::machine::fake::env(&[("MULTINODE_X", "ten")]);
+        let parse = |v: &str| v.parse::<u32>().ok();
+        assert_eq!(
+            flag_or_var(Some(3), &env, "MULTINODE_X", "a number", parse).unwrap(),
+            Some(3)
+        );
+        assert_eq!(
+            flag_or_var(None, &env, "MULTINODE_X", "a number", parse)
+                .unwrap_err()
+                .to_string(),
+            "MULTINODE_X='ten' is not a number; fix it or unset it"
+        );
+        assert_eq!(
+            flag_or_var(None, &env, "MULTINODE_Y", "a number", parse).unwrap(),
+            None
+        );
+    }
+}
