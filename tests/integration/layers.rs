@@ -270,7 +270,7 @@ fn expand_path(rest: &str) -> Vec<Vec<String>> {
 /// that its edges count (issue 43): the others still hold work their files
 /// import (`agent/mod.rs`'s `Shared`, `topology/mod.rs`'s types, ...) and
 /// join as that moves into files of its own.
-const MOD_RS_COUNTED: &[&str] = &["exec_all"];
+const MOD_RS_COUNTED: &[&str] = &["exec_all", "env"];
 
 fn file_graph(
     files: &[(String, String)],
