@@ -45,12 +45,39 @@ pub(crate) async fn run(
     conn: CancellationToken,
 ) {
     let id = tx.id();
-    // exec_all sends the hostlists folded; this node writes them out.
+    // exec_all sends the hostlists folded; this node writes them out. A
+    // list other than the last one's (up to 65,536 names: ~1 s of a debug
+    // build's CPU) is expanded off this connection's thread, which serves
+    // other connections too. Held until the command ended: its hostfile
+    // stays until then.
     let mut env = req.env;
-    if let Err(e) = shared.wire.expand_wire(&mut env) {
-        let msg = format!("multinode agent: warning: {e}\n");
-        let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
-    }
+    let expanded = if shared.wire.expands_at_once(&env) {
+        shared.wire.expand_wire(&mut env)
+    } else {
+        let shared = shared.clone();
+        let expanding = tokio::task::spawn_blocking(move || {
+            let expanded = shared.wire.expand_wire(&mut env);
+            (env, expanded)
+        });
+        match expanding.await {
+            Ok((back, expanded)) => {
+                env = back;
+                expanded
+            }
+            Err(e) => {
+                let msg = format!("multinode agent: cannot write out the hostlists: {e}\n");
+                return end_unrun(&tx, msg, crate::exit_code::CANNOT_EXECUTE).await;
+            }
+        }
+    };
+    let _lists = match expanded {
+        Ok(lists) => lists,
+        Err(e) => {
+            let msg = format!("multinode agent: warning: {e}\n");
+            let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
+            None
+        }
+    };
     let mut cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let mut cwd_set = false;
     let mut wants_exit_info = false;

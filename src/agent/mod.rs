@@ -6,7 +6,7 @@
 //! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
-//! - `env_limit`: how much environment a channel and a connection may send.
+//! - `env_limit`: how much environment a channel, a connection and the agent may hold.
 //! - `forward`: `direct-tcpip` channels (`ssh -L`), to the node's loopback and the job's nodes.
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
 //! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
@@ -78,8 +78,14 @@ pub(crate) struct Shared {
     pub tracker: TaskTracker,
     /// The bounds the `sftp` sessions share (handles, file operations at once).
     pub sftp: sftp::Bounds,
+    /// The environment bytes all connections' commands hold together.
+    pub env: env_limit::AgentEnv,
+    /// The terminals of all connections.
+    pub ptys: pty::Bounds,
     /// Where `direct-tcpip` channels may go.
     pub destinations: forward::Destinations,
+    /// The bound on forwarded channels of all connections together.
+    pub forwards: forward::Bounds,
     pub host: String,
     pub rank: Option<usize>,
     /// When a client of this job last authenticated (the head pinging a
@@ -226,7 +232,10 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
             sftp: sftp::Bounds::new(),
+            env: env_limit::AgentEnv::default(),
+            ptys: pty::Bounds::new(),
             destinations,
+            forwards: forward::Bounds::new(),
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),

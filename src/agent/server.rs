@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::command::{self, Request};
 use super::env_limit::{ChannelEnv, ConnectionEnv};
 use super::login::{Login, MAX_AUTH_TRIES};
+use super::pty::ConnectionPtys;
 use super::shards::Shards;
 use super::{Shared, control, forward, pty, sftp};
 use crate::protocol;
@@ -157,7 +158,8 @@ async fn connection(
         channels: channels.clone(),
         login: login.clone(),
         peer,
-        env: ConnectionEnv::default(),
+        env: shared.env.connection(),
+        ptys: shared.ptys.connection(),
         forwards: forward::slots(),
     };
     // Before the session runs, its future owns the stream: dropping it closes
@@ -327,6 +329,8 @@ struct ConnHandler {
     peer: SocketAddr,
     /// The environment this connection's channels hold.
     env: ConnectionEnv,
+    /// Its terminals open at once.
+    ptys: ConnectionPtys,
     /// Its forwarded (`direct-tcpip`) channels open at once.
     forwards: Arc<tokio::sync::Semaphore>,
 }
@@ -393,8 +397,9 @@ impl russh::server::Handler for ConnHandler {
         let conn = self.conn.clone();
         let handle = session.handle();
         let env = self.env.channel();
+        let ptys = self.ptys.clone();
         self.channels
-            .spawn(async move { serve_channel(channel, handle, env, shared, conn).await });
+            .spawn(async move { serve_channel(channel, handle, env, ptys, shared, conn).await });
         Ok(())
     }
 
@@ -417,6 +422,7 @@ impl russh::server::Handler for ConnHandler {
         let scope = forward::Scope {
             destinations: &self.shared.destinations,
             slots: &self.forwards,
+            bounds: &self.shared.forwards,
             tracker: &self.channels,
             conn: &self.conn,
             shutdown: &self.shared.shutdown,
@@ -514,12 +520,15 @@ impl russh::server::Handler for ConnHandler {
 
 /// Collects `env` and `pty-req` requests until `exec`, `shell` or the
 /// `sftp` subsystem, then serves the request. Past the environment's bounds
-/// the variables are dropped (a failure reply to a client that wants one)
-/// and the request is refused with a message and exit status 2.
+/// (the hostlists its folded list expands to counted) the variables are
+/// dropped (a failure reply to a client that wants one), and past the
+/// terminals' the terminal is not opened: the request is then refused with
+/// a message and exit status 2.
 async fn serve_channel(
     channel: Channel<Msg>,
     handle: russh::server::Handle,
     mut budget: ChannelEnv,
+    ptys: ConnectionPtys,
     shared: Arc<Shared>,
     conn: CancellationToken,
 ) {
@@ -527,6 +536,8 @@ async fn serve_channel(
     let id = tx.id();
     let mut env = Vec::new();
     let mut terminal: Option<pty::Terminal> = None;
+    // Held until the command ended; or why there is no room for one.
+    let mut pty_slot: Option<Result<pty::Slot, String>> = None;
     let command = loop {
         let msg = tokio::select! {
             msg = rx.wait() => msg,
@@ -572,6 +583,9 @@ async fn serve_channel(
                 terminal_modes,
                 ..
             }) => {
+                if pty_slot.is_none() {
+                    pty_slot = Some(ptys.slot());
+                }
                 terminal = Some(pty::Terminal {
                     term,
                     size: pty::Size {
@@ -598,7 +612,14 @@ async fn serve_channel(
             Some(_) => {}
         }
     };
+    // Before anything is expanded: a few bytes can name a million hosts.
+    budget.admit_hostlists(&env);
     if refuse(&budget, &tx).await {
+        return;
+    }
+    if let Some(Err(message)) = &pty_slot {
+        warn!(channel = %id, "{}", message.trim_end());
+        command::end_unrun(&tx, message.clone(), crate::exit_code::USAGE).await;
         return;
     }
     if let Some(request) = command.as_deref().and_then(protocol::control::parse) {

@@ -25,7 +25,10 @@
 //! Between exec_all and an agent the lists always travel folded, in one
 //! variable ([`FOLDED_VAR`]), which the agent turns back into the above on
 //! its node ([`WireCache::expand_wire`]): the bytes sent to a node do not
-//! grow with the node count when the names are regular.
+//! grow with the node count when the names are regular. So a few bytes can
+//! name a million hosts: the agent reckons what a list sent by a client
+//! would take written out before expanding it ([`wire_cost`]), and takes
+//! at most [`WIRE_NAMES`] names.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -54,6 +57,11 @@ pub const HOSTFILE_VAR: &str = "MULTINODE_HOSTFILE";
 pub const FOLDED_VAR: &str = "MULTINODE_HOSTLIST_FOLDED";
 /// The list whose commas count the nodes, while it is written out.
 pub const NOSLOTS_VAR: &str = "MULTINODE_HOSTLIST_NOSLOTS";
+/// The most names an agent expands a [`FOLDED_VAR`] sent by a client to:
+/// five times the largest jobs run today (~12,000 nodes), a fifteenth of
+/// what a hostlist of the agent's own environment may hold
+/// (`topology`'s 1,000,000).
+pub const WIRE_NAMES: u64 = 65_536;
 
 /// The lists as a node's commands see them, rendered once for a job.
 #[derive(Debug, Clone)]
@@ -146,6 +154,20 @@ impl Lists {
 /// process's environment, a hostfile written in `dir` (or why there is no
 /// `dir`), and a warning when it could not be (the variable is then left out).
 fn written(topo: &Topology, folded: &str, room: Room, dir: Result<&Path, &str>) -> Written {
+    write_out(topo, folded, room, |topo| match dir {
+        Ok(dir) => write_hostfile(topo, dir).map_err(|e| format!("in {}: {e}", dir.display())),
+        Err(why) => Err(format!("(no directory for it: {why})")),
+    })
+}
+
+/// [`written`], the hostfile (when one is needed) written by `hostfile`:
+/// its path, or why it could not be written.
+fn write_out(
+    topo: &Topology,
+    folded: &str,
+    room: Room,
+    hostfile: impl FnOnce(&Topology) -> Result<PathBuf, String>,
+) -> Written {
     let full = topo.hostlist();
     let noslots = topo.hostlist_noslots();
     let (full_fits, noslots_fits) = match room {
@@ -172,11 +194,7 @@ fn written(topo: &Topology, folded: &str, room: Room, dir: Result<&Path, &str>) 
     // cannot name a file of this one.
     let mut hostfile_warning = None;
     if !full_fits && room == Room::EachVariable {
-        let file = match dir {
-            Ok(dir) => write_hostfile(topo, dir).map_err(|e| format!("in {}: {e}", dir.display())),
-            Err(why) => Err(format!("(no directory for it: {why})")),
-        };
-        match file {
+        match hostfile(topo) {
             Ok(path) => vars.push((
                 HOSTFILE_VAR.to_string(),
                 path.to_string_lossy().into_owned(),
@@ -200,10 +218,108 @@ fn written(topo: &Topology, folded: &str, room: Room, dir: Result<&Path, &str>) 
 pub(crate) const NAMES: [&str; 4] = ["MULTINODE_HOSTLIST", NOSLOTS_VAR, HOSTFILE_VAR, FOLDED_VAR];
 
 /// [`WireCache::expand_wire`] without a cache, writing in the system's
-/// temporary directory.
+/// temporary directory as [`Lists::vars`] does (the same file).
 #[cfg(test)]
 pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String> {
-    WireCache::new(Ok(std::env::temp_dir())).expand_wire(env)
+    let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
+        return Ok(());
+    };
+    let (_, folded) = env.remove(at);
+    let topo =
+        Topology::from_hostlist(&folded, FOLDED_VAR).map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
+    let temp = std::env::temp_dir();
+    let rendered = written(&topo, &folded, Room::EachVariable, Ok(&temp));
+    put_lists(env, at, &rendered.vars);
+    rendered.hostfile_warning.map_or(Ok(()), Err)
+}
+
+/// Puts the lists' variables at `at` in `env`, in place of any it had.
+fn put_lists(env: &mut Vec<(String, String)>, at: usize, vars: &[(String, String)]) {
+    env.retain(|(k, _)| !NAMES.contains(&k.as_str()));
+    let at = at.min(env.len());
+    env.splice(at..at, vars.iter().cloned());
+}
+
+/// What the lists of a request's [`FOLDED_VAR`] take written out, in bytes
+/// at most (both lists, and the hostfile's lines, ~8 bytes longer a name),
+/// reckoned from the folded text without expanding it; 0 without the
+/// variable. An error, which says so, past [`WIRE_NAMES`] names.
+pub(crate) fn wire_cost(env: &[(String, String)]) -> Result<usize, String> {
+    let Some((_, folded)) = env.iter().find(|(k, _)| k == FOLDED_VAR) else {
+        return Ok(0);
+    };
+    let (names, list) = expansion_bound(folded);
+    if names > WIRE_NAMES {
+        return Err(format!(
+            "{FOLDED_VAR} sent with this command names up to {names} hosts, more than \
+             {WIRE_NAMES} names"
+        ));
+    }
+    let bytes = list
+        .saturating_mul(3)
+        .saturating_add(names.saturating_mul(8));
+    Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
+}
+
+/// How many names a hostlist expands to, and the length of the list
+/// written out (`name:N,` each), at most: the product of its bracket
+/// groups' sizes an element, each group as wide as its widest number. Read
+/// as `topology` reads a list, but without checking it (the parser does).
+fn expansion_bound(list: &str) -> (u64, u64) {
+    let (mut names, mut bytes) = (0u64, 0u64);
+    let mut depth = 0usize;
+    let mut element_start = 0;
+    let mut add = |element: &str| {
+        let (mut count, mut len) = (1u64, 0u64);
+        let mut rest = element;
+        while let Some(open) = rest.find('[') {
+            let close = rest[open..].find(']').map_or(rest.len(), |c| open + c);
+            let (n, width) = group_bound(&rest[open + 1..close]);
+            count = count.saturating_mul(n);
+            len = len.saturating_add(open as u64).saturating_add(width);
+            rest = rest.get(close + 1..).unwrap_or("");
+        }
+        len = len.saturating_add(rest.len() as u64);
+        names = names.saturating_add(count);
+        // `:N` (`:1` where the element has none) and the comma.
+        bytes = bytes.saturating_add(count.saturating_mul(len.saturating_add(3)));
+    };
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                add(&list[element_start..i]);
+                element_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    add(&list[element_start..]);
+    (names, bytes)
+}
+
+/// A bracket group's count of values and its widest value: `01-04,7` is 5
+/// and 2 (a number is written with its range start's width, or its own);
+/// anything else (an IPv6 literal) is one value, written with its brackets.
+fn group_bound(group: &str) -> (u64, u64) {
+    let (mut count, mut width) = (0u64, 0u64);
+    for item in group.split(',') {
+        let (lo, hi) = item.split_once('-').unwrap_or((item, item));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let n = match (lo.parse::<u64>(), hi.parse::<u64>()) {
+            (Ok(l), Ok(h)) if digits(lo) && digits(hi) && l <= h => {
+                width = width.max(lo.len().max(hi.len()) as u64);
+                (h - l).saturating_add(1)
+            }
+            _ => {
+                width = width.max(item.len() as u64 + 2);
+                1
+            }
+        };
+        count = count.saturating_add(n);
+    }
+    (count.max(1), width)
 }
 
 /// Where this user's private files of a run go: `$XDG_RUNTIME_DIR` when it
@@ -253,19 +369,41 @@ pub(crate) fn private_dir(env: &crate::env_map::EnvMap) -> Result<PathBuf, Strin
     Ok(dir.keep())
 }
 
-/// An agent's last expansion of [`FOLDED_VAR`]: every command of a job
-/// sends the same folded list, and expanding it (parsing, writing out both
-/// lists) was ~5% of an agent's CPU a command at 100 nodes.
+/// An agent's expansions of [`FOLDED_VAR`]. The last one is kept: every
+/// command of a job sends the same folded list, and expanding it (parsing,
+/// writing out both lists) was ~5% of an agent's CPU a command at 100
+/// nodes. Each has a hostfile of its own (past [`FULL_LIMIT`]), removed
+/// once neither the cache nor a running command holds it: a list no command
+/// uses any more leaves nothing behind.
 #[derive(Debug)]
 pub(crate) struct WireCache {
-    /// The folded list, and its variables written out.
-    last: std::sync::Mutex<Option<(String, Vars)>>,
+    /// The folded list expanded last, and what it gave.
+    last: std::sync::Mutex<Option<(String, Wire)>>,
     /// Where hostfiles are written ([`private_dir`]), or why there is no such place.
     dir: Result<PathBuf, String>,
 }
 
-/// Variables, shared between the commands that get them.
-type Vars = Arc<[(String, String)]>;
+/// A folded list written out, shared by the commands that got it; its
+/// hostfile stays as long as one of them (or the cache) holds it.
+pub(crate) type Wire = Arc<Expanded>;
+
+/// The variables of one expansion, and the hostfile they name (if any).
+#[derive(Debug)]
+pub(crate) struct Expanded {
+    vars: Vec<(String, String)>,
+    /// Held, not read: removed when the last holder lets go.
+    _hostfile: Option<OwnFile>,
+}
+
+/// A file of the agent's own, removed when dropped.
+#[derive(Debug)]
+struct OwnFile(PathBuf);
+
+impl Drop for OwnFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
 
 impl WireCache {
     /// `dir`: where to write hostfiles, or why there is no such place (a
@@ -283,48 +421,94 @@ impl WireCache {
     }
 
     /// Replaces [`FOLDED_VAR`] in a request's variables by the lists as
-    /// [`Lists::new`] writes them; returns a message for the command when the
-    /// value is not a hostlist (the variable is then dropped) or its hostfile
+    /// [`Lists::new`] writes them; the command holds what it returns until
+    /// it ended (its hostfile stays until then). Returns a message for the
+    /// command when the value is not a hostlist, or names more than
+    /// [`WIRE_NAMES`] hosts (the variable is then dropped), or its hostfile
     /// cannot be written (the lists are set, [`HOSTFILE_VAR`] is not). From
     /// the cache when `env` holds the folded list expanded last (and, past
     /// [`FULL_LIMIT`], its hostfile is still there).
-    pub(crate) fn expand_wire(&self, env: &mut Vec<(String, String)>) -> Result<(), String> {
+    pub(crate) fn expand_wire(
+        &self,
+        env: &mut Vec<(String, String)>,
+    ) -> Result<Option<Wire>, String> {
         let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
-            return Ok(());
+            return Ok(None);
         };
         let (_, folded) = env.remove(at);
-        let (vars, warning) = self.vars(folded)?;
-        env.retain(|(k, _)| !NAMES.contains(&k.as_str()));
-        let at = at.min(env.len());
-        env.splice(at..at, vars.iter().cloned());
-        warning.map_or(Ok(()), Err)
+        let (wire, warning) = self.expand(folded)?;
+        put_lists(env, at, &wire.vars);
+        warning.map_or(Ok(Some(wire)), Err)
     }
 
-    /// The variables of `folded`, and a warning when its hostfile could not
-    /// be written (such variables are not kept: the next command tries again).
-    fn vars(&self, folded: String) -> Result<(Vars, Option<String>), String> {
-        let mut last = self
-            .last
-            .lock()
-            .expect("not poisoned: no panics while held");
-        if let Some((seen, vars)) = last.as_ref()
-            && *seen == folded
-            && vars
-                .iter()
-                .all(|(k, v)| k != HOSTFILE_VAR || Path::new(v).is_file())
-        {
-            return Ok((vars.clone(), None));
+    /// The lists of `folded`, and a warning when its hostfile could not be
+    /// written (such lists are not kept: the next command tries again).
+    /// Expanded and written out without holding the cache: a command with
+    /// another list does not wait for this one.
+    fn expand(&self, folded: String) -> Result<(Wire, Option<String>), String> {
+        if let Some(wire) = self.cached(&folded) {
+            return Ok((wire, None));
+        }
+        let (names, _) = expansion_bound(&folded);
+        if names > WIRE_NAMES {
+            return Err(format!(
+                "{FOLDED_VAR} names up to {names} hosts, more than {WIRE_NAMES}"
+            ));
         }
         let topo = Topology::from_hostlist(&folded, FOLDED_VAR)
             .map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
         let lists = Lists::new(&topo);
-        let dir = self.dir.as_deref().map_err(String::as_str);
-        let rendered = written(&topo, &lists.folded, Room::EachVariable, dir);
-        let (vars, warning): (Vars, _) = (rendered.vars.into(), rendered.hostfile_warning);
+        let mut file = None;
+        let rendered = write_out(&topo, &lists.folded, Room::EachVariable, |topo| {
+            let dir = self
+                .dir
+                .as_deref()
+                .map_err(|why| format!("(no directory for it: {why})"))?;
+            let path =
+                write_own_hostfile(topo, dir).map_err(|e| format!("in {}: {e}", dir.display()))?;
+            file = Some(OwnFile(path.clone()));
+            Ok(path)
+        });
+        let wire = Arc::new(Expanded {
+            vars: rendered.vars,
+            _hostfile: file,
+        });
+        let warning = rendered.hostfile_warning;
         if warning.is_none() {
-            *last = Some((folded, vars.clone()));
+            let replaced = self
+                .last
+                .lock()
+                .expect("not poisoned: no panics while held")
+                .replace((folded, wire.clone()));
+            // Its hostfile goes now, unless a running command holds it.
+            drop(replaced);
         }
-        Ok((vars, warning))
+        Ok((wire, warning))
+    }
+
+    /// Whether [`WireCache::expand_wire`] has nothing to do for `env`, or
+    /// answers from the cache: no parsing nor writing, a runtime's thread
+    /// may call it.
+    pub(crate) fn expands_at_once(&self, env: &[(String, String)]) -> bool {
+        env.iter()
+            .find(|(k, _)| k == FOLDED_VAR)
+            .is_none_or(|(_, folded)| self.cached(folded).is_some())
+    }
+
+    /// The lists of `folded` if it is the list expanded last and its
+    /// hostfile (if any) is still there.
+    fn cached(&self, folded: &str) -> Option<Wire> {
+        let last = self
+            .last
+            .lock()
+            .expect("not poisoned: no panics while held");
+        let (seen, wire) = last.as_ref()?;
+        let fresh = seen == folded
+            && wire
+                .vars
+                .iter()
+                .all(|(k, v)| k != HOSTFILE_VAR || Path::new(v).is_file());
+        fresh.then(|| wire.clone())
     }
 }
 
@@ -336,17 +520,8 @@ impl WireCache {
 /// entry in a shared directory), it keeps its own name: something planted
 /// at either name never leaves the job without a hostfile.
 fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
-    let mut text = String::with_capacity(topo.nodes.len() * 24);
-    for node in &topo.nodes {
-        text.push_str(&node.host);
-        text.push_str(" slots=");
-        text.push_str(&node.slots.to_string());
-        text.push('\n');
-    }
-    let digest = Sha256::digest(text.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let (name, text) = hostfile_text(topo);
     let uid = nix::unistd::geteuid().as_raw();
-    let name = format!("multinode-hosts-{uid}-{hex}");
     let path = dir.join(&name);
     if let Ok(meta) = std::fs::symlink_metadata(&path)
         && meta.is_file()
@@ -366,6 +541,35 @@ fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
             Ok(kept)
         }
     }
+}
+
+/// The hostfile of `topo` (`host slots=N` lines), and its name: this
+/// user's id and a digest of the text.
+fn hostfile_text(topo: &Topology) -> (String, String) {
+    let mut text = String::with_capacity(topo.nodes.len() * 24);
+    for node in &topo.nodes {
+        text.push_str(&node.host);
+        text.push_str(" slots=");
+        text.push_str(&node.slots.to_string());
+        text.push('\n');
+    }
+    let digest = Sha256::digest(text.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let uid = nix::unistd::geteuid().as_raw();
+    (format!("multinode-hosts-{uid}-{hex}"), text)
+}
+
+/// Writes the hostfile of `topo` into an agent's own directory, as a file
+/// of one expansion's own (mode 0600, its name [`hostfile_text`]'s and a
+/// random end): removed with it, whatever other expansions wrote.
+fn write_own_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
+    let (name, text) = hostfile_text(topo);
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("{name}."))
+        .tempfile_in(dir)?;
+    file.write_all(text.as_bytes())?;
+    let (_, path) = file.keep().map_err(|e| e.error)?;
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -553,19 +757,45 @@ mod tests {
         }
     }
 
+    /// An `XDG_RUNTIME_DIR` that other users can write to (and is not
+    /// sticky) lets them move a private directory away and put their own
+    /// in its place: the system's temporary directory is used instead.
+    #[test]
+    fn a_runtime_dir_others_can_write_to_is_not_used() {
+        for (mode, used) in [
+            (0o700, true),
+            (0o1777, true),
+            (0o777, false),
+            (0o770, false),
+        ] {
+            let base = tempfile::tempdir().expect("tempdir");
+            std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+            let env = crate::topology::machine::fake::env(&[(
+                "XDG_RUNTIME_DIR",
+                base.path().to_str().expect("UTF-8"),
+            )]);
+            let got = runtime_base(&env);
+            assert_eq!(got == base.path(), used, "mode {mode:o}: {}", got.display());
+            let dir = private_dir(&env).expect("made");
+            assert_eq!(dir.parent() == Some(base.path()), used, "mode {mode:o}");
+            std::fs::remove_dir(dir).expect("empty");
+        }
+    }
+
     #[test]
     fn an_agent_expands_a_folded_list_once_and_again_when_it_changes() {
         let cache = WireCache::new(Ok(std::env::temp_dir()));
         let wire = |folded: &str| vec![(FOLDED_VAR.to_string(), folded.to_string())];
         let mut first = wire("gpu[01-03]:2");
         cache.expand_wire(&mut first).expect("expands");
-        let (cached, _) = cache.vars("gpu[01-03]:2".to_string()).expect("cached");
+        let (cached, _) = cache.expand("gpu[01-03]:2".to_string()).expect("cached");
         let mut again = wire("gpu[01-03]:2");
         cache.expand_wire(&mut again).expect("expands");
         assert_eq!(again, first);
         assert!(Arc::ptr_eq(
             &cached,
-            &cache.vars("gpu[01-03]:2".to_string()).expect("cached").0
+            &cache.expand("gpu[01-03]:2".to_string()).expect("cached").0
         ));
         let mut other = wire("gpu[01-02]:2");
         cache.expand_wire(&mut other).expect("expands");
@@ -586,13 +816,14 @@ mod tests {
             .expect("parses")
             .hostlist_folded();
         let mut env = vec![(FOLDED_VAR.to_string(), folded.clone())];
-        cache.expand_wire(&mut env).expect("expands");
+        let held = cache.expand_wire(&mut env).expect("expands");
         let file = get(&env, HOSTFILE_VAR).expect("a hostfile").to_string();
         std::fs::remove_file(&file).expect("removed");
+        drop(held);
         let mut again = vec![(FOLDED_VAR.to_string(), folded)];
-        cache.expand_wire(&mut again).expect("expands");
-        assert_eq!(get(&again, HOSTFILE_VAR), Some(file.as_str()));
-        let text = std::fs::read_to_string(&file).expect("written again");
+        let _held = cache.expand_wire(&mut again).expect("expands");
+        let file = get(&again, HOSTFILE_VAR).expect("a hostfile");
+        let text = std::fs::read_to_string(file).expect("written again");
         assert_eq!(text.lines().count(), 9000);
     }
 
@@ -630,29 +861,62 @@ mod tests {
         assert_eq!(none.len(), 1);
     }
 
-    /// An `XDG_RUNTIME_DIR` that other users can write to (and is not
-    /// sticky) lets them move a private directory away and put their own
-    /// in its place: the system's temporary directory is used instead.
     #[test]
-    fn a_runtime_dir_others_can_write_to_is_not_used() {
-        for (mode, used) in [
-            (0o700, true),
-            (0o1777, true),
-            (0o777, false),
-            (0o770, false),
+    fn a_hostfile_goes_once_no_command_and_not_the_cache_holds_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = WireCache::new(Ok(dir.path().to_path_buf()));
+        let expand = |list: &str| {
+            let mut env = vec![(FOLDED_VAR.to_string(), list.to_string())];
+            let held = cache
+                .expand_wire(&mut env)
+                .expect("expands")
+                .expect("a list");
+            let file = PathBuf::from(get(&env, HOSTFILE_VAR).expect("a hostfile"));
+            (held, file)
+        };
+        let (running, first) = expand("a-[00001-20000]:8");
+        let (second_held, second) = expand("b-[00001-20000]:8");
+        assert!(first.is_file(), "a running command holds it");
+        drop(running);
+        assert!(!first.is_file(), "neither a command nor the cache holds it");
+        drop(second_held);
+        assert!(second.is_file(), "the cache holds the last list's");
+        let (_, third) = expand("c-[00001-20000]:8");
+        assert!(!second.is_file());
+        let names: Vec<_> = std::fs::read_dir(dir.path()).expect("read").collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(third.is_file());
+    }
+
+    #[test]
+    fn a_folded_list_is_reckoned_before_it_is_expanded() {
+        let wire = |list: &str| vec![(FOLDED_VAR.to_string(), list.to_string())];
+        assert_eq!(wire_cost(&[]), Ok(0));
+        for (list, names, bytes) in [
+            ("gpu01:8", 1, 10),
+            ("gpu[01-04]:8,cpu1", 5, 4 * 10 + 7),
+            ("rack[1-2]-node[01-10,15]:4", 22, 22 * 17),
+            ("[fe80::1]:2,n[8-11]", 5, 14 + 4 * 6),
         ] {
-            let base = tempfile::tempdir().expect("tempdir");
-            std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(mode))
-                .expect("chmod");
-            let env = crate::topology::machine::fake::env(&[(
-                "XDG_RUNTIME_DIR",
-                base.path().to_str().expect("UTF-8"),
-            )]);
-            let got = runtime_base(&env);
-            assert_eq!(got == base.path(), used, "mode {mode:o}: {}", got.display());
-            let dir = private_dir(&env).expect("made");
-            assert_eq!(dir.parent() == Some(base.path()), used, "mode {mode:o}");
-            std::fs::remove_dir(dir).expect("empty");
+            assert_eq!(expansion_bound(list), (names, bytes), "{list}");
+            let topo = Topology::from_hostlist(list, "test").expect("parses");
+            assert!(topo.nodes.len() as u64 <= names, "{list}");
+            assert!(topo.hostlist().len() as u64 <= bytes, "{list}");
+            assert_eq!(wire_cost(&wire(list)), Ok((3 * bytes + 8 * names) as usize));
         }
+        let attack = format!("{}[000001-999999]:8", "h".repeat(240));
+        let refused = wire_cost(&wire(&attack)).expect_err("too many");
+        assert!(
+            refused.contains("999999 hosts, more than 65536 names"),
+            "{refused}"
+        );
+        let cache = WireCache::new(Ok(std::env::temp_dir()));
+        assert!(cache.expand_wire(&mut wire(&attack)).is_err());
+        let product = "a[0-999]b[0-999]c[0-999]d[0-999]e[0-999]f[0-999]g[0-999]";
+        assert_eq!(
+            expansion_bound(product).0,
+            u64::MAX,
+            "saturated, not wrapped"
+        );
     }
 }

@@ -404,6 +404,21 @@ async fn run(
     drain(conn.exec(command, env).await.unwrap()).await
 }
 
+/// [`run`], and how long it took; a channel that could not be opened (a
+/// connection lost) is no exit status and the error.
+async fn timed_run(
+    conn: &Connection,
+    command: &[u8],
+    env: &[(String, String)],
+) -> ((Option<u32>, String, String), Duration) {
+    let started = Instant::now();
+    let answer = match conn.exec(command, env).await {
+        Ok(channel) => drain(channel).await,
+        Err(e) => (None, String::new(), format!("no channel: {e}")),
+    };
+    (answer, started.elapsed())
+}
+
 async fn drain(mut channel: russh::Channel<russh::client::Msg>) -> (Option<u32>, String, String) {
     let (mut code, mut out, mut err) = (None, Vec::new(), Vec::new());
     while let Some(msg) = channel.wait().await {
@@ -419,4 +434,428 @@ async fn drain(mut channel: russh::Channel<russh::client::Msg>) -> (Option<u32>,
         String::from_utf8_lossy(&out).into_owned(),
         String::from_utf8_lossy(&err).into_owned(),
     )
+}
+
+/// The agent's open descriptors now.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// How long `mn-ssh HOST true` takes now (login, exec, exit).
+fn mn_ssh_time(agent: &Agent) -> Duration {
+    let start = Instant::now();
+    let out = cmd(&mn_ssh())
+        .arg(&agent.host)
+        .arg("true")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    start.elapsed()
+}
+
+/// The hostfiles under `dir` (an agent's `XDG_RUNTIME_DIR`), in its
+/// private directory or anywhere below.
+fn hostfiles(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("multinode-hosts-")
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+const FOLDED: &str = "MULTINODE_HOSTLIST_FOLDED";
+
+#[test]
+fn a_folded_hostlist_from_a_client_is_bounded() {
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let agent = &agent;
+    let pid = agent.pid();
+    // The job's own list, as exec_all sends it: expanded at once.
+    let job_list = || vec![(FOLDED.to_string(), "gpu[01-04]:8".to_string())];
+    rt.block_on(async {
+        let conn = connect(agent).await;
+        let (code, out, err) = run(&conn, b"echo $MULTINODE_HOSTLIST", &job_list()).await;
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out, "gpu01:8,gpu02:8,gpu03:8,gpu04:8\n");
+        conn.close().await;
+    });
+    let (start, start_peak, start_fds) = (rss_kib(pid), peak_rss_kib(pid), fds(pid));
+    eprintln!(
+        "agent: RssAnon {start} KiB, peak VmHWM {start_peak} KiB, {start_fds} descriptors at the start; \
+         mn-ssh true {:?}",
+        mn_ssh_time(agent)
+    );
+
+    // Issue 44's attack: 258 bytes that name 999,999 hosts of 243 characters,
+    // three commands at once (each a new list: a prefix of its own).
+    let attacks: Vec<Vec<(String, String)>> = (0..3)
+        .map(|i| {
+            let name = format!("{i}{}", "h".repeat(239));
+            vec![(FOLDED.to_string(), format!("{name}[000001-999999]:8"))]
+        })
+        .collect();
+    let job_times = rt.block_on(async {
+        let conn = connect(agent).await;
+        // Meanwhile the job's own commands, each with its list.
+        let job = async {
+            let job_conn = connect(agent).await;
+            let mut times = Vec::new();
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let (answer, took) =
+                    timed_run(&job_conn, b"echo $MULTINODE_HOSTLIST", &job_list()).await;
+                times.push((took, answer));
+            }
+            job_conn.close().await;
+            times
+        };
+        let (a, b, c, times) = tokio::join!(
+            timed_run(&conn, b"true", &attacks[0]),
+            timed_run(&conn, b"true", &attacks[1]),
+            timed_run(&conn, b"true", &attacks[2]),
+            job
+        );
+        let answers = [a, b, c];
+        eprintln!(
+            "agent: RssAnon {} KiB, peak VmHWM {} KiB, {} descriptors after 3 attacks at once; \
+             the attacks took {:?}; the job's commands meanwhile {:?}",
+            rss_kib(pid),
+            peak_rss_kib(pid),
+            fds(pid),
+            answers.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+            times.iter().map(|(t, _)| *t).collect::<Vec<_>>()
+        );
+        for (_, (code, out, err)) in &times {
+            assert_eq!(code, &Some(0), "the job's command: {err}");
+            assert_eq!(out, "gpu01:8,gpu02:8,gpu03:8,gpu04:8\n");
+        }
+        for ((code, out, err), _) in answers {
+            assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+            assert!(
+                err.starts_with("multinode agent: error: ")
+                    && err.contains(FOLDED)
+                    && err.contains("65536 names"),
+                "{err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+        conn.close().await;
+        times
+    });
+    let peak = peak_rss_kib(pid);
+    assert!(
+        peak < start_peak + 64 * 1024,
+        "the agent's peak grew from {start_peak} KiB to {peak} KiB"
+    );
+    for (t, _) in &job_times {
+        assert!(*t < Duration::from_secs(1), "the job's command took {t:?}");
+    }
+    mn_ssh_still_works(agent);
+    let back = eventually(THREADS_BACK, || rss_kib(pid) < start + 4 * 1024);
+    eprintln!(
+        "agent: RssAnon {} KiB, {} descriptors after the clients left",
+        rss_kib(pid),
+        fds(pid)
+    );
+    assert!(back, "the agent kept memory: {start} KiB at the start");
+}
+
+#[test]
+fn the_hostfiles_of_lists_no_command_uses_are_removed() {
+    let runtime_dir = tempfile::tempdir().unwrap();
+    let xdg = runtime_dir.path().to_str().unwrap();
+    let agent = Agent::start_with(&fresh_loopback(), 29922, &[], &[("XDG_RUNTIME_DIR", xdg)]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pid = agent.pid();
+    let (start, start_fds) = (rss_kib(pid), fds(pid));
+    // Lists past 128 KiB written out (a hostfile each), one after another:
+    // only the last one's stays, and the first's while its command runs.
+    let list = |i: usize| vec![(FOLDED.to_string(), format!("l{i}-[000001-020000]:8"))];
+    rt.block_on(async {
+        let conn = connect(&agent).await;
+        let reader = conn
+            .exec(b"sleep 2; wc -l < \"$MULTINODE_HOSTFILE\"", &list(0))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for i in 1..12 {
+            let (code, out, err) = run(&conn, b"wc -l < \"$MULTINODE_HOSTFILE\"", &list(i)).await;
+            assert_eq!((code, out.as_str()), (Some(0), "20000\n"), "{err}");
+        }
+        let during = hostfiles(runtime_dir.path()).len();
+        let (code, out, err) = drain(reader).await;
+        assert_eq!((code, out.as_str()), (Some(0), "20000\n"), "{err}");
+        let after = hostfiles(runtime_dir.path());
+        eprintln!(
+            "hostfiles: {during} after 12 lists (one command still running), {} once it ended; \
+             agent RssAnon {} KiB, {} descriptors",
+            after.len(),
+            rss_kib(pid),
+            fds(pid)
+        );
+        assert!(during <= 2, "{during} hostfiles kept");
+        assert_eq!(after.len(), 1, "{after:?}");
+        conn.close().await;
+    });
+    eprintln!(
+        "agent: RssAnon {} KiB, {} descriptors after the client left ({start} KiB, {start_fds} at the start)",
+        rss_kib(pid),
+        fds(pid)
+    );
+    mn_ssh_still_works(&agent);
+}
+
+#[test]
+fn environment_bytes_are_bounded_for_the_whole_agent() {
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let agent = &agent;
+    let pid = agent.pid();
+    let (start, start_fds) = (rss_kib(pid), fds(pid));
+    eprintln!(
+        "agent: RssAnon {start} KiB, {start_fds} descriptors at the start; mn-ssh true {:?}",
+        mn_ssh_time(agent)
+    );
+    rt.block_on(async {
+        // Issue 44's run: 8 connections x 8 channels x 30 env requests of
+        // 255 KiB, no exec: within the bounds of each channel (8 MiB) and
+        // connection (64 MiB), 490 MB together.
+        let value = "v".repeat(255 * 1024);
+        let mut conns = Vec::new();
+        let mut channels = Vec::new();
+        for _ in 0..8 {
+            let conn = connect(agent).await;
+            for _ in 0..8 {
+                let channel = conn.open_session().await.unwrap();
+                for i in 0..30 {
+                    channel
+                        .set_env(false, format!("V{i}"), value.as_str())
+                        .await
+                        .unwrap();
+                }
+                channels.push(channel);
+            }
+            conns.push(conn);
+        }
+        // The last request reached the agent once a later one is answered.
+        let (code, _, err) = run(&conns[0], b"true", &[]).await;
+        assert_eq!(code, Some(0), "{err}");
+        let during = rss_kib(pid);
+        let login = mn_ssh_time(agent);
+        eprintln!(
+            "agent: RssAnon {during} KiB (peak VmHWM {} KiB), {} descriptors with 8 x 8 x 30 env \
+             requests of 255 KiB held; mn-ssh true {login:?}",
+            peak_rss_kib(pid),
+            fds(pid)
+        );
+        // A command with one more such variable: past the agent's bound
+        // (less than one of them is left), refused.
+        let one = [("ONE".to_string(), value.clone())];
+        let (code, out, err) = run(&conns[7], b"echo ran", &one).await;
+        assert_eq!((code, out.as_str()), (Some(2), ""), "{err}");
+        assert!(
+            err.starts_with("multinode agent: error: the environment sent with this command is")
+                && err.contains("other commands of this agent"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            during < start + 160 * 1024,
+            "the agent holds {during} KiB of environment ({start} KiB at the start)"
+        );
+        mn_ssh_still_works(agent);
+        drop(channels);
+        for conn in conns {
+            conn.close().await;
+        }
+    });
+    let back = eventually(THREADS_BACK, || rss_kib(pid) < start + 4 * 1024);
+    eprintln!(
+        "agent: RssAnon {} KiB, {} descriptors after the clients left",
+        rss_kib(pid),
+        fds(pid)
+    );
+    assert!(back, "the agent kept memory: {start} KiB at the start");
+    // Room again for a command's variables.
+    rt.block_on(async {
+        let conn = connect(agent).await;
+        let small = [("SMALL".to_string(), "1".to_string())];
+        let (code, out, err) = run(&conn, b"echo $SMALL", &small).await;
+        assert_eq!((code, out.as_str()), (Some(0), "1\n"), "{err}");
+        conn.close().await;
+    });
+}
+
+/// Opens `n` channels on `conn`, each a terminal and `exec sleep 60`: those
+/// whose command started, and the others' exit status and stderr.
+async fn ptys(
+    conn: &Connection,
+    n: usize,
+) -> (
+    Vec<russh::Channel<russh::client::Msg>>,
+    Vec<(Option<u32>, String)>,
+) {
+    let mut started = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..n {
+        let mut channel = conn.open_session().await.unwrap();
+        channel
+            .request_pty(false, "xterm", 80, 24, 0, 0, &[])
+            .await
+            .unwrap();
+        channel
+            .exec(true, b"echo started; exec sleep 60".to_vec())
+            .await
+            .unwrap();
+        let (mut out, mut err, mut code) = (Vec::new(), Vec::new(), None);
+        let answer = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(msg) = channel.wait().await {
+                match msg {
+                    russh::ChannelMsg::Data { data } => {
+                        out.extend_from_slice(&data);
+                        if out.windows(7).any(|w| w == b"started") {
+                            return;
+                        }
+                    }
+                    russh::ChannelMsg::ExtendedData { data, .. } => err.extend_from_slice(&data),
+                    russh::ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        assert!(answer.is_ok(), "no answer within 10 s");
+        if code.is_none() && out.windows(7).any(|w| w == b"started") {
+            started.push(channel);
+        } else {
+            refused.push((code, String::from_utf8_lossy(&err).into_owned()));
+        }
+    }
+    (started, refused)
+}
+
+/// Whether `refused` are all the one line and exit status 2 of a terminal
+/// refused for the bound `limit` names.
+fn refused_for(refused: &[(Option<u32>, String)], limit: &str) -> bool {
+    refused.iter().all(|(code, err)| {
+        *code == Some(2)
+            && err.starts_with("multinode agent: error: ")
+            && err.contains(limit)
+            && err.lines().count() == 1
+    })
+}
+
+#[test]
+fn ptys_are_bounded_per_connection() {
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pid = agent.pid();
+    let (start, start_fds) = (rss_kib(pid), fds(pid));
+    eprintln!(
+        "agent: RssAnon {start} KiB, {start_fds} descriptors at the start; mn-ssh true {:?}",
+        mn_ssh_time(&agent)
+    );
+    rt.block_on(async {
+        // Issue 44's run: 300 terminals on one connection.
+        let conn = connect(&agent).await;
+        let (started, refused) = ptys(&conn, 300).await;
+        let login = mn_ssh_time(&agent);
+        eprintln!(
+            "agent: {} terminals started and {} refused on one connection; RssAnon {} KiB, \
+             {} descriptors; mn-ssh true {login:?}",
+            started.len(),
+            refused.len(),
+            rss_kib(pid),
+            fds(pid)
+        );
+        assert_eq!(started.len(), 64);
+        assert!(
+            refused_for(&refused, "64 on this connection"),
+            "{:?}",
+            refused.first()
+        );
+        mn_ssh_still_works(&agent);
+        // A terminal that ended makes room on its connection.
+        for channel in started {
+            channel.close().await.unwrap();
+        }
+        let mut again = Vec::new();
+        for _ in 0..100 {
+            again = ptys(&conn, 1).await.0;
+            if !again.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(again.len(), 1, "no terminal once the others were closed");
+        conn.close().await;
+    });
+    // A connection thread more (its runtime's few descriptors) may stay.
+    let back = eventually(THREADS_BACK, || fds(pid) <= start_fds + 8);
+    eprintln!(
+        "agent: {} descriptors, RssAnon {} KiB after the client left",
+        fds(pid),
+        rss_kib(pid)
+    );
+    assert!(back, "the agent kept descriptors: {start_fds} at the start");
+}
+
+#[test]
+fn ptys_are_bounded_in_all_connections_of_an_agent() {
+    // With 256 descriptors, an eighth: 32 terminals in all connections.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let agent = crate::agent_login::start_agent(&fresh_loopback(), &[], &[], Some(256), &log);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pid = agent.pid();
+    let start_fds = fds(pid);
+    rt.block_on(async {
+        let (a, b) = (connect(&agent).await, connect(&agent).await);
+        let (first, none) = ptys(&a, 20).await;
+        let (second, refused) = ptys(&b, 20).await;
+        let login = mn_ssh_time(&agent);
+        eprintln!(
+            "agent (256 descriptors): {} + {} terminals started on two connections, {} refused; \
+             {} descriptors ({start_fds} at the start); mn-ssh true {login:?}",
+            first.len(),
+            second.len(),
+            refused.len(),
+            fds(pid)
+        );
+        assert_eq!((first.len(), none.len()), (20, 0), "{none:?}");
+        assert_eq!((second.len(), refused.len()), (12, 8));
+        assert!(
+            refused_for(&refused, "32 in all connections of this agent"),
+            "{:?}",
+            refused.first()
+        );
+        mn_ssh_still_works(&agent);
+        // Terminals that ended make room on the other connection.
+        drop(first);
+        a.close().await;
+        let mut again = Vec::new();
+        for _ in 0..100 {
+            again = ptys(&b, 1).await.0;
+            if !again.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(again.len(), 1, "no terminal once the first connection left");
+        b.close().await;
+    });
 }
