@@ -54,6 +54,9 @@ pub enum Command {
     /// A terminal on a node of the running job (by rank or host; default: rank 0),
     /// with that node's job environment.
     Shell(ShellArgs),
+    /// Bind this process to its GPU's NUMA node, then exec CMD (under
+    /// torchrun, srun or mpirun: `multinode bind -- CMD ARGS...`).
+    Bind(BindArgs),
     /// Internal: run COMMAND and end its process group when the parent dies.
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -414,6 +417,26 @@ pub struct ShellArgs {
     /// run by the remote shell, as ssh does).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct BindArgs {
+    /// auto (numa where the machine has several NUMA nodes and one process a
+    /// GPU), numa (the CPUs and memory of the GPU's NUMA node), cores (an
+    /// exclusive share of them), none [env: MULTINODE_BIND] [default: auto].
+    #[arg(long, value_name = "MODE", value_parser = bind_mode)]
+    pub bind: Option<crate::binding::Mode>,
+    /// Print this process's binding on stderr, one line (as mpirun's).
+    #[arg(long)]
+    pub report_bindings: bool,
+    /// The command and its arguments, exec'd in place of `multinode bind`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `--bind`'s mode.
+fn bind_mode(text: &str) -> Result<crate::binding::Mode, String> {
+    text.parse()
 }
 
 #[derive(Debug, Args)]

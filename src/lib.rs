@@ -1,6 +1,7 @@
 //! `multinode`: the generic multi-node wire-up for torchrun, mpirun and NCCL jobs.
 //!
 //! - `cli`: the clap definitions of every command.
+//! - `binding`: each process bound to its GPU's NUMA node; `multinode bind`.
 //! - `topology`: hostlist syntaxes, scheduler sources, which node this is, the head's address.
 //! - `env_map`: the process environment as a map, read once and passed in.
 //! - `env`: the environment contract, rendered for `sh` and JSON.
@@ -34,6 +35,7 @@
 //! `main` only turns the outcome of [`run_from_args`] into an exit code.
 
 pub(crate) mod agent;
+pub(crate) mod binding;
 pub(crate) mod check;
 pub(crate) mod cli;
 mod demo;

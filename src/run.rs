@@ -99,6 +99,9 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::InstallHelper(args) => crate::helper::cmd_install_helper(&args.dir),
         Command::Ps(args) => crate::snapshot::survey::main(args),
         Command::Shell(args) => crate::shell::main(args),
+        Command::Bind(args) => {
+            crate::binding::cmd_bind(args.bind, args.report_bindings, args.command)
+        }
     }
 }
 

@@ -44,6 +44,36 @@ pub(crate) struct NodeFacts {
     /// What the launchers meet here: settings that must agree across nodes,
     /// MPI's launcher variables, the job's software versions, `/dev/shm`.
     pub settings: Settings,
+    /// Where the processes would be bound: the job's CPUs, the GPUs' NUMA nodes.
+    pub affinity: Affinity,
+}
+
+/// What binding each process to its GPU's NUMA node meets here (docs/binding.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Affinity {
+    /// The CPUs the job's processes may use here (`Cpus_allowed_list` of
+    /// `check --local`, which runs as they do), as a list: `0-23,48-71`.
+    pub allowed_cpus: Option<String>,
+    /// The NUMA nodes that have CPUs.
+    pub numa_nodes: u32,
+    /// The visible GPUs in CUDA's order, each with its NUMA node.
+    pub gpus: Vec<GpuNuma>,
+    /// `OMP_PROC_BIND` and `KMP_AFFINITY` as set here.
+    pub env: BTreeMap<String, String>,
+}
+
+/// One visible GPU and its NUMA node, from its PCI bus id through sysfs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct GpuNuma {
+    pub index: u32,
+    /// `0000:07:00.0`.
+    pub bus_id: String,
+    /// `None`: none given (`numa_node` is -1) or unreadable.
+    pub numa_node: Option<u32>,
+    /// That node's CPUs, as a list.
+    pub node_cpus: Option<String>,
 }
 
 /// Settings that must agree across nodes, and the ones that break a launch.

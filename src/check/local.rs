@@ -130,11 +130,12 @@ fn flags_given(t: &TopologyArgs) -> bool {
 
 /// Gathers this node's facts.
 pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFacts {
-    let (gpus, toolkits, names, rendezvous) = std::thread::scope(|s| {
+    let (gpus, toolkits, names, rendezvous, affinity) = std::thread::scope(|s| {
         // Set but empty hides every GPU from CUDA: not "unset" here.
         let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
         let gpus = s.spawn(move || gpus(probe, visible));
         let toolkits = s.spawn(|| toolkits(probe, env));
+        let affinity = s.spawn(|| affinity(probe, env));
         let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
         let rendezvous = plan
             .rendezvous
@@ -144,6 +145,7 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
             toolkits.join().unwrap_or_default(),
             names.join().unwrap_or_default(),
             rendezvous.and_then(|h| h.join().ok()),
+            affinity.join().unwrap_or_default(),
         )
     });
     let facts = NodeFacts {
@@ -167,6 +169,7 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
         gpus,
         cuda_toolkits: toolkits,
         settings: settings(probe, env, plan),
+        affinity,
     };
     NodeFacts {
         time_ms: probe.now_ms(),
@@ -217,6 +220,56 @@ fn fabric(probe: &dyn Probe, env: &EnvMap) -> Fabric {
         ib_devices,
         interfaces: group_interfaces(probe.interfaces()),
         env: FABRIC_VARS
+            .iter()
+            .filter_map(|k| Some((k.to_string(), env.get(k)?.to_string())))
+            .collect(),
+    }
+}
+
+/// The variables that pin OpenMP threads: set, `import torch` shrinks the
+/// process's CPUs to one (llnl/mpibind#41).
+pub(crate) const OMP_AFFINITY_VARS: [&str; 2] = ["OMP_PROC_BIND", "KMP_AFFINITY"];
+
+/// The job's CPUs here, the visible GPUs' NUMA nodes (`nvidia-smi`'s bus
+/// ids through sysfs, as `multinode bind` reads them), the OpenMP variables.
+fn affinity(probe: &dyn Probe, env: &EnvMap) -> Affinity {
+    let read = |p: &Path| probe.read_file(p);
+    let run = |program: &str, args: &[&str], timeout| probe.run(program, args, timeout);
+    let root = Path::new("/sys");
+    let nodes = crate::binding::read_nodes(root, &read);
+    let gpus = match crate::binding::read_layout(&run, &read, root, env) {
+        Ok(Some(host)) => host
+            .gpus
+            .iter()
+            .map(|g| GpuNuma {
+                index: g.index,
+                bus_id: g.bus_id.clone(),
+                numa_node: g.numa_node.as_ref().ok().copied(),
+                node_cpus: g.numa_node.as_ref().ok().and_then(|n| {
+                    let cpus = nodes.get(n).unwrap_or(&g.local_cpus);
+                    (!cpus.is_empty()).then(|| cpus.to_string())
+                }),
+            })
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            debug!(error = %e, "no GPU bus ids");
+            Vec::new()
+        }
+    };
+    Affinity {
+        allowed_cpus: probe
+            .read_file(Path::new("/proc/self/status"))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                    .map(|v| v.trim().to_string())
+            }),
+        numa_nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
+        gpus,
+        env: OMP_AFFINITY_VARS
             .iter()
             .filter_map(|k| Some((k.to_string(), env.get(k)?.to_string())))
             .collect(),

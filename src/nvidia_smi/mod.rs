@@ -7,6 +7,7 @@
 //!
 //! - `query`: `--query-gpu`'s CSV and the header's versions (pure).
 //! - `apps`: `--query-compute-apps` joined with `--query-gpu`'s utilisation (pure).
+//! - `pci`: each GPU's index, UUID and PCI bus id, for binding (pure).
 //! - here: the invocations.
 
 use std::collections::BTreeMap;
@@ -16,10 +17,12 @@ use std::time::Duration;
 use crate::process::{RunOutput, run_bounded, run_bounded_async};
 
 mod apps;
+mod pci;
 mod query;
 
 pub use apps::GpuUse;
 pub(crate) use apps::{APPS_QUERY, GPUS_QUERY, GpuReading};
+pub(crate) use pci::{PCI_QUERY, PciGpu, parse_pci};
 pub(crate) use query::{
     Gpu, QUERY, QUERY_OLD, first_line, parse_dotted, parse_header, parse_query, visible,
 };
@@ -48,6 +51,37 @@ pub(crate) fn count_gpus() -> Option<u32> {
     };
     let gpus = stdout.lines().filter(|l| l.starts_with("GPU ")).count();
     u32::try_from(gpus).ok().filter(|n| *n > 0)
+}
+
+/// What binding asks: each GPU's index, UUID and PCI bus id ([`PCI_QUERY`]),
+/// through `run`, within [`TIMEOUT`]. `Ok(None)` when `nvidia-smi` is not
+/// installed; an error (one line) when it fails, hangs or prints something else.
+pub(crate) fn pci_gpus(run: Run<'_>) -> Result<Option<Vec<PciGpu>>, String> {
+    let query = format!("--query-gpu={PCI_QUERY}");
+    match run(PROGRAM, &[query.as_str(), "--format=csv,noheader"], TIMEOUT) {
+        RunOutput::NotFound => Ok(None),
+        RunOutput::TimedOut => Err(format!("nvidia-smi did not answer within {TIMEOUT_S} s")),
+        RunOutput::SpawnError(e) => Err(format!("cannot run nvidia-smi: {e}")),
+        RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } => parse_pci(&stdout)
+            .map(Some)
+            .map_err(|e| format!("unreadable nvidia-smi output: {e}")),
+        RunOutput::Exited {
+            code,
+            stdout,
+            stderr,
+        } => {
+            let how =
+                code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"));
+            Err(format!(
+                "nvidia-smi failed ({how}): {}",
+                first_line(&stdout, &stderr)
+            ))
+        }
+    }
 }
 
 /// What `check` asks: `--query-gpu` ([`QUERY`], again without

@@ -164,6 +164,7 @@ fn local_report_of_an_h200_worker() {
     assert_eq!(
         keys,
         [
+            "affinity",
             "cuda_toolkits",
             "fabric",
             "gpus",
@@ -192,6 +193,14 @@ fn local_report_of_an_h200_worker() {
         "{time_ms} vs {head_ms}"
     );
     assert!(f["machine"]["boot_id"].is_string());
+    // The job's CPUs here are those `check --local` ran on: this test's.
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let cpus = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    assert_eq!(f["affinity"]["allowed_cpus"], cpus);
     assert!(
         f["machine"]["netns"]
             .as_str()
@@ -381,7 +390,7 @@ fn one_gpu_node_with_a_low_memlock_fails_by_name() {
     );
     assert_eq!((out.code, out.stderr.as_str()), (1, ""), "{out:?}");
     let rows = json(&out);
-    assert_eq!(rows.as_array().map(Vec::len), Some(19));
+    assert_eq!(rows.as_array().map(Vec::len), Some(22));
     let memlock = row(&rows, "memlock");
     assert_eq!(memlock["status"], "fail");
     assert_eq!(memlock["nodes"], serde_json::json!([ip]));
@@ -469,8 +478,8 @@ fn warnings_pass_unless_strict() {
     };
     assert!(
         out.stdout.ends_with(&format!(
-            "19 checks: {} ok, {warns} warn, 0 fail\n",
-            19 - warns
+            "22 checks: {} ok, {warns} warn, 0 fail\n",
+            22 - warns
         )),
         "{}",
         out.stdout

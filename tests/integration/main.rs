@@ -5,6 +5,7 @@ mod util;
 
 mod agent;
 mod agent_login;
+mod binding;
 mod bounds;
 mod bytepipe;
 mod check;

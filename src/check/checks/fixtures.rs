@@ -39,6 +39,25 @@ pub(crate) fn gpus_from(query: &str, header: &str) -> Gpus {
     }
 }
 
+/// The 8 GPUs of the fixture's bus ids on two sockets of 56 cores with SMT
+/// (GPUs 0-3 on node 0), every CPU the job's.
+pub(crate) fn hgx_affinity() -> Affinity {
+    let buses = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"];
+    Affinity {
+        allowed_cpus: Some("0-223".into()),
+        numa_nodes: 2,
+        gpus: (0..8)
+            .map(|i| GpuNuma {
+                index: i,
+                bus_id: format!("0000:{}:00.0", buses[i as usize]),
+                numa_node: Some(i / 4),
+                node_cpus: Some(["0-55,112-167", "56-111,168-223"][(i / 4) as usize].into()),
+            })
+            .collect(),
+        env: BTreeMap::new(),
+    }
+}
+
 pub(crate) fn host(rank: usize) -> String {
     format!("gpu{:02}", rank + 1)
 }
@@ -155,6 +174,7 @@ pub(crate) fn healthy_facts(rank: usize, n: usize) -> NodeFacts {
                 size: None,
             }),
         },
+        affinity: hgx_affinity(),
     }
 }
 

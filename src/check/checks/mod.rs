@@ -13,7 +13,10 @@
 //! - `gpu`: GPU counts, driver versions, CUDA toolkits against architectures.
 //! - `launch`: Open MPI's launcher variables, `/dev/shm`, settings that must
 //!   agree across nodes.
+//! - `affinity`: GPU order against NUMA order, the job's CPU mask against
+//!   its GPUs' NUMA nodes, OpenMP's affinity variables.
 
+mod affinity;
 mod fabric;
 mod gpu;
 mod launch;
@@ -166,6 +169,9 @@ pub(crate) fn evaluate(inputs: &Inputs) -> Vec<CheckResult> {
         gpu::gpu_count(inputs),
         gpu::gpu_driver(inputs),
         gpu::cuda_arch(inputs),
+        affinity::gpu_numa_order(inputs),
+        affinity::cpu_mask(inputs),
+        affinity::omp_affinity(inputs),
         launch::mpi_launcher(inputs),
         launch::dev_shm(inputs),
         launch::same_settings(inputs),
@@ -374,6 +380,9 @@ mod tests {
                 "gpu-count",
                 "gpu-driver",
                 "cuda-arch",
+                "gpu-numa-order",
+                "cpu-mask",
+                "omp-affinity",
                 "mpi-launcher",
                 "dev-shm",
                 "same-settings",
