@@ -8,7 +8,7 @@
 use std::io;
 
 use super::cpus::CpuSet;
-use super::plan::Binding;
+use super::rules::Binding;
 
 /// `MPOL_PREFERRED` of `<linux/mempolicy.h>` (the libc crate does not define it).
 const MPOL_PREFERRED: libc::c_int = 1;

@@ -23,8 +23,8 @@
 
 pub(crate) mod apply;
 mod cpus;
-mod plan;
 pub(crate) mod ranks;
+mod rules;
 mod sysfs;
 mod visible;
 
@@ -35,7 +35,7 @@ use tracing::{info, warn};
 
 pub(crate) use apply::{Prepared, allowed_cpus, mems_allowed};
 pub(crate) use cpus::CpuSet;
-pub(crate) use plan::{Allowed, Binding, Mode, plan};
+pub(crate) use rules::{Allowed, Binding, Mode, plan};
 pub(crate) use sysfs::{Host, read_host, read_nodes};
 pub(crate) use visible::visible;
 

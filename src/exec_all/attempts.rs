@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::launch::launch;
+use super::one_launch::launch;
 use super::options::{Restarts, RunOptions};
 use super::record::{CancelReason, NodeOutcome, RunResult};
 use super::report::{self, AttemptReport, Excluded};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::attempts;
 use super::finish;
-use super::launch::launch;
+use super::one_launch::launch;
 use super::options::{Invocation, Role, RunOptions};
 use super::record::NodeOutcome;
 use super::script::Script;

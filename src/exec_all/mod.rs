@@ -3,7 +3,7 @@
 //!
 //! - `entry`: an invocation run, `collect` for `check`, the one runtime.
 //! - `invocation`: exec-all's `main`: its command line read once (the job, the options, the role).
-//! - `launch`: one launch over a job's nodes (an attempt, a health check).
+//! - `one_launch`: one launch over a job's nodes (an attempt, a health check).
 //! - `options`: the validated options of a run, from exec-all's arguments.
 //! - `script`: what each node runs, and the environment it gets.
 //! - `plan`: one spec per node task (rank, host, leg, command, variables,
@@ -39,12 +39,12 @@ mod files;
 mod finish;
 mod group;
 mod invocation;
-mod launch;
 mod leg;
 mod leg_kind;
 mod live;
 mod nccl_line;
 mod node;
+mod one_launch;
 mod options;
 mod plan;
 mod process_leg;
@@ -63,6 +63,6 @@ pub(crate) use entry::on_runtime;
 pub use entry::{NodeCapture, collect};
 pub(crate) use finish::finish_output;
 pub use invocation::main;
-pub(crate) use launch::launch;
+pub(crate) use one_launch::launch;
 pub(crate) use options::RunOptions;
 pub(crate) use record::NodeOutcome;
