@@ -1,7 +1,9 @@
 //! The per-node agent: an SSH server on russh that runs the job's commands in
 //! their own process groups, and the job lifecycle around it.
 //!
-//! - `server`: accepting and authenticating connections, one task per channel.
+//! - `server`: accepting connections, their login deadline and TCP watch.
+//! - `handler`: a connection's russh handler: logins, channels, requests.
+//! - `session_channel`: a session channel's requests, then its command.
 //! - `login`: the login deadline, limits on connections not logged in yet, penalties.
 //! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
@@ -19,6 +21,7 @@ mod command;
 mod control;
 mod env_limit;
 mod forward;
+mod handler;
 mod init;
 mod keeper;
 mod lifecycle;
@@ -28,6 +31,7 @@ mod mux;
 mod plain;
 mod pty;
 mod server;
+mod session_channel;
 mod sftp;
 mod sftp_fs;
 mod shards;
