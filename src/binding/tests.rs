@@ -89,11 +89,10 @@ impl Machine {
     }
 }
 
-/// DGX A100 (2x AMD EPYC 7742, NPS4: 8 NUMA nodes, 256 CPUs with SMT), as
-/// NVIDIA's DGX A100 user guide prints `nvidia-smi topo -m`: GPU order is
-/// not NUMA order.
-fn dgx_a100() -> Machine {
-    let nodes: Vec<String> = (0..8)
+/// The CPUs of the 8 NUMA nodes of two 64-core EPYCs at NPS4 with SMT:
+/// node n has cores 16n..16n+15 and their siblings 128 higher.
+fn two_epyc_nps4_nodes() -> Vec<String> {
+    (0..8)
         .map(|n| {
             format!(
                 "{}-{},{}-{}",
@@ -103,7 +102,14 @@ fn dgx_a100() -> Machine {
                 128 + 16 * n + 15
             )
         })
-        .collect();
+        .collect()
+}
+
+/// DGX A100 (2x AMD EPYC 7742, NPS4: 8 NUMA nodes, 256 CPUs with SMT), as
+/// NVIDIA's DGX A100 user guide prints `nvidia-smi topo -m`: GPU order is
+/// not NUMA order.
+fn dgx_a100() -> Machine {
+    let nodes = two_epyc_nps4_nodes();
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     machine(
         &nodes,
@@ -214,17 +220,7 @@ fn dgx_h100_two_sockets() {
 fn eight_numa_domains_one_gpu_each() {
     // 2x EPYC 9575F at NPS4 (NVIDIA/srt-slurm#332's B300 host): 8 nodes of
     // 16 cores, one GPU on each.
-    let nodes: Vec<String> = (0..8)
-        .map(|n| {
-            format!(
-                "{}-{},{}-{}",
-                16 * n,
-                16 * n + 15,
-                128 + 16 * n,
-                128 + 16 * n + 15
-            )
-        })
-        .collect();
+    let nodes = two_epyc_nps4_nodes();
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let buses: Vec<String> = (0..8)
         .map(|i| format!("00000000:{:02X}:00.0", 0x05 + 0x20 * i))
