@@ -17,8 +17,19 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// `program` names the messages; `service` keeps full log lines (the agent).
+/// The name this process's messages begin with (`multinode`, `mn-exec-all`,
+/// `mn-ssh`), as `run.rs` chose it from `argv[0]`: the one source of it.
+static PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// The name messages begin with: the one [`init`] was given, else `multinode`.
+pub(crate) fn program() -> &'static str {
+    PROGRAM.get().copied().unwrap_or("multinode")
+}
+
+/// `program` names the messages (and is [`program`] from now on);
+/// `service` keeps full log lines (the agent).
 pub(crate) fn init(program: &'static str, verbose: u8, service: bool) {
+    let _ = PROGRAM.set(program);
     let from_env = EnvFilter::try_from_default_env().ok();
     let plain = verbose == 0 && from_env.is_none() && !service;
     let default = match verbose {

@@ -458,5 +458,5 @@ fn summary(records: &[AttemptReport]) -> String {
 }
 
 fn say(line: &str) {
-    crate::stdio::eprint(&format!("{}: {line}\n", super::finish::program_name()));
+    crate::stdio::eprint(&format!("{}: {line}\n", crate::logging::program()));
 }

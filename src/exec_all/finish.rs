@@ -85,7 +85,7 @@ fn print_groups(result: &RunResult) -> Result<(), i32> {
         &super::group::render(&nodes(true), super::sink::CAPTURE_MAX),
     );
     out.map_err(|e| {
-        if let Some(line) = crate::stdio::failure_line(program_name(), Fd::Out, &e) {
+        if let Some(line) = crate::stdio::failure_line(crate::logging::program(), Fd::Out, &e) {
             crate::stdio::eprint(&line);
         }
         crate::stdio::failure_code()
@@ -100,23 +100,10 @@ pub(crate) fn finish_output(result: &RunResult) {
     }
     for node in &result.nodes {
         if let Some(why) = &node.stats.file_failure {
-            crate::stdio::eprint(&format!("{}: warning: {why}\n", program_name()));
+            crate::stdio::eprint(&format!("{}: warning: {why}\n", crate::logging::program()));
         }
     }
     if result.exit_code != 0 {
         crate::stdio::eprint(&super::report::table(result));
-    }
-}
-
-/// The name this program was called by, for messages.
-pub(super) fn program_name() -> &'static str {
-    match std::env::args_os()
-        .next()
-        .as_deref()
-        .and_then(|a| std::path::Path::new(a).file_name())
-        .and_then(|n| n.to_str())
-    {
-        Some("mn-exec-all") => "mn-exec-all",
-        _ => "multinode",
     }
 }

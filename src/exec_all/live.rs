@@ -32,7 +32,8 @@ impl Live {
         } else {
             self.writer
                 .progress(format!(
-                    "mn-exec-all: {running}/{total} nodes started, {connecting} connecting"
+                    "{}: {running}/{total} nodes started, {connecting} connecting",
+                    crate::logging::program()
                 ))
                 .await;
         }
@@ -55,7 +56,8 @@ impl Live {
                 .text(
                     Stream::Err,
                     format!(
-                        "mn-exec-all: snapshot on SIGUSR1, {since_start_s:.1}s into the run:\n{table}"
+                        "{}: snapshot on SIGUSR1, {since_start_s:.1}s into the run:\n{table}",
+                        crate::logging::program()
                     ),
                 )
                 .await;
@@ -69,7 +71,10 @@ impl Live {
         self.writer
             .text(
                 Stream::Err,
-                format!("mn-exec-all: {said}; what every node was doing:\n{table}"),
+                format!(
+                    "{}: {said}; what every node was doing:\n{table}",
+                    crate::logging::program()
+                ),
             )
             .await;
         json

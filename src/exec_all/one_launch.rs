@@ -9,7 +9,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::dispatch::{self, Dispatch};
-use super::finish::program_name;
 use super::options::RunOptions;
 use super::reach::{Reach, RunCtx};
 use super::record::{NodeRecord, RunResult};
@@ -89,6 +88,6 @@ pub(crate) async fn launch(
         .flatten();
     result.agents_stay = agents_stay;
     result.output_failure =
-        failure.and_then(|(fd, e)| crate::stdio::failure_line(program_name(), fd, &e));
+        failure.and_then(|(fd, e)| crate::stdio::failure_line(crate::logging::program(), fd, &e));
     Ok(result)
 }

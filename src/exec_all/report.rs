@@ -187,7 +187,8 @@ pub fn table(result: &RunResult) -> String {
     };
     let _ = writeln!(
         out,
-        "mn-exec-all: {failed} of {total} nodes did not succeed; {headline}; exit code {}",
+        "{}: {failed} of {total} nodes did not succeed; {headline}; exit code {}",
+        crate::logging::program(),
         result.exit_code
     );
     let rows: Vec<&NodeRecord> = result
@@ -310,8 +311,10 @@ mod tests {
     #[test]
     fn table_names_the_first_failure_and_every_node() {
         let table = table(&result());
+        // The name messages begin with: `multinode` here (no `run.rs` set it).
+        assert_eq!(crate::logging::program(), "multinode");
         let expected = "\
-mn-exec-all: 3 of 3 nodes did not succeed; rank 1 (node1) exit 3 first; exit code 3
+multinode: 3 of 3 nodes did not succeed; rank 1 (node1) exit 3 first; exit code 3
 RANK  HOST   STATUS             TIME  LAST OUTPUT
 0     node0  killed by SIGTERM  1.5s  working
 1     node1  exit 3             1.5s  error: disk full
@@ -352,7 +355,7 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 3
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "mn-exec-all: 3 of 3 nodes did not succeed; rank 1 (node1) exit 137 (SIGKILL), OOM-killed first; exit code 137"
+            "multinode: 3 of 3 nodes did not succeed; rank 1 (node1) exit 137 (SIGKILL), OOM-killed first; exit code 137"
         );
         // Long output is cut in the table, whole in the verdict.
         assert_eq!(
