@@ -143,22 +143,10 @@ fn many_connections_at_once() {
 
 #[test]
 fn many_channels_on_one_connection() {
-    use multinode::keys::{JobKeys, Secret};
-    use multinode::transport::client::{Auth, Connector, Target};
     let agent = Agent::start(&fresh_loopback());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
-        let connector = Connector::new(
-            Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
-            Duration::from_secs(10),
-        );
-        let target = Target {
-            host: agent.host.clone(),
-            port: agent.port,
-            user: "u".into(),
-        };
-        let conn = connector.connect(&target).await.unwrap();
+        let conn = connect_as_job(&agent).await;
         let mut tasks = Vec::new();
         for i in 0..20u32 {
             let channel = conn
@@ -521,22 +509,10 @@ fn missing_host_and_bad_options_are_usage_errors() {
 
 #[test]
 fn working_directory_and_environment_requests_are_honoured() {
-    use multinode::keys::{JobKeys, Secret};
-    use multinode::transport::client::{Auth, Connector, Target};
     let agent = Agent::start(&fresh_loopback());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
-        let connector = Connector::new(
-            Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
-            Duration::from_secs(10),
-        );
-        let target = Target {
-            host: agent.host.clone(),
-            port: agent.port,
-            user: "u".into(),
-        };
-        let conn = connector.connect(&target).await.unwrap();
+        let conn = connect_as_job(&agent).await;
         let mut channel = conn
             .exec(
                 b"pwd; printf '%s' \"$WEIRD\"",
@@ -579,22 +555,10 @@ fn commands_inherit_no_socket_of_the_agent() {
 
 #[test]
 fn ping_and_release_control_requests() {
-    use multinode::keys::{JobKeys, Secret};
-    use multinode::transport::client::{Auth, Connector, Target};
     let mut agent = Agent::start(&fresh_loopback());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
-        let connector = Connector::new(
-            Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
-            Duration::from_secs(10),
-        );
-        let target = Target {
-            host: agent.host.clone(),
-            port: agent.port,
-            user: "u".into(),
-        };
-        let conn = connector.connect(&target).await.unwrap();
+        let conn = connect_as_job(&agent).await;
         let reply = conn.ping().await.unwrap();
         assert_eq!(reply.version, env!("CARGO_PKG_VERSION"));
         assert_eq!(reply.pid, agent.pid());

@@ -8,8 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use multinode::keys::{JobKeys, Secret};
-use multinode::transport::client::{Auth, Connection, Connector, Start, Target};
+use multinode::transport::client::{Connection, Start};
 use russh_sftp::client::RawSftpSession;
 use russh_sftp::client::error::Error as SftpError;
 use russh_sftp::protocol::{FileAttributes, OpenFlags, StatusCode};
@@ -55,20 +54,6 @@ fn mn_ssh_still_works(agent: &Agent) {
         "{:?}",
         start.elapsed()
     );
-}
-
-async fn connect(agent: &Agent) -> Connection {
-    let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
-    let connector = Connector::new(
-        Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
-        Duration::from_secs(10),
-    );
-    let target = Target {
-        host: agent.host.clone(),
-        port: agent.port,
-        user: "u".into(),
-    };
-    connector.connect(&target).await.unwrap()
 }
 
 /// An SFTP session of its own on `conn`, as a raw client (every request by hand).
@@ -148,7 +133,7 @@ fn sftp_onto_a_fifo_is_refused_at_once_and_leaves_no_thread_behind() {
     // A raw client: 200 sessions opening the FIFO to read, 200 to write.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let conn = connect(&agent).await;
+        let conn = connect_as_job(&agent).await;
         let path = fifo.display().to_string();
         for flags in [OpenFlags::READ, OpenFlags::WRITE | OpenFlags::CREATE] {
             let mut tasks = Vec::new();
@@ -204,7 +189,7 @@ fn sftp_handles_are_bounded_per_session_and_in_all() {
     let file = file.display().to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let conn = connect(&agent).await;
+        let conn = connect_as_job(&agent).await;
         let first = sftp(&conn).await;
         let limits = first.limits().await.unwrap();
         assert_eq!(limits.max_open_handles, 256);
@@ -241,7 +226,7 @@ fn sftp_handles_are_bounded_per_session_and_in_all() {
     // One session alone stops at 256.
     let agent = Agent::start(&fresh_loopback());
     rt.block_on(async {
-        let conn = connect(&agent).await;
+        let conn = connect_as_job(&agent).await;
         let session = sftp(&conn).await;
         for _ in 0..256 {
             session
@@ -276,7 +261,7 @@ fn opendir_of_a_large_directory_reads_it_as_readdir_asks() {
     // agent's memory with them open.
     let agent = &agent;
     let open_30 = |big: String| async move {
-        let conn = connect(agent).await;
+        let conn = connect_as_job(agent).await;
         let session = sftp(&conn).await;
         let mut handles = Vec::new();
         for _ in 0..30 {
@@ -336,7 +321,7 @@ fn environment_requests_are_bounded_and_a_refused_command_is_told_why() {
     let agent = &agent;
     // One connection: a legitimate command, then 64 MiB of env requests.
     let round = || async move {
-        let conn = connect(agent).await;
+        let conn = connect_as_job(agent).await;
         // Legitimate: 1 MiB in eight values of 120 KiB (Linux takes 128 KiB a string).
         let value = "v".repeat(120 * 1024);
         let env: Vec<(String, String)> =
@@ -487,7 +472,7 @@ fn a_folded_hostlist_from_a_client_is_bounded() {
     // The job's own list, as exec_all sends it: expanded at once.
     let job_list = || vec![(FOLDED.to_string(), "gpu[01-04]:8".to_string())];
     rt.block_on(async {
-        let conn = connect(agent).await;
+        let conn = connect_as_job(agent).await;
         let (code, out, err) = run(&conn, b"echo $MULTINODE_HOSTLIST", &job_list()).await;
         assert_eq!(code, Some(0), "{err}");
         assert_eq!(out, "gpu01:8,gpu02:8,gpu03:8,gpu04:8\n");
@@ -509,10 +494,10 @@ fn a_folded_hostlist_from_a_client_is_bounded() {
         })
         .collect();
     let job_times = rt.block_on(async {
-        let conn = connect(agent).await;
+        let conn = connect_as_job(agent).await;
         // Meanwhile the job's own commands, each with its list.
         let job = async {
-            let job_conn = connect(agent).await;
+            let job_conn = connect_as_job(agent).await;
             let mut times = Vec::new();
             for _ in 0..5 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -586,7 +571,7 @@ fn the_hostfiles_of_lists_no_command_uses_are_removed() {
     // only the last one's stays, and the first's while its command runs.
     let list = |i: usize| vec![(FOLDED.to_string(), format!("l{i}-[000001-020000]:8"))];
     rt.block_on(async {
-        let conn = connect(&agent).await;
+        let conn = connect_as_job(&agent).await;
         let reader = conn
             .exec(b"sleep 2; wc -l < \"$MULTINODE_HOSTFILE\"", &list(0))
             .await
@@ -638,7 +623,7 @@ fn environment_bytes_are_bounded_for_the_whole_agent() {
         let mut conns = Vec::new();
         let mut channels = Vec::new();
         for _ in 0..8 {
-            let conn = connect(agent).await;
+            let conn = connect_as_job(agent).await;
             for _ in 0..8 {
                 let channel = conn.open_session().await.unwrap();
                 for i in 0..30 {
@@ -692,7 +677,7 @@ fn environment_bytes_are_bounded_for_the_whole_agent() {
     assert!(back, "the agent kept memory: {start} KiB at the start");
     // Room again for a command's variables.
     rt.block_on(async {
-        let conn = connect(agent).await;
+        let conn = connect_as_job(agent).await;
         let small = [("SMALL".to_string(), "1".to_string())];
         let (code, out, err) = run(&conn, b"echo $SMALL", &small).await;
         assert_eq!((code, out.as_str()), (Some(0), "1\n"), "{err}");
@@ -771,7 +756,7 @@ fn ptys_are_bounded_per_connection() {
     );
     rt.block_on(async {
         // Issue 44's run: 300 terminals on one connection.
-        let conn = connect(&agent).await;
+        let conn = connect_as_job(&agent).await;
         let (started, refused) = ptys(&conn, 300).await;
         let login = mn_ssh_time(&agent);
         eprintln!(
@@ -824,7 +809,7 @@ fn ptys_are_bounded_in_all_connections_of_an_agent() {
     let pid = agent.pid();
     let start_fds = fds(pid);
     rt.block_on(async {
-        let (a, b) = (connect(&agent).await, connect(&agent).await);
+        let (a, b) = (connect_as_job(&agent).await, connect_as_job(&agent).await);
         let (first, none) = ptys(&a, 20).await;
         let (second, refused) = ptys(&b, 20).await;
         let login = mn_ssh_time(&agent);

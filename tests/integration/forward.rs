@@ -73,17 +73,6 @@ fn spawn(program: &str, args: &[String]) -> Child {
         .unwrap()
 }
 
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    text
-}
-
 /// `PROGRAM ARGS -N -L LISTEN:6006:TO AGENT`, once it listens; `LISTEN` is
 /// a loopback address of its own.
 fn forward_n(program: &str, mut args: Vec<String>, to: &str, agent: &Agent) -> (Child, String) {

@@ -3,7 +3,7 @@
 //! up releases the workers that answered; a node of another job (another
 //! secret) is rejected at once, on both sides.
 
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -28,30 +28,6 @@ fn node(hosts: &[String], rank: usize, args: &[&str], secret: &str, job: &str) -
         .expect("start an agent")
 }
 
-/// Waits at most `limit` for `child`; kills it if it is still there.
-fn exit_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut err) = child.stderr.take() {
-        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
-    }
-    text
-}
-
 #[test]
 fn the_head_runs_the_job_once_every_worker_answers_then_releases_them() {
     let hosts = fresh_loopbacks(3);
@@ -60,11 +36,11 @@ fn the_head_runs_the_job_once_every_worker_answers_then_releases_them() {
     let job = format!("echo \"$RANK $MULTINODE_NNODES\" > '{}'", mark.display());
     let mut workers: Vec<Child> = (1..3).map(|r| node(&hosts, r, &[], SECRET, &job)).collect();
     let mut head = node(&hosts, 0, &[], SECRET, &job);
-    let status = exit_within(&mut head, Duration::from_secs(30)).expect("the head ends");
+    let status = wait_within(&mut head, Duration::from_secs(30)).expect("the head ends");
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut head));
     assert_eq!(std::fs::read_to_string(&mark).unwrap(), "0 3\n");
     for worker in &mut workers {
-        let status = exit_within(worker, Duration::from_secs(10)).expect("released");
+        let status = wait_within(worker, Duration::from_secs(10)).expect("released");
         assert_eq!(status.code(), Some(0), "{}", stderr_of(worker));
     }
 }
@@ -79,7 +55,7 @@ fn a_head_that_gives_up_on_a_missing_worker_releases_those_that_answered() {
     let mut worker = node(&hosts, 1, &["--idle-timeout", "60"], SECRET, &job);
     let start = Instant::now();
     let mut head = node(&hosts, 0, &["--wait-timeout", "2"], SECRET, &job);
-    let status = exit_within(&mut head, Duration::from_secs(20)).expect("the head gives up");
+    let status = wait_within(&mut head, Duration::from_secs(20)).expect("the head gives up");
     let waited = start.elapsed();
     let err = stderr_of(&mut head);
     assert_eq!(status.code(), Some(255), "{err}");
@@ -93,7 +69,7 @@ fn a_head_that_gives_up_on_a_missing_worker_releases_those_that_answered() {
     );
     assert!(!mark.exists(), "the job must not run");
     // Released at once, not after its idle timeout of 60 s.
-    let status = exit_within(&mut worker, Duration::from_secs(5))
+    let status = wait_within(&mut worker, Duration::from_secs(5))
         .expect("the worker that answered is released with the head");
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut worker));
 }
@@ -108,7 +84,7 @@ fn a_waiting_head_says_which_workers_it_waits_for() {
     let job = "true";
     let mut worker = node(&hosts, 1, &["--idle-timeout", "60"], SECRET, job);
     let mut head = node(&hosts, 0, &["--wait-timeout", "12"], SECRET, job);
-    let status = exit_within(&mut head, Duration::from_secs(30)).expect("the head gives up");
+    let status = wait_within(&mut head, Duration::from_secs(30)).expect("the head gives up");
     let err = stderr_of(&mut head);
     assert_eq!(status.code(), Some(255), "{err}");
     let missing = format!("{}:29922", hosts[2]);
@@ -124,7 +100,7 @@ fn a_waiting_head_says_which_workers_it_waits_for() {
         )],
         "one report at 10 s, naming the missing worker alone: {err}"
     );
-    let status = exit_within(&mut worker, Duration::from_secs(5)).expect("released");
+    let status = wait_within(&mut worker, Duration::from_secs(5)).expect("released");
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut worker));
 }
 
@@ -144,7 +120,7 @@ fn the_head_rejects_a_worker_of_another_job_at_once() {
     let start = Instant::now();
     // The head would wait 120 s for a worker that does not answer.
     let mut head = node(&hosts, 0, &[], SECRET, &job);
-    let status = exit_within(&mut head, Duration::from_secs(20)).expect("the head gives up");
+    let status = wait_within(&mut head, Duration::from_secs(20)).expect("the head gives up");
     let err = stderr_of(&mut head);
     assert_eq!(status.code(), Some(255), "{err}");
     assert!(
@@ -159,7 +135,7 @@ fn the_head_rejects_a_worker_of_another_job_at_once() {
         "{err}"
     );
     assert!(!mark.exists(), "the job must not run");
-    let status = exit_within(&mut good, Duration::from_secs(5)).expect("released");
+    let status = wait_within(&mut good, Duration::from_secs(5)).expect("released");
     assert_eq!(status.code(), Some(0), "{}", stderr_of(&mut good));
 }
 
@@ -200,7 +176,7 @@ fn a_worker_whose_head_is_of_another_job_ends_when_that_head_does() {
         "it met that head and waits while it is up: {err}"
     );
     drop(other_head);
-    let status = exit_within(&mut worker, Duration::from_secs(5)).expect("it ends with that head");
+    let status = wait_within(&mut worker, Duration::from_secs(5)).expect("it ends with that head");
     reader.join().expect("the stderr reader");
     err.extend(lines.try_iter().map(|line| line + "\n"));
     assert_eq!(status.code(), Some(255), "{err}");

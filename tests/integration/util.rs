@@ -366,3 +366,31 @@ pub fn openssh_options(agent: &Agent, dir: &Path) -> Vec<String> {
     .map(str::to_string)
     .to_vec()
 }
+
+/// A connection to `agent` as the job's own client (the keys derived from
+/// [`SECRET`]), for tests that speak SSH to it themselves.
+pub async fn connect_as_job(agent: &Agent) -> multinode::transport::client::Connection {
+    use multinode::keys::{JobKeys, Secret};
+    use multinode::transport::client::{Auth, Connector, Target};
+    let secret = Secret::new(SECRET.as_bytes().to_vec(), "test").unwrap();
+    let connector = Connector::new(
+        Auth::Agent(std::sync::Arc::new(JobKeys::derive(&secret))),
+        Duration::from_secs(10),
+    );
+    let target = Target {
+        host: agent.host.clone(),
+        port: agent.port,
+        user: "u".into(),
+    };
+    connector.connect(&target).await.unwrap()
+}
+
+/// What is left of a child's piped stderr, read to its end (empty when it
+/// was not piped).
+pub fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+    }
+    text
+}
