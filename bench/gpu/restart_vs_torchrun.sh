@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317 # cleanup runs from the EXIT trap
 # A restart after the same failure, multinode against torchrun
 # --max-restarts, side by side on one machine (issue 28: "from a detected
 # failure to every node of the next attempt running its script: the grace
@@ -43,20 +42,16 @@ export MULTINODE_SECRET PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=""
 HOSTS=127.0.0.2:1,127.0.0.3:1,127.0.0.4:1,127.0.0.5:1
 WORKER=$repo/bench/gpu/restart_worker.py
 port=30100
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-    pids=()
-}
-trap cleanup EXIT
+# agents (their PIDs), stop_agents (on EXIT), record, now, secs, gpu_pids
+# shellcheck source=bench/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 start_agents() {
     local r
     for r in 1 2 3; do
         MULTINODE_HOSTLIST=$HOSTS MULTINODE_NODE_RANK=$r MULTINODE_AGENT_PORT=$port \
             multinode agent --listen "127.0.0.$((r + 2)):$port" &
-        pids+=($!)
+        agents+=($!)
     done
     for r in 1 2 3; do
         for _ in $(seq 100); do
@@ -93,14 +88,14 @@ run_one() {
             timeout 180 torchrun --nnodes=4 --nproc-per-node=1 --max-restarts=$max \
                 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:$port --rdzv-id="bench$run" \
                 "$WORKER" "$dir/worker.log" >"$dir/torchrun$n.txt" 2>&1 &
-            pids+=($!)
+            agents+=($!)
         done
         t_kill=$(kill_rank2 "$dir/worker.log")
         rc=0
         for n in 0 1 2 3; do
-            wait "${pids[-1 - (3 - n)]}" || rc=$?
+            wait "${agents[-1 - (3 - n)]}" || rc=$?
         done
-        pids=()
+        agents=()
         ;;
     multinode*)
         start_agents
@@ -120,7 +115,7 @@ run_one() {
         t_kill=$(kill_rank2 "$dir/worker.log")
         rc=0
         wait "$job" || rc=$?
-        cleanup
+        stop_agents
         ;;
     esac
     python3 - "$tool" "$run" "$t_kill" "$rc" "$dir" >>"$out/restart-vs-torchrun.jsonl" <<'PY'
