@@ -52,8 +52,7 @@ pub(super) fn gpus(probe: &dyn Probe, cuda_visible_devices: Option<&str>) -> Gpu
             stdout,
             stderr,
         } => {
-            let how =
-                code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"));
+            let how = crate::process::how_it_ended(code);
             Gpus {
                 smi: SmiStatus::Failed,
                 error: Some(format!("{} ({how})", first_line(&stdout, &stderr))),

@@ -74,8 +74,7 @@ pub(crate) fn pci_gpus(run: Run<'_>) -> Result<Option<Vec<PciGpu>>, String> {
             stdout,
             stderr,
         } => {
-            let how =
-                code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"));
+            let how = crate::process::how_it_ended(code);
             Err(format!(
                 "nvidia-smi failed ({how}): {}",
                 first_line(&stdout, &stderr)
@@ -154,8 +153,7 @@ pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
         ) => {
             if code != Some(0) {
                 let first = apps.lines().next().unwrap_or_default().trim().to_string();
-                let how =
-                    code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"));
+                let how = crate::process::how_it_ended(code);
                 return GpuReading {
                     by_pid: BTreeMap::new(),
                     note: Some(format!("nvidia-smi failed ({how}): {first}")),

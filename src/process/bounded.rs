@@ -35,6 +35,12 @@ pub enum RunOutput {
     },
 }
 
+/// How a program that exited unsuccessfully ended, in a few words for a
+/// message: `exit 3`, or `killed by a signal` (an `Exited` with no code).
+pub fn how_it_ended(code: Option<i32>) -> String {
+    code.map_or_else(|| "killed by a signal".to_string(), |c| format!("exit {c}"))
+}
+
 impl RunOutput {
     fn spawn_failed(e: &std::io::Error) -> RunOutput {
         match e.kind() {

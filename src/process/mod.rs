@@ -21,7 +21,7 @@ mod group;
 mod outcome;
 mod spawn;
 
-pub use bounded::{RunOutput, run_bounded, run_bounded_async};
+pub use bounded::{RunOutput, how_it_ended, run_bounded, run_bounded_async};
 pub use child::{GroupChild, raise_fd_limit, reset_signals};
 pub use drain::{Group, PipeReader, settle};
 pub use group::{
