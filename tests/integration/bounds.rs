@@ -27,13 +27,6 @@ fn threads(pid: u32) -> (usize, usize) {
     (names.len() - connections, connections)
 }
 
-/// The agent's resident memory now, in KiB: its anonymous part (RssAnon),
-/// what allocations hold; the pages of the program file it runs are not.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    number_after(&status, "RssAnon:").expect("RssAnon in /proc/PID/status")
-}
-
 /// Whether `now` is back within 10% of `start`.
 fn within_10_percent(now: u64, start: u64) -> bool {
     now * 10 <= start * 11
@@ -270,7 +263,7 @@ fn opendir_of_a_large_directory_reads_it_as_readdir_asks() {
             assert_eq!(first.files[0].filename, ".");
             handles.push(h);
         }
-        let during = rss_kib(agent.pid());
+        let during = rss_anon_kib(agent.pid());
         let mut seen = 0;
         loop {
             match session.readdir(&handles[0]).await {
@@ -295,7 +288,7 @@ fn opendir_of_a_large_directory_reads_it_as_readdir_asks() {
     // The start is measured after a first round: the threads' stacks and
     // the allocator's arenas have grown to what this work needs once.
     rt.block_on(open_30(big.clone()));
-    let start = rss_kib(agent.pid());
+    let start = rss_anon_kib(agent.pid());
     let during = rt.block_on(open_30(big.clone()));
     eprintln!(
         "agent RssAnon: {start} KiB at the start, {during} KiB with 30 directories of {ENTRIES} open"
@@ -305,11 +298,11 @@ fn opendir_of_a_large_directory_reads_it_as_readdir_asks() {
         "30 open directories of {ENTRIES} entries: {start} KiB before, {during} KiB with them open"
     );
     let back = eventually(THREADS_BACK, || {
-        within_10_percent(rss_kib(agent.pid()), start)
+        within_10_percent(rss_anon_kib(agent.pid()), start)
     });
     eprintln!(
         "agent RssAnon: {} KiB after they were closed",
-        rss_kib(agent.pid())
+        rss_anon_kib(agent.pid())
     );
     assert!(back, "the agent's memory is not back to {start} KiB");
 }
@@ -342,7 +335,7 @@ fn environment_requests_are_bounded_and_a_refused_command_is_told_why() {
         let (code, out, err) = drain(channel).await;
         eprintln!(
             "agent RssAnon: {} KiB after 64 MiB of env requests (peak VmHWM {} KiB)",
-            rss_kib(agent.pid()),
+            rss_anon_kib(agent.pid()),
             peak_rss_kib(agent.pid())
         );
         assert_eq!(code, Some(2), "{err}");
@@ -364,15 +357,15 @@ fn environment_requests_are_bounded_and_a_refused_command_is_told_why() {
     // the arenas alone move by a few hundred KiB from one measure to the
     // next (a bound of 10% of the 2.4 MiB start failed on that noise alone).
     rt.block_on(round());
-    let start = rss_kib(agent.pid());
+    let start = rss_anon_kib(agent.pid());
     eprintln!("agent RssAnon: {start} KiB at the start");
     for _ in 0..3 {
         rt.block_on(round());
     }
-    let back = eventually(THREADS_BACK, || rss_kib(agent.pid()) < start + 1024);
+    let back = eventually(THREADS_BACK, || rss_anon_kib(agent.pid()) < start + 1024);
     eprintln!(
         "agent RssAnon: {} KiB after three more rounds",
-        rss_kib(agent.pid())
+        rss_anon_kib(agent.pid())
     );
     assert!(
         back,
@@ -421,22 +414,11 @@ async fn drain(mut channel: russh::Channel<russh::client::Msg>) -> (Option<u32>,
     )
 }
 
-/// The agent's open descriptors now.
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
 /// How long `mn-ssh HOST true` takes now (login, exec, exit).
 fn mn_ssh_time(agent: &Agent) -> Duration {
-    let start = Instant::now();
-    let out = cmd(&mn_ssh())
-        .arg(&agent.host)
-        .arg("true")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    start.elapsed()
+    let (took, ok, err) = mn_ssh_true(agent);
+    assert!(ok, "{err}");
+    took
 }
 
 /// The hostfiles under `dir` (an agent's `XDG_RUNTIME_DIR`), in its
@@ -478,7 +460,7 @@ fn a_folded_hostlist_from_a_client_is_bounded() {
         assert_eq!(out, "gpu01:8,gpu02:8,gpu03:8,gpu04:8\n");
         conn.close().await;
     });
-    let (start, start_peak, start_fds) = (rss_kib(pid), peak_rss_kib(pid), fds(pid));
+    let (start, start_peak, start_fds) = (rss_anon_kib(pid), peak_rss_kib(pid), fds_of(pid));
     eprintln!(
         "agent: RssAnon {start} KiB, peak VmHWM {start_peak} KiB, {start_fds} descriptors at the start; \
          mn-ssh true {:?}",
@@ -518,9 +500,9 @@ fn a_folded_hostlist_from_a_client_is_bounded() {
         eprintln!(
             "agent: RssAnon {} KiB, peak VmHWM {} KiB, {} descriptors after 3 attacks at once; \
              the attacks took {:?}; the job's commands meanwhile {:?}",
-            rss_kib(pid),
+            rss_anon_kib(pid),
             peak_rss_kib(pid),
-            fds(pid),
+            fds_of(pid),
             answers.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
             times.iter().map(|(t, _)| *t).collect::<Vec<_>>()
         );
@@ -550,11 +532,11 @@ fn a_folded_hostlist_from_a_client_is_bounded() {
         assert!(*t < Duration::from_secs(1), "the job's command took {t:?}");
     }
     mn_ssh_still_works(agent);
-    let back = eventually(THREADS_BACK, || rss_kib(pid) < start + 4 * 1024);
+    let back = eventually(THREADS_BACK, || rss_anon_kib(pid) < start + 4 * 1024);
     eprintln!(
         "agent: RssAnon {} KiB, {} descriptors after the clients left",
-        rss_kib(pid),
-        fds(pid)
+        rss_anon_kib(pid),
+        fds_of(pid)
     );
     assert!(back, "the agent kept memory: {start} KiB at the start");
 }
@@ -566,7 +548,7 @@ fn the_hostfiles_of_lists_no_command_uses_are_removed() {
     let agent = Agent::start_with(&fresh_loopback(), 29922, &[], &[("XDG_RUNTIME_DIR", xdg)]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pid = agent.pid();
-    let (start, start_fds) = (rss_kib(pid), fds(pid));
+    let (start, start_fds) = (rss_anon_kib(pid), fds_of(pid));
     // Lists past 128 KiB written out (a hostfile each), one after another:
     // only the last one's stays, and the first's while its command runs.
     let list = |i: usize| vec![(FOLDED.to_string(), format!("l{i}-[000001-020000]:8"))];
@@ -589,8 +571,8 @@ fn the_hostfiles_of_lists_no_command_uses_are_removed() {
             "hostfiles: {during} after 12 lists (one command still running), {} once it ended; \
              agent RssAnon {} KiB, {} descriptors",
             after.len(),
-            rss_kib(pid),
-            fds(pid)
+            rss_anon_kib(pid),
+            fds_of(pid)
         );
         assert!(during <= 2, "{during} hostfiles kept");
         assert_eq!(after.len(), 1, "{after:?}");
@@ -598,8 +580,8 @@ fn the_hostfiles_of_lists_no_command_uses_are_removed() {
     });
     eprintln!(
         "agent: RssAnon {} KiB, {} descriptors after the client left ({start} KiB, {start_fds} at the start)",
-        rss_kib(pid),
-        fds(pid)
+        rss_anon_kib(pid),
+        fds_of(pid)
     );
     mn_ssh_still_works(&agent);
 }
@@ -610,7 +592,7 @@ fn environment_bytes_are_bounded_for_the_whole_agent() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let agent = &agent;
     let pid = agent.pid();
-    let (start, start_fds) = (rss_kib(pid), fds(pid));
+    let (start, start_fds) = (rss_anon_kib(pid), fds_of(pid));
     eprintln!(
         "agent: RssAnon {start} KiB, {start_fds} descriptors at the start; mn-ssh true {:?}",
         mn_ssh_time(agent)
@@ -639,13 +621,13 @@ fn environment_bytes_are_bounded_for_the_whole_agent() {
         // The last request reached the agent once a later one is answered.
         let (code, _, err) = run(&conns[0], b"true", &[]).await;
         assert_eq!(code, Some(0), "{err}");
-        let during = rss_kib(pid);
+        let during = rss_anon_kib(pid);
         let login = mn_ssh_time(agent);
         eprintln!(
             "agent: RssAnon {during} KiB (peak VmHWM {} KiB), {} descriptors with 8 x 8 x 30 env \
              requests of 255 KiB held; mn-ssh true {login:?}",
             peak_rss_kib(pid),
-            fds(pid)
+            fds_of(pid)
         );
         // A command with one more such variable: past the agent's bound
         // (less than one of them is left), refused.
@@ -668,11 +650,11 @@ fn environment_bytes_are_bounded_for_the_whole_agent() {
             conn.close().await;
         }
     });
-    let back = eventually(THREADS_BACK, || rss_kib(pid) < start + 4 * 1024);
+    let back = eventually(THREADS_BACK, || rss_anon_kib(pid) < start + 4 * 1024);
     eprintln!(
         "agent: RssAnon {} KiB, {} descriptors after the clients left",
-        rss_kib(pid),
-        fds(pid)
+        rss_anon_kib(pid),
+        fds_of(pid)
     );
     assert!(back, "the agent kept memory: {start} KiB at the start");
     // Room again for a command's variables.
@@ -749,7 +731,7 @@ fn ptys_are_bounded_per_connection() {
     let agent = Agent::start(&fresh_loopback());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pid = agent.pid();
-    let (start, start_fds) = (rss_kib(pid), fds(pid));
+    let (start, start_fds) = (rss_anon_kib(pid), fds_of(pid));
     eprintln!(
         "agent: RssAnon {start} KiB, {start_fds} descriptors at the start; mn-ssh true {:?}",
         mn_ssh_time(&agent)
@@ -764,8 +746,8 @@ fn ptys_are_bounded_per_connection() {
              {} descriptors; mn-ssh true {login:?}",
             started.len(),
             refused.len(),
-            rss_kib(pid),
-            fds(pid)
+            rss_anon_kib(pid),
+            fds_of(pid)
         );
         assert_eq!(started.len(), 64);
         assert!(
@@ -790,11 +772,11 @@ fn ptys_are_bounded_per_connection() {
         conn.close().await;
     });
     // A connection thread more (its runtime's few descriptors) may stay.
-    let back = eventually(THREADS_BACK, || fds(pid) <= start_fds + 8);
+    let back = eventually(THREADS_BACK, || fds_of(pid) <= start_fds + 8);
     eprintln!(
         "agent: {} descriptors, RssAnon {} KiB after the client left",
-        fds(pid),
-        rss_kib(pid)
+        fds_of(pid),
+        rss_anon_kib(pid)
     );
     assert!(back, "the agent kept descriptors: {start_fds} at the start");
 }
@@ -807,7 +789,7 @@ fn ptys_are_bounded_in_all_connections_of_an_agent() {
     let agent = crate::agent_login::start_agent(&fresh_loopback(), &[], &[], Some(256), &log);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pid = agent.pid();
-    let start_fds = fds(pid);
+    let start_fds = fds_of(pid);
     rt.block_on(async {
         let (a, b) = (connect_as_job(&agent).await, connect_as_job(&agent).await);
         let (first, none) = ptys(&a, 20).await;
@@ -819,7 +801,7 @@ fn ptys_are_bounded_in_all_connections_of_an_agent() {
             first.len(),
             second.len(),
             refused.len(),
-            fds(pid)
+            fds_of(pid)
         );
         assert_eq!((first.len(), none.len()), (20, 0), "{none:?}");
         assert_eq!((second.len(), refused.len()), (12, 8));

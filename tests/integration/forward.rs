@@ -614,13 +614,6 @@ async fn raw_connect(agent: &Agent, client: RawClient) -> russh::client::Handle<
     handle
 }
 
-/// The agent's open descriptors now.
-fn fds_of(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count()
-}
-
 /// The agent's TCP sockets now (its connections, listener and forwards;
 /// not the Unix sockets a connection thread's runtime keeps).
 fn tcp_sockets_of(pid: u32) -> usize {
@@ -643,23 +636,6 @@ fn tcp_sockets_of(pid: u32) -> usize {
         })
         .filter(|inode| inodes.contains(inode))
         .count()
-}
-
-/// The agent's anonymous resident memory (RssAnon), in KiB.
-fn rss_anon_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    number_after(&status, "RssAnon:").expect("RssAnon in /proc/PID/status")
-}
-
-/// `mn-ssh HOST true`: how long it took, and whether it succeeded.
-fn mn_ssh_true(agent: &Agent) -> (Duration, bool, String) {
-    let start = std::time::Instant::now();
-    let out = cmd(&mn_ssh())
-        .args([&agent.host, "true"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (start.elapsed(), out.status.success(), stderr(&out))
 }
 
 /// Issue 44, point 2: 256 forwards a connection were allowed on any number

@@ -394,3 +394,27 @@ pub fn stderr_of(child: &mut Child) -> String {
     }
     text
 }
+
+/// A process's anonymous resident memory now (RssAnon), in KiB: what its
+/// allocations hold; the pages of the program file it runs are not.
+pub fn rss_anon_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    number_after(&status, "RssAnon:").expect("RssAnon in /proc/PID/status")
+}
+
+/// A process's open descriptors now (0 once it is gone).
+pub fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// `mn-ssh HOST true` to `agent`: how long it took, whether it succeeded,
+/// and its stderr.
+pub fn mn_ssh_true(agent: &Agent) -> (Duration, bool, String) {
+    let start = Instant::now();
+    let out = cmd(&mn_ssh())
+        .args([&agent.host, "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (start.elapsed(), out.status.success(), stderr(&out))
+}
