@@ -38,7 +38,7 @@ pub enum Command {
     #[command(disable_help_flag = true)]
     Ssh(SshArgs),
     /// Run one script on every node, RANK set per node (alias: mn-exec-all).
-    ExecAll(ExecAllArgs),
+    ExecAll(Box<ExecAllArgs>),
     /// The per-node agent: an SSH server for the job, and the job's lifecycle.
     Agent(AgentArgs),
     /// Write the client key derived from the job secret in OpenSSH format.
@@ -57,6 +57,10 @@ pub enum Command {
     /// Bind this process to its GPU's NUMA node, then exec CMD (under
     /// torchrun, srun or mpirun: `multinode bind -- CMD ARGS...`).
     Bind(BindArgs),
+    /// Internal: print how many GPUs this node's processes see
+    /// (`CUDA_VISIBLE_DEVICES`, else every GPU): `--nproc-per-node gpu`.
+    #[command(hide = true)]
+    CountGpus,
     /// Internal: run COMMAND and end its process group when the parent dies.
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -280,6 +284,25 @@ pub struct ExecAllArgs {
     /// (exit code 124) [env: MULTINODE_HANG_TIMEOUT].
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub hang_timeout: Option<Duration>,
+    /// Start the script N times on every node, each process with torchrun's
+    /// worker variables (RANK global, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+    /// ...): N, gpu (the node's visible GPUs) or slots (its slots in the
+    /// hostlist) [env: MULTINODE_NPROC_PER_NODE].
+    #[arg(long, value_name = "N|gpu|slots")]
+    pub nproc_per_node: Option<String>,
+    /// With --nproc-per-node: bind each process to its GPU's NUMA node
+    /// before the script starts: auto, numa, cores or none, as `multinode
+    /// bind` [env: MULTINODE_BIND] [default: auto].
+    #[arg(long, value_name = "MODE", value_parser = bind_mode)]
+    pub bind: Option<crate::binding::Mode>,
+    /// With --nproc-per-node: print each process's binding, one line each
+    /// (rank, GPU bus id, NUMA node, CPUs), as mpirun's.
+    #[arg(long)]
+    pub report_bindings: bool,
+    /// With --nproc-per-node: MASTER_PORT, rank 0's store on the head
+    /// [env: MULTINODE_MASTER_PORT] [default: 29500].
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
     /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
     #[arg(long, hide = true)]
     pub relay_report: bool,

@@ -87,7 +87,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
             args.format == TableFormat::Json,
         ),
         Command::Ssh(args) => crate::transport::ssh::main(args.args),
-        Command::ExecAll(args) => crate::exec_all::main(args),
+        Command::ExecAll(args) => crate::exec_all::main(*args),
         Command::Agent(args) => crate::agent::main(args),
         Command::Keygen(args) => {
             crate::keys::cmd_keygen(args.secret_file.as_deref(), &args.output, args.known_hosts)
@@ -99,6 +99,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::InstallHelper(args) => crate::helper::cmd_install_helper(&args.dir),
         Command::Ps(args) => crate::snapshot::survey::main(args),
         Command::Shell(args) => crate::shell::main(args),
+        Command::CountGpus => crate::binding::cmd_count_gpus(),
         Command::Bind(args) => {
             crate::binding::cmd_bind(args.bind, args.report_bindings, args.command)
         }

@@ -136,6 +136,21 @@ pub(crate) fn this_process(mode: Mode, env: &EnvMap, node: &str) -> Result<Bindi
     plan(&host, mode, ranks, &allowed, node)
 }
 
+/// `multinode count-gpus` (internal, for `--nproc-per-node gpu`): how many
+/// GPUs this node's processes see, one number on stdout: `nvidia-smi`'s
+/// list, as `CUDA_VISIBLE_DEVICES` narrows it (by index or UUID, up to its
+/// first unknown entry, as CUDA reads it).
+pub(crate) fn cmd_count_gpus() -> Result<i32, Error> {
+    let env = EnvMap::from_process();
+    let run =
+        |program: &str, args: &[&str], timeout| crate::process::run_bounded(program, args, timeout);
+    let gpus = crate::nvidia_smi::pci_gpus(&run)
+        .map_err(Error::Failed)?
+        .ok_or_else(|| Error::Failed("nvidia-smi is not on PATH to count the GPUs".into()))?;
+    let cvd = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
+    crate::stdio::print_stdout(&format!("{}\n", visible(&gpus, cvd).len()))
+}
+
 /// `multinode bind [--bind MODE] [--report-bindings] -- CMD ARGS...`: binds
 /// this process, then execs CMD (no parent left: its exit code and signals
 /// are CMD's). Returns only when CMD could not be run: 127 when it is not

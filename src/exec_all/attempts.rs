@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::one_launch::launch;
-use super::options::{Restarts, RunOptions};
+use super::options::{MAX_RESTARTS_VAR, RESTART_COUNT_VAR, Restarts, RunOptions};
 use super::record::{CancelReason, NodeOutcome, RunResult};
 use super::report::{self, AttemptReport, Excluded};
 use super::script::Script;
@@ -19,11 +19,6 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
 use crate::signals::Stops;
-
-/// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
-pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
-/// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
-pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
 
 /// Runs `base` over the pool's nodes until success, a stop, or the
 /// restarts are spent, each attempt and health check a launch on the
@@ -297,7 +292,7 @@ async fn health(
         .nodes
         .iter()
         .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
-        .map(|n| candidates[n.rank])
+        .map(|n| candidates[n.node_rank()])
         .collect();
     Ok(Checked::Failing(failing, result))
 }
@@ -327,16 +322,19 @@ fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
     let Some(rank) = result.first_failure else {
         return AttemptEnd::Stopped;
     };
-    let outcome = result
-        .nodes
-        .iter()
-        .find(|n| n.rank == rank)
-        .and_then(|n| n.outcome.as_ref());
-    let cause = outcome.map_or(Cause::Lost, NodeOutcome::cause);
+    // With several processes a node, the failed process's node.
+    let failed = result.nodes.iter().find(|n| n.rank == rank);
+    let node = failed.map_or(rank, |n| n.node_rank());
+    let cause = failed
+        .and_then(|n| n.outcome.as_ref())
+        .map_or(Cause::Lost, NodeOutcome::cause);
     AttemptEnd::Failed {
-        node: nodes.get(rank).copied(),
+        node: nodes.get(node).copied(),
         cause,
-        lost,
+        lost: lost
+            .into_iter()
+            .filter(|(n, _)| Some(n) != nodes.get(node))
+            .collect(),
     }
 }
 
@@ -344,16 +342,25 @@ fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
 /// themselves: not the ranks of a relay that died, which were never heard
 /// of (no record of their own, no end) and may be fine.
 fn lost_besides(result: &RunResult, nodes: &[usize]) -> Vec<(usize, Cause)> {
-    result
+    let mut lost: Vec<(usize, Cause)> = Vec::new();
+    let others = result
         .nodes
         .iter()
-        .filter(|n| Some(n.rank) != result.first_failure && n.ended.is_some())
-        .filter_map(|n| {
-            // Only a node that was there and went: unreachable or lost.
-            let outcome = n.outcome.as_ref().filter(|o| o.error().is_some())?;
-            Some((*nodes.get(n.rank)?, outcome.cause()))
-        })
-        .collect()
+        .filter(|n| Some(n.rank) != result.first_failure && n.ended.is_some());
+    for n in others {
+        // Only a node that was there and went: unreachable or lost (once,
+        // whichever of its processes tells).
+        let Some(outcome) = n.outcome.as_ref().filter(|o| o.error().is_some()) else {
+            continue;
+        };
+        let Some(&node) = nodes.get(n.node_rank()) else {
+            continue;
+        };
+        if !lost.iter().any(|(l, _)| *l == node) {
+            lost.push((node, outcome.cause()));
+        }
+    }
+    lost
 }
 
 /// When the last node of the run started (seconds since the epoch).
@@ -413,7 +420,7 @@ fn failure(result: &RunResult, verdict: Option<&Verdict>) -> String {
         return "hung (no output or heartbeat for --hang-timeout)".into();
     }
     match verdict {
-        Some(v) => format!("rank {} ({}) {}", v.rank, v.host, v.how),
+        Some(v) => format!("{} {}", v.who(), v.how),
         None => format!("exit {}", result.exit_code),
     }
 }

@@ -10,8 +10,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::attempts::MAX_RESTARTS_VAR;
-use super::options::{DEFAULT_HEALTH_TIMEOUT, Head, Invocation, Restarts, Role, RunOptions};
+use super::options::{
+    DEFAULT_HEALTH_TIMEOUT, Head, Invocation, MAX_RESTARTS_VAR, Restarts, Role, RunOptions,
+};
+use super::procs::{DEFAULT_MASTER_PORT, MASTER_PORT_VAR, NPROC_VAR, PerNode, Procs};
 use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
 use crate::cli::ExecAllArgs;
 use crate::env_map::EnvMap;
@@ -123,12 +125,62 @@ fn run_options(
         timestamps: args.timestamps,
         group: args.group,
         snapshot_on_timeout: args.snapshot_on_timeout,
+        procs: procs(args, env)?,
         // A relay runs as its agent's command: that agent shows its node.
         show_local_to_agent: !relay,
         // A relay's verdict is not printed: its head's is.
         shell_hint: !relay,
         ..RunOptions::new(script)
     })
+}
+
+/// `--nproc-per-node` and what goes with it (`--bind`, `--report-bindings`,
+/// `--master-port`), each else its variable; `None` without processes a
+/// node, where the others are refused.
+fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
+    let flag = args
+        .nproc_per_node
+        .as_deref()
+        .map(|v| {
+            v.parse::<PerNode>()
+                .map_err(|e| Error::usage(format!("--nproc-per-node: {e}")))
+        })
+        .transpose()?;
+    let per_node = flag_or_var(
+        flag,
+        env,
+        NPROC_VAR,
+        "a number of processes a node (1, 2, ...), gpu or slots",
+        |v| v.parse().ok(),
+    )?;
+    let Some(per_node) = per_node else {
+        if args.bind.is_some() || args.report_bindings || args.master_port.is_some() {
+            return Err(Error::usage(
+                "--bind, --report-bindings and --master-port go with --nproc-per-node, which starts \
+                 the processes they are for; under another launcher use multinode bind -- CMD",
+            ));
+        }
+        return Ok(None);
+    };
+    let master_port = flag_or_var(
+        args.master_port,
+        env,
+        MASTER_PORT_VAR,
+        "a port number (1-65535)",
+        |v| v.parse().ok().filter(|&p| p > 0),
+    )?;
+    if master_port == Some(0) {
+        return Err(Error::usage(
+            "--master-port 0: give a port number (1-65535)",
+        ));
+    }
+    Ok(Some(Procs {
+        per_node,
+        bind: crate::binding::mode_from(args.bind, env)?,
+        report_bindings: args.report_bindings,
+        master_port: master_port.unwrap_or(DEFAULT_MASTER_PORT),
+        head: !args.relay_report,
+    }))
 }
 
 /// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,

@@ -48,6 +48,7 @@ mod one_launch;
 mod options;
 mod plan;
 mod process_leg;
+mod procs;
 mod progress;
 mod reach;
 mod record;

@@ -46,7 +46,7 @@ impl NodeTask {
             .spec
             .relay
             .as_ref()
-            .map(|group| relay::subtree(group, &self.spec.host, &outcome, relayed));
+            .map(|group| relay::subtree(&group.ranks, &self.spec.host, &outcome, relayed));
         let mut evidence = self.sink.evidence.clone();
         evidence.exit_info = exit_info;
         let end = End {

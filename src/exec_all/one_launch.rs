@@ -10,8 +10,10 @@ use tokio::sync::mpsc;
 
 use super::dispatch::{self, Dispatch};
 use super::options::RunOptions;
+use super::procs::{self, PerNode};
 use super::reach::{Reach, RunCtx};
-use super::record::{NodeRecord, RunResult};
+use super::record::{NodeOutcome, RunResult};
+use super::script::Script;
 use super::{files, node, plan, writer};
 use crate::env::Job;
 use crate::env_map::EnvMap;
@@ -28,7 +30,8 @@ pub(crate) async fn launch(
 ) -> Result<RunResult, Error> {
     crate::process::raise_fd_limit();
     let reach = Reach::decide(job, env, options.connect_timeout)?;
-    let plan = plan::plan(job, &options, reach.kind(), env)?;
+    let (options, counts) = processes(job, env, options, stops).await?;
+    let plan = plan::plan(job, &options, reach.kind(), env, counts.as_deref())?;
     if let Some(dir) = &options.output_dir {
         files::prepare(dir).map_err(Error::Usage)?;
     }
@@ -43,11 +46,7 @@ pub(crate) async fn launch(
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
     let (writer, writer_thread) = writer::start(closed_tx);
-    let records: Vec<NodeRecord> = plan
-        .ranks
-        .iter()
-        .map(|&r| NodeRecord::new(r, job.topology.nodes[r].host.clone()))
-        .collect();
+    let records = plan.records;
     let started = node::start_all(
         &ctx,
         plan.tasks,
@@ -90,4 +89,159 @@ pub(crate) async fn launch(
     result.output_failure =
         failure.and_then(|(fd, e)| crate::stdio::failure_line(crate::logging::program(), fd, &e));
     Ok(result)
+}
+
+/// With `--nproc-per-node`: the processes of each node of `job` (for
+/// `gpu`, counted on the nodes first), kept in the options as counts (what
+/// relays get); on the head, the variables every process shares added to
+/// the attempt's. `None` without.
+async fn processes(
+    job: &Job,
+    env: &EnvMap,
+    mut options: RunOptions,
+    stops: &mut Stops,
+) -> Result<(RunOptions, Option<Vec<usize>>), Error> {
+    let Some(procs) = &options.procs else {
+        return Ok((options, None));
+    };
+    let n = job.topology.nodes.len();
+    let counts = match &procs.per_node {
+        PerNode::Count(count) => vec![*count; n],
+        PerNode::Slots => job
+            .topology
+            .nodes
+            .iter()
+            .map(|node| node.slots as usize)
+            .collect(),
+        PerNode::Counts(counts) if counts.len() == n => counts.clone(),
+        PerNode::Counts(counts) => {
+            return Err(Error::usage(format!(
+                "--nproc-per-node {}: {} counts for {n} nodes; give one count a node, or N, gpu or slots",
+                procs.per_node,
+                counts.len()
+            )));
+        }
+        PerNode::Gpu => Box::pin(count_gpus(job, env, &options, stops)).await?,
+    };
+    // The head's selection decides the ranks; a relay's (its group) does not.
+    let counts = match procs.head {
+        true => procs::Layout::selected(&counts, &plan::selected(n, &options)?),
+        false => counts,
+    };
+    let layout = procs::Layout::new(&counts);
+    let mut procs = procs.clone();
+    procs.per_node = PerNode::Counts(counts.clone());
+    if procs.head {
+        let attempt = |name: &str| {
+            options
+                .attempt_env
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let restart = (
+            attempt(super::options::RESTART_COUNT_VAR),
+            attempt(super::options::MAX_RESTARTS_VAR),
+        );
+        if restart.0 > 0 && job.rank == 0 {
+            procs.master_port = free_port(procs.master_port);
+        }
+        let run_id = format!("{}-{}", job.topology.nodes[0].host, std::process::id());
+        let head_ip = job.head_ip.to_string();
+        let vars = procs::run_vars(&layout, &procs, &head_ip, restart, &run_id);
+        options
+            .attempt_env
+            .retain(|(k, _)| !procs::RUN_VARS.contains(&k.as_str()));
+        options.attempt_env.extend(vars);
+    }
+    options.procs = Some(procs);
+    Ok((options, Some(counts)))
+}
+
+/// `port` when it can be listened on here (the head, where rank 0's store
+/// listens), else one the kernel gives: a restart must not fail on the
+/// port the last attempt's rank 0 held.
+fn free_port(port: u16) -> u16 {
+    use std::net::{Ipv4Addr, TcpListener};
+    if TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok() {
+        return port;
+    }
+    match TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).and_then(|l| l.local_addr()) {
+        Ok(addr) => {
+            tracing::info!(
+                taken = port,
+                port = addr.port(),
+                "MASTER_PORT still taken: another for this attempt"
+            );
+            addr.port()
+        }
+        Err(_) => port,
+    }
+}
+
+/// How long the nodes get to count their GPUs (`nvidia-smi` has 10 s).
+const COUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `--nproc-per-node gpu`: every selected node counts the GPUs its
+/// processes see (`multinode count-gpus`), all at once and directly (its
+/// output comes back here). A node that cannot, or sees none, is one line.
+async fn count_gpus(
+    job: &Job,
+    env: &EnvMap,
+    options: &RunOptions,
+    stops: &mut Stops,
+) -> Result<Vec<usize>, Error> {
+    let query = RunOptions {
+        fail_fast: false,
+        forward_output: false,
+        show_local_to_agent: false,
+        timeout: Some(COUNT_TIMEOUT),
+        connect_timeout: options.connect_timeout,
+        ranks: options.ranks.clone(),
+        exclude: options.exclude.clone(),
+        max_connecting: options.max_connecting,
+        fanout: usize::MAX,
+        ..RunOptions::new(Script::Inline(
+            b"exec \"${MULTINODE_BIN:-multinode}\" count-gpus".to_vec(),
+        ))
+    };
+    let result = launch(job, env, query, stops).await?;
+    if let Some(super::record::CancelReason::Signal(signo)) = result.cancelled {
+        return Err(Error::Failed(format!(
+            "stopped by signal {signo} while the nodes counted their GPUs"
+        )));
+    }
+    let mut counts = vec![0; job.topology.nodes.len()];
+    for node in result.nodes {
+        let who = format!("rank {} ({})", node.rank, node.host);
+        let text = String::from_utf8_lossy(&node.stats.captured_out);
+        let count = text.trim().parse::<usize>().ok();
+        match (&node.outcome, count) {
+            (Some(o), Some(count)) if o.success() && count > 0 => counts[node.rank] = count,
+            (Some(o), Some(_)) if o.success() => {
+                return Err(Error::usage(format!(
+                    "--nproc-per-node gpu: {who} sees no GPU (CUDA_VISIBLE_DEVICES hides them all, or it has none); give a number of processes, or run without that node"
+                )));
+            }
+            (Some(o @ (NodeOutcome::Unreachable(_) | NodeOutcome::Lost(_))), _) => {
+                return Err(Error::Connection(format!(
+                    "--nproc-per-node gpu: cannot count the GPUs of {who}: {}",
+                    NodeOutcome::describe(Some(o))
+                )));
+            }
+            (outcome, _) => {
+                let err = String::from_utf8_lossy(&node.stats.captured_err);
+                let why = err
+                    .lines()
+                    .map(|l| l.trim_start_matches("multinode: error: "))
+                    .find(|l| !l.trim().is_empty())
+                    .map_or_else(|| NodeOutcome::describe(outcome.as_ref()), str::to_string);
+                return Err(Error::usage(format!(
+                    "--nproc-per-node gpu: cannot count the GPUs of {who}: {why}; give a number of processes instead"
+                )));
+            }
+        }
+    }
+    Ok(counts)
 }

@@ -60,6 +60,9 @@ pub(crate) struct RunOptions {
     /// `--hang-timeout`: end the run, as hung, when no node printed
     /// anything for this long.
     pub hang_timeout: Option<Duration>,
+    /// `--nproc-per-node`: several processes a node, each with torchrun's
+    /// worker contract, bound as `--bind` says (`procs.rs`).
+    pub procs: Option<super::procs::Procs>,
 }
 
 impl RunOptions {
@@ -89,6 +92,7 @@ impl RunOptions {
             shell_hint: false,
             attempt_env: Vec::new(),
             hang_timeout: None,
+            procs: None,
         }
     }
 }
@@ -119,6 +123,11 @@ pub(crate) struct Head {
     /// `--group`: identical outputs printed once, at the end.
     pub group: bool,
 }
+
+/// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
+pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
+/// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
+pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
 
 /// How long a health check may take on a node, unless `--health-timeout` says.
 pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60);

@@ -12,20 +12,27 @@ use bytes::Bytes;
 
 use super::leg_kind::LegKind;
 use super::options::RunOptions;
+use super::procs::{self, Layout};
+use super::record::{NodeRecord, ProcessOf};
 use super::relay;
 use super::sink::SinkSettings;
 use crate::env::{Contract, Job};
 use crate::env_map::EnvMap;
 use crate::error::Error;
 
-/// What one node task runs.
+/// What one task runs: a node's command, or with several processes a node
+/// (`--nproc-per-node`) one process's.
 #[derive(Debug)]
 pub struct NodeSpec {
+    /// The node's rank, or the process's global rank.
     pub rank: usize,
     pub host: String,
+    /// A process's node and place there.
+    pub process: Option<ProcessOf>,
     pub leg: LegKind,
     /// What its shell runs: the job's command (one copy shared by every
-    /// node), or a relay's exec_all for its group.
+    /// node), a process's (bound, then the script), or a relay's exec_all
+    /// for its group.
     pub command: Bytes,
     /// Its variables: the contract for its rank, and for a remote node the
     /// head's exported ones. Sent once, not held for the run.
@@ -33,18 +40,32 @@ pub struct NodeSpec {
     pub output: SinkSettings,
     /// `--output DIR`'s files are written by this task (not by a relay's exec_all).
     pub files: bool,
-    /// A relay: the ranks of its group, itself first.
-    pub relay: Option<Vec<usize>>,
+    /// A relay: its group.
+    pub relay: Option<RelayGroup>,
 }
 
-/// A run's node tasks, and every rank they run on.
+/// The nodes a relay runs for, and the ranks of their records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayGroup {
+    /// Node ranks, the relay's own first.
+    pub nodes: Vec<usize>,
+    /// The ranks of the group's records (its nodes, or their processes),
+    /// the relay's own first.
+    pub ranks: Vec<usize>,
+}
+
+/// A run's tasks, and every rank they run on.
 #[derive(Debug)]
 pub struct Plan {
     /// One per task: this node first (when selected), then the other
-    /// nodes, or their relays, in rank order.
+    /// nodes, or their relays, in rank order; with several processes a
+    /// node, one per process of each.
     pub tasks: Vec<NodeSpec>,
-    /// Every rank the run covers, relays' groups included, in order.
+    /// Every node the run covers, relays' groups included, in order.
     pub ranks: Vec<usize>,
+    /// A record for every rank the run covers (a node, or a process), in
+    /// rank order: what the dispatcher fills in.
+    pub records: Vec<NodeRecord>,
 }
 
 /// The ranks `options` select (`--nodes`, `--exclude`) of `n` nodes.
@@ -83,14 +104,144 @@ fn exported(options: &RunOptions, head_env: &EnvMap) -> Vec<(String, String)> {
     exported
 }
 
+/// What the tasks of a run share while they are planned.
+struct Planner<'a> {
+    job: &'a Job,
+    options: &'a RunOptions,
+    remote: LegKind,
+    exported: Vec<(String, String)>,
+    contract: Contract<'a>,
+    /// The job's command as the remote kind runs it.
+    command: Bytes,
+    forward_all: bool,
+    shared: bool,
+    /// With several processes a node: theirs.
+    layout: Option<Layout>,
+}
+
+impl Planner<'_> {
+    fn output(&self, rank: usize, host: &str, relay: bool) -> SinkSettings {
+        let options = self.options;
+        SinkSettings {
+            label: options.label.then(|| format!("{rank} {host}: ")),
+            forward: options.forward_output && !options.group && (self.forward_all || rank == 0),
+            capture: !options.forward_output || options.group,
+            shared: self.shared,
+            timestamps: options.timestamps,
+            relay,
+        }
+    }
+
+    /// The task of node `node` run directly, or, with several processes a
+    /// node, one task each.
+    fn node_tasks(&self, node: usize) -> Vec<NodeSpec> {
+        let host = self.job.topology.nodes[node].host.clone();
+        let leg = LegKind::of(node, self.job.rank, self.remote);
+        let env = leg.vars(node, self.options, &self.exported, &self.contract);
+        let files = self.options.output_dir.is_some();
+        let (Some(layout), Some(procs)) = (&self.layout, &self.options.procs) else {
+            return vec![NodeSpec {
+                rank: node,
+                output: self.output(node, &host, false),
+                host,
+                process: None,
+                leg,
+                command: self.command.clone(),
+                env,
+                files,
+                relay: None,
+            }];
+        };
+        let script = self.options.script.shell_command(&self.options.args);
+        layout
+            .of_node(node)
+            .map(|place| {
+                let mut env: Vec<(String, String)> =
+                    env.iter().filter(|(k, _)| k != "RANK").cloned().collect();
+                env.extend(procs::process_vars(layout, place));
+                NodeSpec {
+                    rank: place.rank,
+                    output: self.output(place.rank, &host, false),
+                    host: host.clone(),
+                    process: Some(ProcessOf {
+                        node,
+                        local_rank: place.local_rank,
+                    }),
+                    leg,
+                    command: Bytes::from(procs::command(procs, place.local_size, &script)),
+                    env,
+                    files,
+                    relay: None,
+                }
+            })
+            .collect()
+    }
+
+    /// The ranks of node `node`'s records: the node's, or its processes'.
+    fn ranks_of(&self, node: usize) -> Vec<usize> {
+        match &self.layout {
+            Some(layout) => layout.of_node(node).map(|p| p.rank).collect(),
+            None => vec![node],
+        }
+    }
+
+    /// The task of a relay for the nodes of `group`, its own first.
+    fn relay_task(&self, group: Vec<usize>) -> NodeSpec {
+        let node = group[0];
+        let host = self.job.topology.nodes[node].host.clone();
+        let leg = LegKind::of(node, self.job.rank, self.remote);
+        let ranks: Vec<usize> = group.iter().flat_map(|&n| self.ranks_of(n)).collect();
+        let command = relay::command(&group, self.options, &self.exported);
+        NodeSpec {
+            rank: ranks[0],
+            output: self.output(ranks[0], &host, true),
+            process: self.layout.as_ref().map(|_| ProcessOf {
+                node,
+                local_rank: 0,
+            }),
+            host,
+            leg,
+            command: Bytes::from(command),
+            env: leg.vars(node, self.options, &self.exported, &self.contract),
+            files: false,
+            relay: Some(RelayGroup {
+                nodes: group,
+                ranks,
+            }),
+        }
+    }
+
+    /// A record for every rank of the `nodes`.
+    fn records(&self, nodes: &[usize]) -> Vec<NodeRecord> {
+        let host = |n: usize| self.job.topology.nodes[n].host.clone();
+        match &self.layout {
+            None => nodes.iter().map(|&n| NodeRecord::new(n, host(n))).collect(),
+            Some(layout) => nodes
+                .iter()
+                .flat_map(|&n| layout.of_node(n))
+                .map(|place| NodeRecord {
+                    process: Some(ProcessOf {
+                        node: place.node,
+                        local_rank: place.local_rank,
+                    }),
+                    ..NodeRecord::new(place.rank, host(place.node))
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Plans a run of `options` over the nodes of `job` (this node is
 /// `job.rank`), the others reached by `remote`; `head_env` is this
-/// process's environment (what `--export` selects from).
+/// process's environment (what `--export` selects from). With
+/// `--nproc-per-node`, `counts` are the processes of each node of `job`
+/// (none on a node the head left out: ranks are dense over the others).
 pub fn plan(
     job: &Job,
     options: &RunOptions,
     remote: LegKind,
     head_env: &EnvMap,
+    counts: Option<&[usize]>,
 ) -> Result<Plan, Error> {
     let ranks = selected(job.topology.nodes.len(), options)?;
     let others = ranks.iter().filter(|&&r| r != job.rank).count();
@@ -101,47 +252,34 @@ pub fn plan(
             options.fanout
         )));
     }
-    let command = remote.command(&options.script, &options.args);
-    let exported = exported(options, head_env);
-    // Rendered once; agents get the hostlists folded (constant bytes a node).
-    let contract = Contract::new(job);
     let forward_all = head_env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
-    let shared = forward_all && ranks.len() > 1;
+    let layout = counts.map(Layout::new);
+    let units = layout.as_ref().map_or(ranks.len(), Layout::total);
+    let planner = Planner {
+        job,
+        options,
+        remote,
+        exported: exported(options, head_env),
+        // Rendered once; agents get the hostlists folded (constant bytes a node).
+        contract: Contract::new(job),
+        command: remote.command(&options.script, &options.args),
+        forward_all,
+        shared: forward_all && units > 1,
+        layout,
+    };
     let tasks = relay::plan_groups(&ranks, job.rank, options.fanout)
         .into_iter()
-        .map(|group| {
-            let rank = group[0];
-            let host = job.topology.nodes[rank].host.clone();
-            let leg = LegKind::of(rank, job.rank, remote);
-            let env = leg.vars(rank, options, &exported, &contract);
-            let is_relay = group.len() > 1;
-            let output = SinkSettings {
-                label: options.label.then(|| format!("{rank} {host}: ")),
-                forward: options.forward_output && !options.group && (forward_all || rank == 0),
-                capture: !options.forward_output || options.group,
-                shared,
-                timestamps: options.timestamps,
-                relay: is_relay,
-            };
-            let (command, relay) = if is_relay {
-                let relay_command = relay::command(&group, options, &exported);
-                (Bytes::from(relay_command), Some(group))
-            } else {
-                (command.clone(), None)
-            };
-            NodeSpec {
-                rank,
-                host,
-                leg,
-                command,
-                env,
-                output,
-                files: options.output_dir.is_some() && !is_relay,
-                relay,
-            }
+        .flat_map(|group| match group.len() {
+            1 => planner.node_tasks(group[0]),
+            _ => vec![planner.relay_task(group)],
         })
         .collect();
-    Ok(Plan { tasks, ranks })
+    let records = planner.records(&ranks);
+    Ok(Plan {
+        tasks,
+        ranks,
+        records,
+    })
 }
 
 #[cfg(test)]
@@ -179,7 +317,7 @@ mod tests {
     fn one_spec_a_node_this_one_local_first() {
         let job = job(&["a", "b", "c"], 1);
         let head = env(&[("HOME", "/root"), ("RANK", "1")]);
-        let plan = plan(&job, &options(), LegKind::Agent, &head).unwrap();
+        let plan = plan(&job, &options(), LegKind::Agent, &head, None).unwrap();
         assert_eq!(plan.ranks, [0, 1, 2]);
         let order: Vec<(usize, LegKind)> = plan.tasks.iter().map(|t| (t.rank, t.leg)).collect();
         assert_eq!(
@@ -211,7 +349,7 @@ mod tests {
     fn sshd_and_wrappers_get_a_shell_command_and_the_full_contract() {
         let job = job(&["a", "b"], 0);
         for kind in [LegKind::Sshd, LegKind::Wrapper] {
-            let plan = plan(&job, &options(), kind, &EnvMap::default()).unwrap();
+            let plan = plan(&job, &options(), kind, &EnvMap::default(), None).unwrap();
             let remote = &plan.tasks[1];
             assert_eq!(remote.leg, kind);
             assert_eq!(
@@ -230,9 +368,13 @@ mod tests {
             label: true,
             ..options()
         };
-        let plan = plan(&job, &options, LegKind::Agent, &EnvMap::default()).unwrap();
+        let plan = plan(&job, &options, LegKind::Agent, &EnvMap::default(), None).unwrap();
         assert_eq!(plan.ranks, [0, 1, 2, 3, 4]);
-        let relays: Vec<Option<Vec<usize>>> = plan.tasks.iter().map(|t| t.relay.clone()).collect();
+        let relays: Vec<Option<Vec<usize>>> = plan
+            .tasks
+            .iter()
+            .map(|t| t.relay.as_ref().map(|g| g.nodes.clone()))
+            .collect();
         assert_eq!(relays, [None, Some(vec![1, 2]), Some(vec![3, 4])]);
         let relay = &plan.tasks[1];
         assert!(relay.output.relay);
@@ -251,20 +393,20 @@ mod tests {
             ranks: Some([0, 2].into()),
             ..options()
         };
-        let plan = plan(&job, &only, LegKind::Agent, &EnvMap::default()).unwrap();
+        let plan = plan(&job, &only, LegKind::Agent, &EnvMap::default(), None).unwrap();
         assert_eq!(plan.ranks, [0, 2]);
         let none = RunOptions {
             exclude: [0, 1, 2].into(),
             ..options()
         };
-        let e = super::plan(&job, &none, LegKind::Agent, &EnvMap::default()).unwrap_err();
+        let e = super::plan(&job, &none, LegKind::Agent, &EnvMap::default(), None).unwrap_err();
         assert!(e.to_string().contains("leave no node"), "{e}");
         let grouped = RunOptions {
             group: true,
             fanout: 1,
             ..options()
         };
-        let e = super::plan(&job, &grouped, LegKind::Agent, &EnvMap::default()).unwrap_err();
+        let e = super::plan(&job, &grouped, LegKind::Agent, &EnvMap::default(), None).unwrap_err();
         assert!(e.to_string().contains("raise --fanout to 2"), "{e}");
     }
 
@@ -277,6 +419,7 @@ mod tests {
             &options(),
             LegKind::Agent,
             &EnvMap::default(),
+            None,
         )
         .unwrap();
         assert_eq!(first.tasks.len(), 4);
@@ -286,6 +429,7 @@ mod tests {
             &options(),
             LegKind::Agent,
             &EnvMap::default(),
+            None,
         )
         .unwrap();
         let got: Vec<(usize, &str, Option<&str>)> = again

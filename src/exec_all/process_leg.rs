@@ -46,10 +46,15 @@ pub struct ProcessLeg {
     heartbeat: Option<HeartbeatFile>,
 }
 
-/// What the supervisor runs: this node's script, or `wrapper` with the
+/// What the supervisor runs: this node's script (a process's command line
+/// with several a node: bound, then the script), or `wrapper` with the
 /// node's host and its command line (the variables in it).
 fn argv(ctx: &RunCtx, spec: &NodeSpec, wrapper: Option<&str>) -> Vec<OsString> {
     let Some(wrapper) = wrapper else {
+        if spec.process.is_some() {
+            let command = std::ffi::OsStr::from_bytes(&spec.command).to_os_string();
+            return vec!["sh".into(), "-c".into(), command];
+        }
         return ctx.script.local_argv(&ctx.args).into_iter().collect();
     };
     let command = super::script::wrapped_command(&spec.command, ctx.cwd.as_bytes(), &spec.env);

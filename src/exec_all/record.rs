@@ -116,8 +116,14 @@ pub enum CancelReason {
 /// records of its group as they are (`relay_record.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
+    /// The node's rank, or with several processes a node the process's
+    /// global rank.
     pub rank: usize,
     pub host: String,
+    /// With several processes a node (`--nproc-per-node`): its node and
+    /// its place there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessOf>,
     pub address: Option<String>,
     pub started: Option<SystemTime>,
     pub ended: Option<SystemTime>,
@@ -131,6 +137,7 @@ impl NodeRecord {
         NodeRecord {
             rank,
             host,
+            process: None,
             address: None,
             started: None,
             ended: None,
@@ -140,6 +147,16 @@ impl NodeRecord {
         }
     }
 
+    /// The rank of its node: restarts, spares and exclusions are per node.
+    pub fn node_rank(&self) -> usize {
+        self.process.map_or(self.rank, |p| p.node)
+    }
+
+    /// [`who`]: `rank 5 (gpu2: node 2, local rank 1)`, or `rank 2 (gpu2)`.
+    pub fn who(&self) -> String {
+        who(self.rank, &self.host, self.process)
+    }
+
     pub fn duration(&self) -> Option<Duration> {
         Some(
             self.ended?
@@ -147,6 +164,25 @@ impl NodeRecord {
                 .unwrap_or_default(),
         )
     }
+}
+
+/// `rank 5 (gpu2: node 2, local rank 1)` for a process, `rank 2 (gpu2)` for a node.
+pub fn who(rank: usize, host: &str, process: Option<ProcessOf>) -> String {
+    match process {
+        Some(p) => format!(
+            "rank {rank} ({host}: node {}, local rank {})",
+            p.node, p.local_rank
+        ),
+        None => format!("rank {rank} ({host})"),
+    }
+}
+
+/// A process's node and its place there (`--nproc-per-node`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessOf {
+    /// The node's rank.
+    pub node: usize,
+    pub local_rank: usize,
 }
 
 /// How a run ended.

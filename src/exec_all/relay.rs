@@ -93,6 +93,19 @@ pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, Strin
     if !options.fail_fast {
         cmd.extend_from_slice(b" --no-fail-fast");
     }
+    if let Some(procs) = &options.procs {
+        // Counted by the head: the relay starts its nodes' share.
+        cmd.extend_from_slice(
+            format!(
+                " --nproc-per-node {} --bind {} --master-port {}",
+                procs.per_node, procs.bind, procs.master_port
+            )
+            .as_bytes(),
+        );
+        if procs.report_bindings {
+            cmd.extend_from_slice(b" --report-bindings");
+        }
+    }
     match &options.script {
         Script::Stdin(_) => cmd.extend_from_slice(b" -"),
         Script::Inline(text) => {
@@ -111,7 +124,7 @@ pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, Strin
 
 /// What a relay's task knows of its group when it ends: the relay's own
 /// report, or, when there is none (the relay was lost), every node of the
-/// group lost with it.
+/// group lost with it. `group` holds the ranks of its records, its own first.
 pub fn subtree(
     group: &[usize],
     host: &str,

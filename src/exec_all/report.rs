@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{CancelReason, ErrorLines, NodeOutcome, NodeRecord, RunResult};
+use super::record::{CancelReason, ErrorLines, NodeOutcome, NodeRecord, ProcessOf, RunResult};
 use super::verdict::{self, Verdict};
 use crate::process::{Outcome, signal_name};
 
@@ -20,6 +20,9 @@ const LAST_OUTPUT_MAX: usize = 80;
 pub struct NodeReport {
     pub rank: usize,
     pub host: String,
+    /// With `--nproc-per-node`: the process's node and local rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessOf>,
     pub address: Option<String>,
     /// `ok`, `failed`, `killed`, `unreachable`, `lost`, `not-started`.
     pub status: String,
@@ -124,6 +127,7 @@ pub fn build(result: &RunResult) -> Report {
             NodeReport {
                 rank: n.rank,
                 host: n.host.clone(),
+                process: n.process,
                 address: n.address.clone(),
                 status: NodeOutcome::status(n.outcome.as_ref()).to_string(),
                 exit,
@@ -174,8 +178,8 @@ pub fn table(result: &RunResult) -> String {
         (_, Some(rank)) => {
             let node = result.nodes.iter().find(|n| n.rank == rank);
             format!(
-                "rank {rank} ({}) {} first",
-                node.map(|n| n.host.as_str()).unwrap_or("?"),
+                "{} {} first",
+                node.map_or_else(|| format!("rank {rank} (?)"), NodeRecord::who),
                 node.map(status_cell).unwrap_or_default()
             )
         }
@@ -187,8 +191,12 @@ pub fn table(result: &RunResult) -> String {
     };
     let _ = writeln!(
         out,
-        "{}: {failed} of {total} nodes did not succeed; {headline}; exit code {}",
+        "{}: {failed} of {total} {} did not succeed; {headline}; exit code {}",
         crate::logging::program(),
+        match result.nodes.iter().any(|n| n.process.is_some()) {
+            true => "processes",
+            false => "nodes",
+        },
         result.exit_code
     );
     let rows: Vec<&NodeRecord> = result

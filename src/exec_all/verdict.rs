@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{ErrorLines, NodeOutcome, RunResult};
+use super::record::{ErrorLines, NodeOutcome, ProcessOf, RunResult};
 use crate::process::{Outcome, signal_name};
 
 /// The first failure of a run.
@@ -17,6 +17,9 @@ use crate::process::{Outcome, signal_name};
 pub struct Verdict {
     pub rank: usize,
     pub host: String,
+    /// With `--nproc-per-node`: the process's node and local rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessOf>,
     /// When exec_all learned that the node ended (seconds since the epoch).
     pub at: f64,
     /// The same, in seconds since the run started.
@@ -77,6 +80,13 @@ fn shell_signal(code: i32) -> Option<String> {
         .map(|s| s.as_str().to_string())
 }
 
+impl Verdict {
+    /// `rank 5 (gpu2: node 2, local rank 1)`, or `rank 2 (gpu2)` for a node.
+    pub fn who(&self) -> String {
+        super::record::who(self.rank, &self.host, self.process)
+    }
+}
+
 /// The verdict of a run whose first failure is known.
 pub fn build(result: &RunResult) -> Option<Verdict> {
     let rank = result.first_failure?;
@@ -90,6 +100,7 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
     Some(Verdict {
         rank,
         host: node.host.clone(),
+        process: node.process,
         at: secs(ended, UNIX_EPOCH),
         after_start_s: secs(ended, result.started),
         how,
@@ -104,7 +115,7 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
         down_after_s: last_down.map(|t| secs(t, ended)),
         // A node lost or unreachable has no agent to get in through.
         shell: (result.agents_stay && outcome.finished().is_some())
-            .then(|| format!("multinode shell {rank}")),
+            .then(|| format!("multinode shell {}", node.node_rank())),
     })
 }
 
@@ -122,9 +133,8 @@ pub fn render(v: &Verdict) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "first failure: rank {} ({}), {:.2} s into the run ({} UTC): {}",
-        v.rank,
-        v.host,
+        "first failure: {}, {:.2} s into the run ({} UTC): {}",
+        v.who(),
         v.after_start_s,
         clock(v.at),
         v.how

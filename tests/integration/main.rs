@@ -25,6 +25,7 @@ mod mpi;
 mod mux;
 mod nodeset;
 mod openssh;
+mod procs;
 mod restarts;
 mod shell;
 mod snapshot;
