@@ -455,11 +455,28 @@ fn install_deps_builds_cargo_nextest_only_when_missing() {
 /// order (the nodes print concurrently).
 #[test]
 fn the_restarts_page_runs_on_one_machine_as_written() {
-    use std::os::unix::process::CommandExt;
-    let (script, want) = console(&doc_block("docs/restarts.md", "restarts-health"));
-    let mut want = want;
-    want.sort();
+    let (got, want) = console_in_a_network_namespace("docs/restarts.md", "restarts-health");
     assert_eq!(want.len(), 4, "{want:?}");
+    assert_eq!(got, want);
+}
+
+/// docs/torchrun.md's "Without torchrun": three loopback nodes of two
+/// processes each, every process's worker contract as the page shows it.
+#[test]
+fn the_torchrun_pages_run_without_torchrun_is_as_written() {
+    let (got, want) = console_in_a_network_namespace("docs/torchrun.md", "torchrun-without");
+    assert_eq!(want.len(), 6, "{want:?}");
+    assert_eq!(got, want);
+}
+
+/// A page's console block (`<!-- test: NAME -->`), every `$ ` line as
+/// written, in one bash in a network namespace of its own (the page's
+/// addresses and ports meet no other test); what it printed and what the
+/// page shows, each sorted (the nodes print concurrently).
+fn console_in_a_network_namespace(page: &str, name: &str) -> (Vec<String>, Vec<String>) {
+    use std::os::unix::process::CommandExt;
+    let (script, mut want) = console(&doc_block(page, name));
+    want.sort();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("page.sh"), &script).expect("write");
     let path = format!(
@@ -499,7 +516,7 @@ fn the_restarts_page_runs_on_one_machine_as_written() {
     assert!(status.success(), "{status}: {text}");
     let mut got: Vec<String> = text.lines().map(String::from).collect();
     got.sort();
-    assert_eq!(got, want, "{text}");
+    (got, want)
 }
 
 /// bench/gpu's scripts (run on the GPU machine, which CI has not) parse,

@@ -361,49 +361,92 @@ fn processes_meet_at_rank_zeros_store_and_a_restart_does_not_reuse_a_taken_port(
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("store True 6"), "{}", stdout(&out));
-    // Restarts: attempt 0 fails on rank 3 (node 1, excluded: the spare
-    // takes its place) while the last attempt's store port is still held
-    // (by this test, as a lingering rank 0 would): the next attempt gets
-    // another port, the same on every process.
+}
+
+#[test]
+fn a_lost_node_is_replaced_by_the_spare_ranks_are_dense_again_and_the_store_port_moves() {
+    let cluster = Cluster::start(4);
+    // The last attempt's store port is still held (by this test, as a
+    // lingering rank 0 would): the next attempt gets another, the same on
+    // every process.
     let held = std::net::TcpListener::bind(("0.0.0.0", 29572)).unwrap();
-    let script = "echo RANK=$RANK PORT=$MASTER_PORT COUNT=$TORCHELASTIC_RESTART_COUNT \
-        MAX=$TORCHELASTIC_MAX_RESTARTS; [ $TORCHELASTIC_RESTART_COUNT = 0 ] && [ $RANK = 3 ] && exit 1; exit 0";
-    let out = cluster.exec_all(&[
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        "29572",
-        "--max-restarts",
-        "1",
-        "--spares",
-        "1",
-        "-c",
-        script,
-    ]);
+    let tag = sleep_tag();
+    let script = format!(
+        "echo RANK=$RANK NODE=$MULTINODE_NODE_RANK AT=${{AGENT_ID:-head}} PORT=$MASTER_PORT \
+         COUNT=$TORCHELASTIC_RESTART_COUNT MAX=$TORCHELASTIC_MAX_RESTARTS WORLD=$WORLD_SIZE; \
+         [ $TORCHELASTIC_RESTART_COUNT = 0 ] && exec sleep {tag}; exit 0"
+    );
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--nproc-per-node", "2", "--master-port", "29572"])
+        .args(["--max-restarts", "1", "--spares", "1", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || sleepers(&tag).len() == 6),
+        "attempt 0 runs 6 processes on nodes 0-2"
+    );
+    // Node 1 goes: its agent is killed, its processes with it.
+    signal(cluster.agents[0].pid(), nix::sys::signal::Signal::SIGKILL);
+    let code = wait_exit(&mut child, Duration::from_secs(60)).expect("exec_all ends");
     drop(held);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    let ports: Vec<(&str, &str)> = text
+    let text = stdout_of(&mut child);
+    let err = stderr_of(&mut child);
+    assert_eq!(code, 0, "{err}");
+    assert!(sleepers(&tag).is_empty());
+    let second: Vec<BTreeMap<String, String>> = text
         .lines()
-        .map(|l| {
-            let count = l.split("COUNT=").nth(1).unwrap().split(' ').next().unwrap();
-            let port = l.split("PORT=").nth(1).unwrap().split(' ').next().unwrap();
-            (count, port)
+        .filter(|l| l.contains("COUNT=1"))
+        .map(|l| by_rank(l).into_values().next().unwrap())
+        .collect();
+    let mut got: Vec<(String, String, String)> = second
+        .iter()
+        .map(|v| (v["RANK"].clone(), v["NODE"].clone(), v["AT"].clone()))
+        .collect();
+    got.sort();
+    let want: Vec<(String, String, String)> = (0..6)
+        .map(|r| {
+            let at = match r / 2 {
+                0 => "head".to_string(),
+                n => cluster.hosts[n + 1].clone(),
+            };
+            (r.to_string(), (r / 2).to_string(), at)
         })
         .collect();
+    assert_eq!(got, want, "{text}");
+    let ports: Vec<&String> = second.iter().map(|v| &v["PORT"]).collect();
     assert!(
-        ports.iter().any(|(c, p)| *c == "0" && *p == "29572"),
+        ports.iter().all(|p| *p == ports[0] && *p != "29572"),
         "{text}"
     );
-    let second: Vec<&str> = ports
-        .iter()
-        .filter(|(c, _)| *c == "1")
-        .map(|(_, p)| *p)
-        .collect();
-    assert_eq!(second.len(), 6, "{text}");
+    assert!(second.iter().all(|v| v["WORLD"] == "6" && v["MAX"] == "1"));
     assert!(
-        second.iter().all(|p| *p == second[0] && *p != "29572"),
-        "{text}"
+        err.contains(&format!("{} excluded", cluster.hosts[1])),
+        "{err}"
     );
-    assert!(text.contains("MAX=1"), "{text}");
+}
+
+#[test]
+fn nothing_is_left_running_after_kill_9_of_exec_all() {
+    let cluster = Cluster::start(3);
+    let tag = sleep_tag();
+    let mut child = cluster
+        .command(&mn_exec_all())
+        .args(["--nproc-per-node", "3", "-c", &format!("exec sleep {tag}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || sleepers(&tag).len() == 9));
+    signal(child.id(), nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    assert!(
+        eventually(Duration::from_secs(15), || sleepers(&tag).is_empty()),
+        "left running: {:?}",
+        sleepers(&tag)
+    );
 }

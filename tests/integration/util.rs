@@ -385,6 +385,16 @@ pub async fn connect_as_job(agent: &Agent) -> multinode::transport::client::Conn
     connector.connect(&target).await.unwrap()
 }
 
+/// What is left of a child's piped stdout, read to its end (empty when it
+/// was not piped).
+pub fn stdout_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+    }
+    text
+}
+
 /// What is left of a child's piped stderr, read to its end (empty when it
 /// was not piped).
 pub fn stderr_of(child: &mut Child) -> String {
