@@ -136,6 +136,18 @@ pub(crate) fn this_process(mode: Mode, env: &EnvMap, node: &str) -> Result<Bindi
     plan(&host, mode, ranks, &allowed, node)
 }
 
+/// What `--report-bindings`' line starts with.
+const REPORT_PREFIX: &str = "multinode bind: ";
+
+/// The binding a process reported (`--report-bindings`) in the first lines
+/// of its stderr, `block`: the line, without its prefix.
+pub(crate) fn reported_in(block: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(block);
+    text.lines()
+        .find_map(|l| l.strip_prefix(REPORT_PREFIX))
+        .map(str::to_string)
+}
+
 /// `multinode count-gpus` (internal, for `--nproc-per-node gpu`): how many
 /// GPUs this node's processes see, one number on stdout: `nvidia-smi`'s
 /// list, as `CUDA_VISIBLE_DEVICES` narrows it (by index or UUID, up to its
@@ -185,7 +197,7 @@ pub(crate) fn cmd_bind(
         });
     }
     if report {
-        crate::stdio::eprint(&format!("multinode bind: {}\n", binding.report_line(&node)));
+        crate::stdio::eprint(&format!("{REPORT_PREFIX}{}\n", binding.report_line(&node)));
     }
     let Some((program, args)) = command.split_first() else {
         return Err(Error::usage(

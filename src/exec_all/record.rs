@@ -233,6 +233,10 @@ pub struct Evidence {
     pub tail: VecDeque<String>,
     #[serde(flatten)]
     pub errors: ErrorLines,
+    /// A process's binding as `multinode bind --report-bindings` printed it
+    /// first on its stderr (`--nproc-per-node --report-bindings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<String>,
 }
 
 /// The lines of a node's output that name an error, as `--report` and the

@@ -171,7 +171,12 @@ mod tests {
                 nccl_cause: Some("x NCCL WARN cause".into()),
                 nccl_line: Some("x NCCL WARN line".into()),
             },
+            binding: Some("rank 2 (local 0) on n2: CPUs 0-3 [numa]".into()),
         };
+        node.process = Some(super::super::record::ProcessOf {
+            node: 1,
+            local_rank: 0,
+        });
         let mut lost = NodeRecord::new(3, "n3".into());
         lost.outcome = Some(NodeOutcome::Lost("connection reset".into()));
         RelayRecord {

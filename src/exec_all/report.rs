@@ -52,6 +52,9 @@ pub struct NodeReport {
     /// `program_error`, `nccl_cause`, `nccl_line`.
     #[serde(flatten)]
     pub errors: ErrorLines,
+    /// With `--report-bindings`: the process's binding, as it printed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<String>,
 }
 
 /// `--report FILE`.
@@ -147,6 +150,7 @@ pub fn build(result: &RunResult) -> Report {
                 cgroup: info.and_then(|i| i.cgroup.clone()),
                 core: info.and_then(|i| i.core.clone()),
                 errors: n.evidence.errors.clone(),
+                binding: n.evidence.binding.clone(),
             }
         })
         .collect();

@@ -61,6 +61,8 @@ pub struct NodeSink {
     /// Its last lines and the errors they name (the node's task adds what
     /// the node saw of the end).
     pub evidence: Evidence,
+    /// Its first stderr block was looked at for a binding line.
+    binding_looked: bool,
 }
 
 /// The partial last line of one stream.
@@ -133,6 +135,7 @@ impl NodeSink {
             scans: Default::default(),
             stats: OutputStats::default(),
             evidence: Evidence::default(),
+            binding_looked: false,
         }
     }
 
@@ -247,6 +250,11 @@ impl NodeSink {
     }
 
     async fn emit(&mut self, stream: Stream, block: Vec<u8>) {
+        if matches!(stream, Stream::Err) && !self.binding_looked {
+            // `multinode bind --report-bindings` writes it before the script runs.
+            self.binding_looked = true;
+            self.evidence.binding = crate::binding::reported_in(&block);
+        }
         remember_tail(&mut self.evidence.tail, &block);
         if let Some(line) = super::nccl_line::last_in(&block) {
             self.evidence.errors.nccl_line = Some(line);

@@ -371,3 +371,75 @@ fn the_binding_pages_example_runs_as_written() {
     assert!(out.status.success(), "{got:?}");
     assert_eq!(got, want);
 }
+
+/// `mn-exec-all --nproc-per-node 2 --bind numa --report-bindings` on two
+/// nodes (this machine and an agent, the fixture's GPUs on both): each
+/// process runs its script already bound to its GPU's NUMA node (local
+/// rank 0 -> GPU 0 on node 1, local rank 1 -> GPU 1 on node 0: GPU order is
+/// not NUMA order), within this machine's CPUs; every process prints its
+/// binding line, and `--report` keeps it in the process's record.
+#[test]
+fn exec_all_binds_each_of_its_processes_before_the_script_starts() {
+    let f = Fixture::new();
+    let cluster = crate::util::Cluster::start(2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("r.json");
+    let out = cluster
+        .command(&crate::util::mn_exec_all())
+        .env("PATH", f.path())
+        .env("MULTINODE_SYSFS_ROOT", f.sysfs())
+        .args([
+            "--nproc-per-node",
+            "2",
+            "--bind",
+            "numa",
+            "--report-bindings",
+        ])
+        .args(["--report", report.to_str().expect("utf-8")])
+        .args([
+            "-c",
+            "echo \"$RANK $LOCAL_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)\"",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("mn-exec-all");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let own = this_machines_cpus();
+    let mut seen = 0;
+    for line in stdout.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let local: usize = words[1].parse().expect("LOCAL_RANK");
+        let node = (local + 1) % 2;
+        let want: BTreeSet<u32> = cpus(NODE_CPUS[node]).intersection(&own).copied().collect();
+        let want = if want.is_empty() { own.clone() } else { want };
+        assert_eq!(cpus(words[2]), want, "{line}");
+        seen += 1;
+    }
+    assert_eq!(seen, 4, "{stdout}");
+    let bound = stderr
+        .lines()
+        .filter(|l| l.starts_with("multinode bind: rank "))
+        .count();
+    assert_eq!(bound, 4, "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+    for record in json["nodes"].as_array().expect("nodes") {
+        let local = record["process"]["local_rank"]
+            .as_u64()
+            .expect("local rank");
+        let binding = record["binding"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{record}"));
+        let want = format!("(local {local}) on ");
+        assert!(binding.contains(&want), "{binding}");
+        assert!(
+            binding.contains(&format!("GPU {local} ("))
+                && binding.contains(&format!("NUMA node {}", (local + 1) % 2)),
+            "{binding}"
+        );
+    }
+}
