@@ -204,7 +204,10 @@ pub(crate) async fn run(
     let pgid = child.pgid();
     shared.keeper.register(pgid, keeper);
     let watched = shared.running.add_watched(pgid, |keeps_tail| {
-        Watched::from_vars(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())), keeps_tail)
+        Watched::from_vars(
+            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            keeps_tail,
+        )
     });
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     // With a terminal: the master, both ways; its copy for window changes.

@@ -116,9 +116,8 @@ pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> Node
             .find(|(k, _)| k == crate::snapshot::ras::ADDR_VAR)
             .map(|(_, v)| v.as_str());
         let vars = shared.running.ras_addrs();
-        let addr = crate::snapshot::ras::address(
-            vars.iter().map(|v| Some(v.as_str())).chain([agent_var]),
-        );
+        let addr =
+            crate::snapshot::ras::address(vars.iter().map(|v| Some(v.as_str())).chain([agent_var]));
         crate::snapshot::ras::status(&addr).await
     };
     let (groups, opts) = (shared.running.groups(), Options::for_top());
@@ -153,9 +152,7 @@ mod tests {
     #[test]
     fn a_record_stays_with_its_group_and_tails_are_bounded() {
         let running = Running::default();
-        let first = running.add_watched(Pid::from_raw(5), |tail| {
-            Watched::new(Some(1), None, tail)
-        });
+        let first = running.add_watched(Pid::from_raw(5), |tail| Watched::new(Some(1), None, tail));
         // Added again (shown by a client too): the first record stays.
         let again = running.add_watched(Pid::from_raw(5), |tail| Watched::new(Some(9), None, tail));
         assert!(Arc::ptr_eq(&first, &again));
@@ -170,13 +167,19 @@ mod tests {
         assert!(running.commands(false).is_empty());
         // Past MAX_TAILS groups, a record keeps no tail.
         for pgid in 0..MAX_TAILS as i32 + 1 {
-            running.add_watched(Pid::from_raw(pgid + 100), |tail| Watched::new(None, None, tail));
+            running.add_watched(Pid::from_raw(pgid + 100), |tail| {
+                Watched::new(None, None, tail)
+            });
         }
         let last = running.add_watched(Pid::from_raw(MAX_TAILS as i32 + 100), |tail| {
             Watched::new(None, None, tail)
         });
         last.seen(crate::snapshot::watch::Stream::Out, b"x\n");
-        let kept: usize = running.commands(true).iter().filter(|c| !c.tail.is_empty()).count();
+        let kept: usize = running
+            .commands(true)
+            .iter()
+            .filter(|c| !c.tail.is_empty())
+            .count();
         assert_eq!(kept, 0, "the last group keeps no tail");
     }
 }

@@ -24,9 +24,9 @@ mod pci;
 mod query;
 
 pub use apps::GpuUse;
+pub(crate) use apps::{APPS_QUERY, GPUS_QUERY, GpuReading};
 pub use devices::GpuDevice;
 pub(crate) use devices::{DEVICE_QUERY, DEVICE_QUERY_OLD, parse_devices};
-pub(crate) use apps::{APPS_QUERY, GPUS_QUERY, GpuReading};
 pub(crate) use pci::{PCI_QUERY, PciGpu, parse_pci};
 pub(crate) use query::{
     Gpu, QUERY, QUERY_OLD, first_line, parse_dotted, parse_header, parse_query, visible,
@@ -241,7 +241,10 @@ mod tests {
             .expect("answered");
         assert_eq!(gpus.len(), 1);
         assert_eq!(gpus[0].throttle, ["hw_slowdown"]);
-        assert_eq!(devices("/nonexistent/nvidia-smi", Duration::from_secs(1)).await, Ok(vec![]));
+        assert_eq!(
+            devices("/nonexistent/nvidia-smi", Duration::from_secs(1)).await,
+            Ok(vec![])
+        );
     }
 
     #[tokio::test]

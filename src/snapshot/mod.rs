@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::nvidia_smi::{GpuDevice, GpuUse};
 pub use samples::Samples;
 
-pub(crate) use fold::fold;
+pub(crate) use fold::{fold, place};
 pub(crate) use procfs::pid_namespace;
 pub(crate) use render::{render_json, render_table};
 pub(crate) use take::{Options, take};

@@ -127,7 +127,10 @@ mod tests {
             service.await.expect("service"),
             ["CLIENT PROTOCOL 2\n", "TIMEOUT 2\n", "STATUS\n"]
         );
-        assert_eq!(address([None, Some(""), Some("10.0.0.1:2000")]), "10.0.0.1:2000");
+        assert_eq!(
+            address([None, Some(""), Some("10.0.0.1:2000")]),
+            "10.0.0.1:2000"
+        );
         assert_eq!(address([None]), DEFAULT_ADDR);
     }
 }

@@ -202,23 +202,23 @@ pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> 
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut last = None;
                 loop {
-                tokio::select! {
-                    _ = &mut until => break,
-                    _ = every.tick() => {
-                        if let Some(line) = relayed_line(&relayed, &mut last)
-                            && channel.data(&line[..]).await.is_err()
-                        {
-                            break;
+                    tokio::select! {
+                        _ = &mut until => break,
+                        _ = every.tick() => {
+                            if let Some(line) = relayed_line(&relayed, &mut last)
+                                && channel.data(&line[..]).await.is_err()
+                            {
+                                break;
+                            }
                         }
+                        msg = channel.wait() => match msg {
+                            Some(ChannelMsg::ExtendedData { data, .. }) => {
+                                debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "not shown");
+                            }
+                            Some(_) => {}
+                            None => break,
+                        },
                     }
-                    msg = channel.wait() => match msg {
-                        Some(ChannelMsg::ExtendedData { data, .. }) => {
-                            debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "not shown");
-                        }
-                        Some(_) => {}
-                        None => break,
-                    },
-                }
                 }
             }
             Err(e) => debug!(error = %e, "cannot show this node to its agent"),

@@ -274,10 +274,16 @@ mod tests {
         assert_eq!(info.heartbeat_age_ms, None);
         let out: Vec<&String> = info.tail.iter().filter(|l| l.starts_with("step")).collect();
         assert_eq!(out.last().map(|s| s.as_str()), Some("step 1999 loss 0.5"));
-        assert!(out.iter().all(|l| l.ends_with("loss 0.5")), "no cut line: {out:?}");
+        assert!(
+            out.iter().all(|l| l.ends_with("loss 0.5")),
+            "no cut line: {out:?}"
+        );
         let bytes: usize = info.tail.iter().map(String::len).sum();
         assert!(bytes <= 2 * TAIL_BYTES, "{bytes}");
-        assert_eq!(info.tail.last().map(|s| s.as_str()), Some("13%|###   | 13/100"));
+        assert_eq!(
+            info.tail.last().map(|s| s.as_str()),
+            Some("13%|###   | 13/100")
+        );
         assert!(w.info(7, unix_ms(), false).tail.is_empty());
     }
 
@@ -290,7 +296,10 @@ mod tests {
         let info = w.info(1, unix_ms(), true);
         assert!(info.tail.is_empty());
         assert!(info.output_age_ms.is_some());
-        assert_eq!(Watched::from_vars([("RANK", "x")].into_iter(), true).rank, None);
+        assert_eq!(
+            Watched::from_vars([("RANK", "x")].into_iter(), true).rank,
+            None
+        );
     }
 
     #[test]
