@@ -10,7 +10,8 @@
 //! samples): of the rank's processes that are not `multinode`'s own
 //! (`supervise`, exec_all), the busiest over the window; between equals a
 //! Python process, then the deepest (its leaf). The rank's state is that
-//! process's, but `D` when any of its processes was in `D` at the look.
+//! process's, but `D` when any of its processes was in `D` at the first
+//! look or in half of the looks over the window.
 
 use std::collections::BTreeSet;
 
@@ -116,7 +117,11 @@ pub(crate) fn main_process<'a>(processes: &[&'a Proc]) -> Option<&'a Proc> {
 
 fn row_of(snap: &NodeSnapshot, processes: &[&Proc], cmds: &[&CommandInfo]) -> Row {
     let main = main_process(processes);
-    let any_d = processes.iter().any(|p| p.state == "D");
+    let any_d = processes.iter().any(|p| {
+        p.state == "D"
+            || p.samples
+                .is_some_and(|s| s.looks > 0 && s.uninterruptible * 2 >= s.looks)
+    });
     let mut gpu_indices: BTreeSet<u32> = processes
         .iter()
         .filter_map(|p| p.gpu.as_ref()?.index)
@@ -127,7 +132,19 @@ fn row_of(snap: &NodeSnapshot, processes: &[&Proc], cmds: &[&CommandInfo]) -> Ro
             gpu_indices.insert(local as u32);
         }
     }
-    let samples = main.and_then(|p| p.samples).unwrap_or_default();
+    // The main process's samples; a process of the rank that was in D in
+    // more looks speaks for it (a vfork's parent, beside its busy child).
+    let samples = processes
+        .iter()
+        .filter_map(|p| p.samples)
+        .filter(|s| s.uninterruptible > 0)
+        .max_by_key(|s| s.uninterruptible)
+        .filter(|d| {
+            main.and_then(|p| p.samples)
+                .is_none_or(|m| d.uninterruptible > m.uninterruptible)
+        })
+        .or(main.and_then(|p| p.samples))
+        .unwrap_or_default();
     let age = |f: fn(&CommandInfo) -> Option<u64>| {
         cmds.iter()
             .filter_map(|c| f(c))
