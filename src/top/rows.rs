@@ -86,7 +86,7 @@ fn is_ours(p: &Proc) -> bool {
 }
 
 /// The processes of `pgid`'s tree (its group, and their descendants).
-fn tree<'a>(processes: &'a [Proc], pgid: i32) -> Vec<&'a Proc> {
+fn tree(processes: &[Proc], pgid: i32) -> Vec<&Proc> {
     let mut pids: BTreeSet<i32> = processes
         .iter()
         .filter(|p| p.pgid == pgid)
