@@ -51,6 +51,9 @@ pub enum Command {
     InstallHelper(InstallHelperArgs),
     /// What every node of the running job is doing: processes, stacks, GPUs.
     Ps(PsArgs),
+    /// Every rank of the running job, live: state, CPU, GPUs, output, progress,
+    /// where the time goes, and which rank is the straggler.
+    Top(TopArgs),
     /// A terminal on a node of the running job (by rank or host; default: rank 0),
     /// with that node's job environment.
     Shell(ShellArgs),
@@ -417,6 +420,48 @@ pub struct PsArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// Seconds between two refreshes (and, with --once --progress, between
+    /// the two samples a step rate needs).
+    #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = positive_seconds)]
+    pub interval: Duration,
+    /// Print one table (or JSON object) and exit.
+    #[arg(long)]
+    pub once: bool,
+    #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+    pub format: TableFormat,
+    /// A regular expression whose first group is the step number in the
+    /// ranks' output, as in 'step (\d+)': adds each rank's step and step rate.
+    #[arg(long, value_name = "REGEX")]
+    pub progress: Option<String>,
+    /// The order of the rows (the `s` key cycles through them live).
+    #[arg(long, value_enum, default_value_t = TopSort::Rank)]
+    pub sort: TopSort,
+    /// Read the job secret from FILE instead of MULTINODE_SECRET.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Give up on a node whose agent does not answer the connection within SECONDS.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopSort {
+    /// By rank.
+    Rank,
+    /// The rank that waits least first (the likely straggler).
+    Wait,
+    /// The slowest step rate first.
+    Rate,
+    /// The busiest CPU first.
+    Cpu,
+    /// The oldest last line first.
+    Output,
+}
+
+#[derive(Debug, Args)]
 pub struct ShellArgs {
     #[command(flatten)]
     pub topology: TopologyArgs,
@@ -474,6 +519,14 @@ pub struct SuperviseArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
+}
+
+/// A number of seconds above 0 (`--interval`).
+fn positive_seconds(value: &str) -> Result<Duration, String> {
+    seconds(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{value:?} is not a number of seconds > 0"))
 }
 
 /// A number of seconds (`2`, `0.5`), for the flags that take one.

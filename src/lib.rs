@@ -26,6 +26,7 @@
 //! - `shell`: `multinode shell`, a terminal on one node of the running job, with its environment.
 //! - `tcp_state`: what the kernel knows of one TCP connection (`TCP_INFO`).
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
+//! - `top`: `multinode top`, every rank live and which one is the straggler.
 //! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
@@ -57,6 +58,7 @@ pub(crate) mod signals;
 pub(crate) mod snapshot;
 pub(crate) mod stdio;
 pub(crate) mod supervise;
+pub(crate) mod top;
 pub(crate) mod topology;
 pub mod transport;
 

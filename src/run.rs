@@ -98,6 +98,7 @@ fn dispatch(command: Command) -> Result<i32, Error> {
         Command::Check(args) => crate::check::main(args),
         Command::InstallHelper(args) => crate::helper::cmd_install_helper(&args.dir),
         Command::Ps(args) => crate::snapshot::survey::main(args),
+        Command::Top(args) => crate::top::main(args),
         Command::Shell(args) => crate::shell::main(args),
         Command::CountGpus => crate::binding::cmd_count_gpus(),
         Command::Bind(args) => {

@@ -25,6 +25,7 @@ use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
 use crate::protocol::signals::{signal_number, signal_to_sig};
 use crate::protocol::{self, CWD_VAR};
+use crate::snapshot::watch::{Stream, Watched};
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
@@ -202,7 +203,12 @@ pub(crate) async fn run(
     };
     let pgid = child.pgid();
     shared.keeper.register(pgid, keeper);
-    shared.running.add(pgid);
+    let watched = shared.running.add_watched(pgid, |keeps_tail| {
+        Watched::from_vars(
+            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            keeps_tail,
+        )
+    });
     debug!(channel = %id, pgid = pgid.as_raw(), "command started");
     // With a terminal: the master, both ways; its copy for window changes.
     let (stdin, stdout, stderr, winsize) = match terminal {
@@ -224,8 +230,8 @@ pub(crate) async fn run(
     let session = winsize.is_some();
 
     let tx = Arc::new(tx);
-    let out_pump = tokio::spawn(pump(stdout, tx.clone(), None));
-    let err_pump = tokio::spawn(pump(stderr, tx.clone(), Some(1)));
+    let out_pump = tokio::spawn(pump(stdout, tx.clone(), None, watched.clone()));
+    let err_pump = tokio::spawn(pump(stderr, tx.clone(), Some(1), watched.clone()));
 
     // Inbound: stdin data at the pace the command reads it (a full pipe stops
     // this loop, which stops russh's bounded channel queue, which stops the
@@ -285,7 +291,7 @@ pub(crate) async fn run(
         () = peer_closed.cancelled() => None,
         () = conn.cancelled() => None,
         () = shared.shutdown.cancelled() => None,
-        never = send_heartbeats(heartbeat.as_mut(), &tx) => match never {},
+        never = send_heartbeats(heartbeat.as_mut(), &tx, &watched) => match never {},
     };
 
     match ended {
@@ -364,15 +370,23 @@ fn terminal_ends(
 
 /// Reads a pipe to EOF, sending each chunk as it comes (stdout as data, stderr
 /// as extended data 1). `data_bytes` waits for the client's window: a slow
-/// client slows the command instead of growing a buffer here.
+/// client slows the command instead of growing a buffer here. Each chunk
+/// is also `watched`'s (its time, its tail: `top`).
 async fn pump(
     pipe: Option<tokio::net::unix::pipe::Receiver>,
     tx: Arc<ChannelWriteHalf<Msg>>,
     ext: Option<u32>,
+    watched: Arc<Watched>,
 ) {
     let Some(pipe) = pipe else { return };
     let mut reader = process::PipeReader::new(pipe);
+    let stream = if ext.is_some() {
+        Stream::Err
+    } else {
+        Stream::Out
+    };
     while let Some(chunk) = reader.next().await {
+        watched.seen(stream, &chunk);
         let sent = match ext {
             None => tx.data_bytes(chunk).await,
             Some(ext) => tx.extended_data_bytes(ext, chunk).await,
@@ -401,12 +415,14 @@ fn heartbeat_file(shared: &Shared) -> Option<HeartbeatFile> {
 async fn send_heartbeats(
     file: Option<&mut HeartbeatFile>,
     tx: &ChannelWriteHalf<Msg>,
+    watched: &Watched,
 ) -> std::convert::Infallible {
     let Some(file) = file else {
         return std::future::pending().await;
     };
     loop {
         file.beat().await;
+        watched.beat();
         let beat = bytes::Bytes::from_static(protocol::heartbeat::MESSAGE);
         if tx
             .extended_data_bytes(protocol::heartbeat::EXT_HEARTBEAT, beat)

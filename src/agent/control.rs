@@ -11,6 +11,7 @@ use tracing::{debug, info};
 
 use super::Shared;
 use crate::protocol::control::{Control, PingReply};
+use crate::snapshot::watch::{RELAYED_MAX, Watched};
 
 pub(crate) async fn run(
     control: Control,
@@ -48,6 +49,13 @@ pub(crate) async fn run(
             let _ = tx.data_bytes(line).await;
             0
         }
+        Control::Top { tail, ras } => {
+            let snap = super::snapshot::take_for_top(&shared, tail, ras).await;
+            let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
+            line.push(b'\n');
+            let _ = tx.data_bytes(line).await;
+            0
+        }
         Control::ShowGroup { pgid, pid_ns } => {
             if crate::snapshot::pid_namespace() != Some(pid_ns) {
                 let msg = format!(
@@ -61,13 +69,16 @@ pub(crate) async fn run(
                     pgid = pgid.as_raw(),
                     "a client's process group shown in snapshots"
                 );
-                shared.running.add(pgid);
+                let watched = shared
+                    .running
+                    .add_watched(pgid, |keeps_tail| Watched::new(None, None, keeps_tail));
                 // Shown while the client holds the channel; never signalled:
-                // the client owns that group.
+                // the client owns that group. What it tells of the group's
+                // output comes as lines of JSON (`watch::Relayed`).
                 tokio::select! {
                     () = shared.shutdown.cancelled() => {}
                     () = conn.cancelled() => {}
-                    () = async { while rx.wait().await.is_some() {} } => {}
+                    () = take_relayed(&mut rx, &watched) => {}
                 }
                 shared.running.remove(pgid);
                 debug!(
@@ -92,4 +103,38 @@ pub(crate) async fn run(
     let _ = tx.exit_status(code).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;
+}
+
+/// Reads a show-group channel to its end: each line of JSON is what the
+/// client tells of the group's output. At most [`RELAYED_MAX`] bytes are
+/// held: a longer line is dropped whole.
+async fn take_relayed(rx: &mut ChannelReadHalf, watched: &Watched) {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut skipping = false;
+    while let Some(msg) = rx.wait().await {
+        let russh::ChannelMsg::Data { data } = msg else {
+            continue;
+        };
+        for part in data.split_inclusive(|&b| b == b'\n') {
+            let whole = part.ends_with(b"\n");
+            if !skipping {
+                pending.extend_from_slice(part);
+            }
+            if pending.len() > RELAYED_MAX {
+                pending.clear();
+                skipping = !whole;
+                continue;
+            }
+            if whole {
+                if !skipping {
+                    match serde_json::from_slice(&pending) {
+                        Ok(relayed) => watched.take_relayed(relayed),
+                        Err(e) => debug!(error = %e, "an unreadable show-group line"),
+                    }
+                }
+                pending.clear();
+                skipping = false;
+            }
+        }
+    }
 }

@@ -5,28 +5,54 @@
 //! (`crate::snapshot::take`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::Shared;
+use crate::snapshot::watch::{MAX_TAILS, Watched};
 use crate::snapshot::{NodeSnapshot, Options};
 
 /// The process groups of the commands running now, each with how many
-/// times it was added (a group shown by a client may also be a command's).
+/// times it was added (a group shown by a client may also be a command's)
+/// and, for `top`, what it was started as and has printed (the first
+/// record it was added with).
 #[derive(Debug, Default)]
 pub(crate) struct Running {
-    groups: Mutex<BTreeMap<i32, usize>>,
+    groups: Mutex<BTreeMap<i32, Entry>>,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    count: usize,
+    watched: Option<Arc<Watched>>,
 }
 
 impl Running {
     pub(crate) fn add(&self, pgid: nix::unistd::Pid) {
-        *self.lock().entry(pgid.as_raw()).or_default() += 1;
+        self.lock().entry(pgid.as_raw()).or_default().count += 1;
+    }
+
+    /// Adds a group with its record, made by `make(keeps_tail)`: a tail
+    /// is kept for at most [`MAX_TAILS`] groups at once.
+    pub(crate) fn add_watched(
+        &self,
+        pgid: nix::unistd::Pid,
+        make: impl FnOnce(bool) -> Watched,
+    ) -> Arc<Watched> {
+        let mut groups = self.lock();
+        let tails = groups.values().filter(|e| e.watched.is_some()).count();
+        let entry = groups.entry(pgid.as_raw()).or_default();
+        entry.count += 1;
+        entry
+            .watched
+            .get_or_insert_with(|| Arc::new(make(tails < MAX_TAILS)))
+            .clone()
     }
 
     pub(crate) fn remove(&self, pgid: nix::unistd::Pid) {
         let mut groups = self.lock();
-        if let Some(n) = groups.get_mut(&pgid.as_raw()) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(e) = groups.get_mut(&pgid.as_raw()) {
+            e.count -= 1;
+            if e.count == 0 {
                 groups.remove(&pgid.as_raw());
             }
         }
@@ -36,7 +62,29 @@ impl Running {
         self.lock().keys().copied().collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, usize>> {
+    /// Each group's record, as a snapshot carries it.
+    fn commands(&self, with_tail: bool) -> Vec<crate::snapshot::CommandInfo> {
+        let now = crate::snapshot::unix_ms();
+        let watched: Vec<(i32, Arc<Watched>)> = self
+            .lock()
+            .iter()
+            .filter_map(|(pgid, e)| e.watched.clone().map(|w| (*pgid, w)))
+            .collect();
+        watched
+            .iter()
+            .map(|(pgid, w)| w.info(*pgid, now, with_tail))
+            .collect()
+    }
+
+    /// The `NCCL_RAS_ADDR`s the running commands were started with.
+    fn ras_addrs(&self) -> Vec<String> {
+        self.lock()
+            .values()
+            .filter_map(|e| e.watched.as_ref()?.ras_addr.clone())
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Entry>> {
         self.groups
             .lock()
             .expect("not poisoned: no panics while held")
@@ -50,6 +98,36 @@ pub(crate) async fn take(shared: &Shared) -> NodeSnapshot {
     if !shared.host.is_empty() {
         snap.host = shared.host.clone();
     }
+    snap
+}
+
+/// `top`'s snapshot: sampled over a longer window, each GPU, each
+/// command's record (its last lines with `tail`), and NCCL's RAS status on
+/// this node with `ras` (at `NCCL_RAS_ADDR` as a command or this agent
+/// has it).
+pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> NodeSnapshot {
+    let ras_text = async {
+        if !ras {
+            return None;
+        }
+        let agent_var = shared
+            .base_env
+            .iter()
+            .find(|(k, _)| k == crate::snapshot::ras::ADDR_VAR)
+            .map(|(_, v)| v.as_str());
+        let vars = shared.running.ras_addrs();
+        let addr =
+            crate::snapshot::ras::address(vars.iter().map(|v| Some(v.as_str())).chain([agent_var]));
+        crate::snapshot::ras::status(&addr).await
+    };
+    let (groups, opts) = (shared.running.groups(), Options::for_top());
+    let (mut snap, ras) = tokio::join!(crate::snapshot::take(&groups, &opts), ras_text);
+    snap.rank = shared.rank.unwrap_or(0);
+    if !shared.host.is_empty() {
+        snap.host = shared.host.clone();
+    }
+    snap.commands = shared.running.commands(tail);
+    snap.ras = ras;
     snap
 }
 
@@ -69,5 +147,39 @@ mod tests {
         running.remove(Pid::from_raw(7));
         running.remove(Pid::from_raw(11));
         assert_eq!(running.groups(), BTreeSet::from([9]));
+    }
+
+    #[test]
+    fn a_record_stays_with_its_group_and_tails_are_bounded() {
+        let running = Running::default();
+        let first = running.add_watched(Pid::from_raw(5), |tail| Watched::new(Some(1), None, tail));
+        // Added again (shown by a client too): the first record stays.
+        let again = running.add_watched(Pid::from_raw(5), |tail| Watched::new(Some(9), None, tail));
+        assert!(Arc::ptr_eq(&first, &again));
+        first.seen(crate::snapshot::watch::Stream::Out, b"step 1\n");
+        let infos = running.commands(true);
+        assert_eq!(infos.len(), 1);
+        assert_eq!((infos[0].pgid, infos[0].rank), (5, Some(1)));
+        assert_eq!(infos[0].tail, ["step 1"]);
+        running.remove(Pid::from_raw(5));
+        assert_eq!(running.commands(false).len(), 1);
+        running.remove(Pid::from_raw(5));
+        assert!(running.commands(false).is_empty());
+        // Past MAX_TAILS groups, a record keeps no tail.
+        for pgid in 0..MAX_TAILS as i32 + 1 {
+            running.add_watched(Pid::from_raw(pgid + 100), |tail| {
+                Watched::new(None, None, tail)
+            });
+        }
+        let last = running.add_watched(Pid::from_raw(MAX_TAILS as i32 + 100), |tail| {
+            Watched::new(None, None, tail)
+        });
+        last.seen(crate::snapshot::watch::Stream::Out, b"x\n");
+        let kept: usize = running
+            .commands(true)
+            .iter()
+            .filter(|c| !c.tail.is_empty())
+            .count();
+        assert_eq!(kept, 0, "the last group keeps no tail");
     }
 }

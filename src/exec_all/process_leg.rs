@@ -23,7 +23,8 @@ use super::record::NodeOutcome;
 use crate::exit_info::{self, ExitInfo};
 use crate::heartbeat::{self, HeartbeatFile};
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
-use crate::snapshot::survey::show_in_agent;
+use crate::snapshot::survey::{ShownGroup, show_in_agent};
+use crate::snapshot::watch::OutputTap;
 
 /// Chunks a pump may have read ahead of the node's sink.
 const PUMP_QUEUE: usize = 4;
@@ -121,9 +122,11 @@ impl ProcessLeg {
         };
         let (stdin_pipe, out, err) = child.take_stdio();
         let (tx, output) = mpsc::channel(PUMP_QUEUE);
+        // What the node prints, told to the agent it is shown to (`multinode top`).
+        let (tap_out, tap_err) = shown.as_ref().map(ShownGroup::taps).unzip();
         let pumps = [
-            tokio::spawn(pump(out, tx.clone(), LegMsg::Out)),
-            tokio::spawn(pump(err, tx, LegMsg::Err)),
+            tokio::spawn(pump(out, tx.clone(), LegMsg::Out, tap_out)),
+            tokio::spawn(pump(err, tx, LegMsg::Err, tap_err)),
         ];
         let abandon = CancellationToken::new();
         let supervisor = tokio::spawn(supervise(
@@ -257,10 +260,14 @@ async fn pump(
     pipe: Option<pipe::Receiver>,
     tx: mpsc::Sender<LegMsg>,
     message: fn(Bytes) -> LegMsg,
+    tap: Option<OutputTap>,
 ) {
     let Some(pipe) = pipe else { return };
     let mut reader = process::PipeReader::new(pipe);
     while let Some(chunk) = reader.next().await {
+        if let Some(tap) = &tap {
+            tap.seen(&chunk);
+        }
         if tx.send(message(chunk)).await.is_err() {
             return;
         }

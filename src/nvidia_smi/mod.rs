@@ -8,6 +8,8 @@
 //! - `query`: `--query-gpu`'s CSV and the header's versions (pure).
 //! - `apps`: `--query-compute-apps` joined with `--query-gpu`'s utilisation (pure).
 //! - `pci`: each GPU's index, UUID and PCI bus id, for binding (pure).
+//! - `devices`: each GPU's utilisation, memory, power, clocks and the
+//!   reasons they are held down, for `top` (pure).
 //! - here: the invocations.
 
 use std::collections::BTreeMap;
@@ -17,11 +19,14 @@ use std::time::Duration;
 use crate::process::{RunOutput, run_bounded, run_bounded_async};
 
 mod apps;
+mod devices;
 mod pci;
 mod query;
 
 pub use apps::GpuUse;
 pub(crate) use apps::{APPS_QUERY, GPUS_QUERY, GpuReading};
+pub use devices::GpuDevice;
+pub(crate) use devices::{DEVICE_QUERY, DEVICE_QUERY_OLD, parse_devices};
 pub(crate) use pci::{PCI_QUERY, PciGpu, parse_pci};
 pub(crate) use query::{
     Gpu, QUERY, QUERY_OLD, first_line, parse_dotted, parse_header, parse_query, visible,
@@ -167,9 +172,80 @@ pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
     }
 }
 
+/// What `top` asks: every GPU's state ([`GpuDevice`]), within `timeout`
+/// (again with the old name of the throttle field when a driver older
+/// than R535 refuses the new one). `Ok` of nothing when `nvidia-smi` is
+/// not installed; an error (one line) when it fails or hangs.
+pub(crate) async fn devices(program: &str, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
+    let query = |fields: &'static str| {
+        let arg = format!("--query-gpu={fields}");
+        run_bounded_async(
+            OsStr::new(program),
+            &[arg.as_str(), "--format=csv,noheader,nounits"],
+            timeout,
+        )
+    };
+    let mut out = query(DEVICE_QUERY).await;
+    if let RunOutput::Exited {
+        code: Some(c),
+        stdout,
+        stderr,
+    } = &out
+        && *c != 0
+        && (stdout.contains("clocks_event_reasons") || stderr.contains("clocks_event_reasons"))
+    {
+        out = query(DEVICE_QUERY_OLD).await;
+    }
+    match out {
+        RunOutput::NotFound => Ok(Vec::new()),
+        RunOutput::TimedOut => Err(format!(
+            "nvidia-smi did not answer within {:.1} s",
+            timeout.as_secs_f64()
+        )),
+        RunOutput::SpawnError(e) => Err(format!("cannot run nvidia-smi: {e}")),
+        RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } => Ok(parse_devices(&stdout)),
+        RunOutput::Exited {
+            code,
+            stdout,
+            stderr,
+        } => Err(format!(
+            "nvidia-smi failed ({}): {}",
+            crate::process::how_it_ended(code),
+            first_line(&stdout, &stderr)
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn devices_fall_back_to_the_old_field_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("nvidia-smi");
+        // An old driver: refuses clocks_event_reasons, knows the throttle name.
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\ncase \"$1\" in\n*clocks_event_reasons*) echo 'Field \"clocks_event_reasons.active\" is not a valid field to query.'; exit 2;;\nesac\necho '0, GPU-a, 99, 100, 200, 300.5, 1500, 1980, 0x0000000000000008'\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let gpus = devices(fake.to_str().expect("utf-8"), Duration::from_secs(5))
+            .await
+            .expect("answered");
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].throttle, ["hw_slowdown"]);
+        assert_eq!(
+            devices("/nonexistent/nvidia-smi", Duration::from_secs(1)).await,
+            Ok(vec![])
+        );
+    }
 
     #[tokio::test]
     async fn no_nvidia_smi_is_no_note() {

@@ -9,12 +9,19 @@
 //!   (a worker holds one of these open to the head to notice it leave).
 //! - `#multinode:snapshot`: prints one JSON line, the snapshot of the
 //!   commands this agent runs (`agent/snapshot.rs`).
+//! - `#multinode:top [tail] [ras]`: as `snapshot`, taken for `multinode
+//!   top` (a longer window sampled several times, each GPU's state, each
+//!   command's rank and output ages); `tail` adds each command's last
+//!   lines, `ras` NCCL's RAS status on that node. An agent older than `top`
+//!   runs it as a shell comment: status 0 and no output.
 //! - `#multinode:show-group PGID PIDNS`: while this channel is open, the
 //!   agent's snapshots also cover process group PGID of its machine, which
 //!   it did not start (exec_all's own node, run outside any agent). PIDNS is
 //!   the inode of the client's PID namespace: an agent in another namespace
 //!   (another container of the pod) refuses, since PGID means nothing there.
 //!   The agent never signals that group; it answers when the channel closes.
+//!   Meanwhile the client may send lines of JSON on the channel: what that
+//!   group printed, when (`snapshot::watch::Relayed`), for `top`.
 
 const PREFIX: &[u8] = b"#multinode:";
 
@@ -24,10 +31,12 @@ pub enum Control {
     Release,
     WaitRelease,
     Snapshot,
+    Top { tail: bool, ras: bool },
     ShowGroup { pgid: i32, pid_ns: u64 },
 }
 
 const SHOW_GROUP: &str = "show-group";
+const TOP: &str = "top";
 
 pub fn parse(command: &[u8]) -> Option<Control> {
     let rest = command.strip_prefix(PREFIX)?;
@@ -38,7 +47,19 @@ pub fn parse(command: &[u8]) -> Option<Control> {
         b"snapshot" => Some(Control::Snapshot),
         other => {
             let mut words = std::str::from_utf8(other).ok()?.split(' ');
-            if words.next()? != SHOW_GROUP {
+            let first = words.next()?;
+            if first == TOP {
+                let (mut tail, mut ras) = (false, false);
+                for word in words {
+                    match word {
+                        "tail" if !tail => tail = true,
+                        "ras" if !ras => ras = true,
+                        _ => return None,
+                    }
+                }
+                return Some(Control::Top { tail, ras });
+            }
+            if first != SHOW_GROUP {
                 return None;
             }
             let pgid = words.next()?.parse().ok().filter(|&p: &i32| p > 0)?;
@@ -58,6 +79,11 @@ pub fn command(control: Control) -> String {
         Control::Release => "#multinode:release".to_string(),
         Control::WaitRelease => "#multinode:wait-release".to_string(),
         Control::Snapshot => "#multinode:snapshot".to_string(),
+        Control::Top { tail, ras } => format!(
+            "#multinode:{TOP}{}{}",
+            if tail { " tail" } else { "" },
+            if ras { " ras" } else { "" }
+        ),
         Control::ShowGroup { pgid, pid_ns } => format!("#multinode:{SHOW_GROUP} {pgid} {pid_ns}"),
     }
 }
@@ -92,6 +118,8 @@ mod tests {
             b"#multinode:show-group -12 4026531836",
             b"#multinode:show-group 12 4026531836 1",
             b"#multinode:show-group x 4026531836",
+            b"#multinode:top tail tail",
+            b"#multinode:top all",
         ] {
             assert_eq!(parse(bad), None, "{}", String::from_utf8_lossy(bad));
         }
@@ -100,6 +128,18 @@ mod tests {
             Control::Release,
             Control::WaitRelease,
             Control::Snapshot,
+            Control::Top {
+                tail: false,
+                ras: false,
+            },
+            Control::Top {
+                tail: true,
+                ras: true,
+            },
+            Control::Top {
+                tail: false,
+                ras: true,
+            },
             Control::ShowGroup {
                 pgid: 4242,
                 pid_ns: 4026531836,

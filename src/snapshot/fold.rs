@@ -19,7 +19,7 @@ pub(crate) const TOP_FRAMES: usize = 3;
 
 /// Frames of the named collectives: a rank here waits for the others, so
 /// between groups of the same size it is not the odd one.
-const COLLECTIVES: &[&str] = &[
+pub(super) const COLLECTIVES: &[&str] = &[
     "all_reduce",
     "allreduce",
     "all_gather",
@@ -39,7 +39,7 @@ const COLLECTIVES: &[&str] = &[
 /// `all_reduce`) or the rank the others wait for (its GPU busy, as in a
 /// CUDA loop): less a waiter than a rank in a named collective, more than
 /// one that waits for nothing.
-const GPU_WAITS: &[&str] = &["synchronize", "_local_scalar_dense"];
+pub(super) const GPU_WAITS: &[&str] = &["synchronize", "_local_scalar_dense"];
 
 const NO_SNAPSHOT: &str = "no snapshot: ";
 

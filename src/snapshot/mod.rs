@@ -9,6 +9,11 @@
 //! - `fold`: nodes whose processes do the same thing folded into one entry,
 //!   the odd ones first (as `clush -b` folds output). Pure.
 //! - `render`: the table for people and the JSON for programs. Pure.
+//! - `samples`: where a process's time goes, from several looks over the
+//!   window (its state; py-spy's stacks inside a collective or a wait).
+//! - `watch`: what a running command was started as (`RANK`) and has
+//!   printed (when, its last lines) and when it beat its heartbeat.
+//! - `ras`: NCCL's RAS service on this node, asked for its status.
 //! - `survey`: the head's side: every node's agent asked at once; exec_all's
 //!   own node shown by this machine's agent (`show_in_agent`).
 //!
@@ -19,15 +24,19 @@
 mod fold;
 mod procfs;
 mod pystack;
+pub(crate) mod ras;
 mod render;
+mod samples;
 pub(crate) mod survey;
 mod take;
+pub(crate) mod watch;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::nvidia_smi::GpuUse;
+pub use crate::nvidia_smi::{GpuDevice, GpuUse};
+pub use samples::Samples;
 
-pub(crate) use fold::fold;
+pub(crate) use fold::{fold, place};
 pub(crate) use procfs::pid_namespace;
 pub(crate) use render::{render_json, render_table};
 pub(crate) use take::{Options, take};
@@ -58,6 +67,40 @@ pub struct NodeSnapshot {
     /// Why there is no snapshot of this node (unreachable, an old agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The commands the agent runs (and the groups it was shown), with
+    /// what each was started as and has printed (`top`; older agents: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<CommandInfo>,
+    /// Each GPU of the node (`top`'s snapshots only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuDevice>,
+    /// NCCL's RAS status text from this node's RAS port, when asked and
+    /// answered (at most `ras::TEXT_MAX` bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ras: Option<String>,
+}
+
+/// One command an agent runs (or a group it was shown), for `top`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CommandInfo {
+    /// Its process group (its leader's pid).
+    pub pgid: i32,
+    /// `RANK` and `LOCAL_RANK` in the environment it was started with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<usize>,
+    /// Milliseconds since it last printed (absent: nothing yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_age_ms: Option<u64>,
+    /// Milliseconds since its last heartbeat (absent: none yet, or no
+    /// heartbeat file: the run does not watch heartbeats).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_age_ms: Option<u64>,
+    /// Its last complete lines (stdout's, then stderr's), when asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tail: Vec<String>,
 }
 
 /// One process of a node's command tree.
@@ -91,6 +134,9 @@ pub struct Proc {
     /// Why a Python process has no stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_note: Option<String>,
+    /// Where its time went over the window (`top`'s snapshots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<Samples>,
 }
 
 /// One Python frame.

@@ -319,6 +319,7 @@ mod tests {
                 ),
                 stack_idle: Some(true),
                 stack_note: None,
+                samples: None,
             }],
             ..NodeSnapshot::default()
         }

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tracing::debug;
 
+use super::watch::{OutputTap, Stream, Watched, relayed_line};
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
@@ -37,13 +38,24 @@ pub(crate) struct Ask {
 /// Asks every node at once; the answers come back in rank order, a node
 /// that could not answer with its reason in `error`.
 pub(crate) async fn ask_all(connector: &Connector, nodes: Vec<Ask>) -> Vec<NodeSnapshot> {
+    ask_each(connector, nodes, |_| Control::Snapshot).await
+}
+
+/// [`ask_all`] with the request each node is asked (`#multinode:snapshot`,
+/// or `top`'s).
+pub(crate) async fn ask_each(
+    connector: &Connector,
+    nodes: Vec<Ask>,
+    request: impl Fn(&Ask) -> Control,
+) -> Vec<NodeSnapshot> {
     let user = std::env::var("USER").unwrap_or_else(|_| "multinode".to_string());
     let mut set = JoinSet::new();
     for node in nodes {
         let connector = connector.clone();
         let user = user.clone();
+        let control = request(&node);
         set.spawn(async move {
-            let mut snap = ask(&connector, &node, user)
+            let mut snap = ask(&connector, &node, user, control)
                 .await
                 .unwrap_or_else(|e| NodeSnapshot {
                     error: Some(e),
@@ -65,7 +77,12 @@ pub(crate) async fn ask_all(connector: &Connector, nodes: Vec<Ask>) -> Vec<NodeS
     out
 }
 
-async fn ask(connector: &Connector, node: &Ask, user: String) -> Result<NodeSnapshot, String> {
+async fn ask(
+    connector: &Connector,
+    node: &Ask,
+    user: String,
+    control: Control,
+) -> Result<NodeSnapshot, String> {
     let target = Target {
         host: node.host.clone(),
         port: node.port,
@@ -75,7 +92,7 @@ async fn ask(connector: &Connector, node: &Ask, user: String) -> Result<NodeSnap
         .connect(&target)
         .await
         .map_err(|e| e.to_string())?;
-    let answer = tokio::time::timeout(ANSWER_TIMEOUT, conn.control(Control::Snapshot)).await;
+    let answer = tokio::time::timeout(ANSWER_TIMEOUT, conn.control(control)).await;
     conn.close().await;
     let (status, out) = match answer {
         Err(_) => {
@@ -96,7 +113,11 @@ async fn ask(connector: &Connector, node: &Ask, user: String) -> Result<NodeSnap
     serde_json::from_slice(&out).map_err(|e| {
         debug!(rank = node.rank, error = %e, "unreadable snapshot");
         if out.is_empty() {
-            "the agent answered nothing (an agent older than `multinode ps`?)".to_string()
+            let what = match control {
+                Control::Top { .. } => "multinode top",
+                _ => "multinode ps",
+            };
+            format!("the agent answered nothing (an agent older than `{what}`?)")
         } else {
             format!("unreadable snapshot: {e}")
         }
@@ -144,13 +165,21 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
     })
 }
 
+/// How often exec_all tells the agent what the group it shows printed
+/// (when it printed anything since).
+const RELAY_EVERY: Duration = Duration::from_millis(500);
+
 /// Shows `pgid`, a process group exec_all runs on this machine, in the
 /// snapshots of the job's agent at `target` (this machine's own) until the
 /// returned guard is dropped. In the background: the run does not wait for
 /// it, and no agent there (or one in another PID namespace) only means
-/// that node's snapshot stays empty, as before.
+/// that node's snapshot stays empty, as before. What the group prints, fed
+/// to the guard's taps ([`ShownGroup::taps`]), is told to the agent every
+/// [`RELAY_EVERY`] for `multinode top` (its time, its last lines).
 pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> ShownGroup {
     let (done, mut until) = oneshot::channel::<()>();
+    let watched = Arc::new(Watched::new(None, None, true));
+    let relayed = watched.clone();
     tokio::spawn(async move {
         let Some(pid_ns) = super::pid_namespace() else {
             return;
@@ -168,28 +197,55 @@ pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> 
         };
         let command = crate::protocol::control::command(Control::ShowGroup { pgid, pid_ns });
         match conn.exec(command.as_bytes(), &[]).await {
-            Ok(mut channel) => loop {
-                tokio::select! {
-                    _ = &mut until => break,
-                    msg = channel.wait() => match msg {
-                        Some(ChannelMsg::ExtendedData { data, .. }) => {
-                            debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "not shown");
+            Ok(mut channel) => {
+                let mut every = tokio::time::interval(RELAY_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut last = None;
+                loop {
+                    tokio::select! {
+                        _ = &mut until => break,
+                        _ = every.tick() => {
+                            if let Some(line) = relayed_line(&relayed, &mut last)
+                                && channel.data(&line[..]).await.is_err()
+                            {
+                                break;
+                            }
                         }
-                        Some(_) => {}
-                        None => break,
-                    },
+                        msg = channel.wait() => match msg {
+                            Some(ChannelMsg::ExtendedData { data, .. }) => {
+                                debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "not shown");
+                            }
+                            Some(_) => {}
+                            None => break,
+                        },
+                    }
                 }
-            },
+            }
             Err(e) => debug!(error = %e, "cannot show this node to its agent"),
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
     });
-    ShownGroup { _done: done }
+    ShownGroup {
+        _done: done,
+        watched,
+    }
 }
 
 /// Shown to the agent while it lives ([`show_in_agent`]).
 pub(crate) struct ShownGroup {
     _done: oneshot::Sender<()>,
+    watched: Arc<Watched>,
+}
+
+impl ShownGroup {
+    /// The group's stdout and stderr as its pumps read them: each chunk
+    /// fed here is told to the agent (the exec_all hook, one call a chunk).
+    pub(crate) fn taps(&self) -> (OutputTap, OutputTap) {
+        (
+            OutputTap::new(self.watched.clone(), Stream::Out),
+            OutputTap::new(self.watched.clone(), Stream::Err),
+        )
+    }
 }
 
 /// What a run of exec_all needs to snapshot its nodes: the agents to ask

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 
 use super::procfs::{self, Stat};
 use super::pystack::{self, PyStack};
+use super::samples::{self, Samples};
 use super::{NodeSnapshot, Proc, unix_ms};
 
 /// CPU % is measured over this window (two samples of `/proc/PID/stat`).
@@ -29,6 +30,12 @@ pub(crate) struct Options {
     pub py_spy: Option<PathBuf>,
     pub nvidia_smi: String,
     pub proc_root: PathBuf,
+    /// Looks at each process's state over the window ([`Samples`]); 0: none.
+    pub looks: u32,
+    /// `py-spy dump`s of each Python process over the window (at least 1).
+    pub py_samples: u32,
+    /// Each GPU's state as well (`nvidia_smi::devices`), for `top`.
+    pub gpu_devices: bool,
 }
 
 impl Options {
@@ -40,9 +47,33 @@ impl Options {
             py_spy: pystack::find(std::env::var_os("PATH").as_deref()),
             nvidia_smi: crate::nvidia_smi::PROGRAM.to_string(),
             proc_root: PathBuf::from("/proc"),
+            looks: 0,
+            py_samples: 1,
+            gpu_devices: false,
+        }
+    }
+
+    /// `multinode top`'s: a longer window, sampled [`TOP_LOOKS`] times,
+    /// [`TOP_PY_SAMPLES`] Python stacks a process, and the GPUs' state.
+    pub(crate) fn for_top() -> Self {
+        Options {
+            window: TOP_WINDOW,
+            looks: TOP_LOOKS,
+            py_samples: TOP_PY_SAMPLES,
+            gpu_devices: true,
+            ..Options::from_env()
         }
     }
 }
+
+/// `top`'s window: long enough for a few steps of a fast loop's
+/// compute-then-wait to show in its samples, short against a refresh.
+pub(crate) const TOP_WINDOW: Duration = Duration::from_millis(500);
+/// Looks at each process's state over [`TOP_WINDOW`] (a `/proc` read each).
+pub(crate) const TOP_LOOKS: u32 = 20;
+/// Python stacks a process over [`TOP_WINDOW`] (a `py-spy dump` each:
+/// tens of milliseconds of a CPU on the node, and a pause of the process).
+pub(crate) const TOP_PY_SAMPLES: u32 = 3;
 
 /// The snapshot of every process in the trees of `roots` (process group
 /// leaders, their groups, sessions and descendants).
@@ -65,6 +96,13 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
 
     // Meanwhile: the GPUs and the Python stacks.
     let gpus = crate::nvidia_smi::processes(&opts.nvidia_smi, opts.tool_timeout);
+    let devices = async {
+        if opts.gpu_devices {
+            crate::nvidia_smi::devices(&opts.nvidia_smi, opts.tool_timeout).await
+        } else {
+            Ok(Vec::new())
+        }
+    };
     let python: Vec<i32> = first
         .iter()
         .zip(&cmdlines)
@@ -86,29 +124,69 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         };
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(PY_SPY_AT_ONCE));
         let mut set = JoinSet::new();
+        let n = opts.py_samples.max(1);
         for &pid in &python {
             let (py_spy, slots, timeout) = (py_spy.clone(), slots.clone(), opts.tool_timeout);
+            let window = opts.window;
             set.spawn(async move {
-                let _slot = slots.acquire_owned().await;
-                (pid, pystack::dump(&py_spy, pid, timeout).await)
+                // The first stack is the one shown; each counts as a sample.
+                let mut first = None;
+                let mut counted = Samples::default();
+                for k in 0..n {
+                    if k > 0 {
+                        tokio::time::sleep_until((t0 + window * k / n).into()).await;
+                    }
+                    let stack = {
+                        let _slot = slots.acquire().await;
+                        pystack::dump(&py_spy, pid, timeout).await
+                    };
+                    if let PyStack::Stack { frames, .. } = &stack {
+                        counted.stacks += 1;
+                        counted.stacks_waiting += u32::from(samples::waits(frames));
+                    }
+                    let stop = matches!(stack, PyStack::Note(_));
+                    first.get_or_insert(stack);
+                    if stop {
+                        break;
+                    }
+                }
+                (pid, first, counted)
             });
         }
         while let Some(done) = set.join_next().await {
-            if let Ok((pid, stack)) = done {
-                out.insert(pid, stack);
+            if let Ok((pid, Some(stack), counted)) = done {
+                out.insert(pid, (stack, counted));
             }
         }
         out
     };
     let window = async {
-        tokio::time::sleep(opts.window).await;
-        let second: Vec<Option<Stat>> = first
-            .iter()
-            .map(|s| procfs::read_stat(&proc, s.pid))
-            .collect();
-        (second, t0.elapsed(), procfs::uptime(&proc))
+        let n = opts.looks.max(1);
+        let mut looks: std::collections::BTreeMap<i32, Samples> = Default::default();
+        let mut second: Vec<Option<Stat>> = Vec::new();
+        for k in 1..=n {
+            tokio::time::sleep_until((t0 + opts.window * k / n).into()).await;
+            second = first
+                .iter()
+                .map(|s| procfs::read_stat(&proc, s.pid))
+                .collect();
+            if opts.looks == 0 {
+                continue;
+            }
+            for (a, b) in first.iter().zip(&second) {
+                let state = b.as_ref().filter(|b| b.start_ticks == a.start_ticks);
+                if let Some((asleep, d)) = state.and_then(|b| samples::look(b.state)) {
+                    let s = looks.entry(a.pid).or_default();
+                    s.looks += 1;
+                    s.asleep += u32::from(asleep);
+                    s.uninterruptible += u32::from(d);
+                }
+            }
+        }
+        (second, t0.elapsed(), procfs::uptime(&proc), looks)
     };
-    let (gpus, mut stacks, (second, elapsed, uptime)) = tokio::join!(gpus, stacks, window);
+    let (gpus, devices, mut stacks, (second, elapsed, uptime, mut looks)) =
+        tokio::join!(gpus, devices, stacks, window);
 
     let secs = elapsed.as_secs_f64().max(0.001);
     let processes = first
@@ -140,13 +218,18 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
                 gpu: gpus.by_pid.get(&a.pid).cloned(),
                 ..Proc::default()
             };
+            let mut counted = looks.remove(&a.pid).unwrap_or_default();
             match stacks.remove(&a.pid) {
-                Some(PyStack::Stack { frames, idle }) => {
+                Some((PyStack::Stack { frames, idle }, stacks)) => {
                     p.stack = Some(frames);
                     p.stack_idle = Some(idle);
+                    counted.add(&stacks);
                 }
-                Some(PyStack::Note(note)) => p.stack_note = Some(note),
+                Some((PyStack::Note(note), _)) => p.stack_note = Some(note),
                 None => {}
+            }
+            if counted != Samples::default() {
+                p.samples = Some(counted);
             }
             p
         })
@@ -163,8 +246,10 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
             Some(path) => format!("used ({})", path.display()),
             None => "not installed (no Python stacks)".to_string(),
         },
-        gpu_note: gpus.note,
+        gpu_note: gpus.note.or(devices.as_ref().err().cloned()),
+        gpus: devices.unwrap_or_default(),
         error: None,
+        ..NodeSnapshot::default()
     }
 }
 

@@ -30,4 +30,5 @@ mod restarts;
 mod shell;
 mod snapshot;
 mod terminal;
+mod top;
 mod topology;

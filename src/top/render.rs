@@ -1,0 +1,242 @@
+//! A refresh for people (the table under the straggler line) and for
+//! programs (one JSON object a refresh; docs/top.md gives its schema).
+//! Pure.
+
+use serde::Serialize;
+
+use super::ras::RasFacts;
+use super::rows::Row;
+use super::straggler::Verdict;
+use crate::cli::TopSort;
+use crate::table::printable;
+
+/// One refresh, as `--format json` prints it (one line).
+#[derive(Debug, Serialize)]
+pub struct Refresh<'a> {
+    /// When it was gathered (ms since the Unix epoch, this machine's clock).
+    pub time_ms: u64,
+    /// Ranks shown (rows).
+    pub ranks: usize,
+    pub straggler: &'a Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ras: Option<&'a RasFacts>,
+    pub rows: &'a [Row],
+}
+
+/// The JSON line of a refresh.
+pub(crate) fn json(refresh: &Refresh<'_>) -> String {
+    let mut line = serde_json::to_string(refresh).expect("a plain struct serialises");
+    line.push('\n');
+    line
+}
+
+/// Rows in `sort`'s order (rank breaks ties).
+pub(crate) fn sort(rows: &mut [Row], sort: TopSort) {
+    let key = |r: &Row| -> f64 {
+        match sort {
+            TopSort::Rank => 0.0,
+            TopSort::Wait => r.wait_share.unwrap_or(f64::MAX),
+            TopSort::Rate => r.step_rate.unwrap_or(f64::MAX),
+            TopSort::Cpu => -r.cpu_pct,
+            TopSort::Output => -r.output_age_s.unwrap_or(-1.0),
+        }
+    };
+    rows.sort_by(|a, b| key(a).total_cmp(&key(b)).then(a.rank.cmp(&b.rank)));
+}
+
+fn age(secs: Option<f64>) -> String {
+    match secs {
+        None => "-".into(),
+        Some(s) if s < 10.0 => format!("{s:.1}s"),
+        Some(s) if s < 120.0 => format!("{s:.0}s"),
+        Some(s) if s < 7200.0 => format!("{:.0}m", s / 60.0),
+        Some(s) => format!("{:.0}h", s / 3600.0),
+    }
+}
+
+fn size(kib: u64) -> String {
+    if kib >= 1024 * 1024 {
+        format!("{:.1}G", kib as f64 / 1024.0 / 1024.0)
+    } else {
+        format!("{}M", kib / 1024)
+    }
+}
+
+/// Each GPU's cell of one column, joined with `,`; `-` without a GPU.
+fn gpu_cell(row: &Row, f: impl Fn(&crate::snapshot::GpuDevice) -> String) -> String {
+    if row.gpus.is_empty() {
+        return "-".into();
+    }
+    row.gpus.iter().map(f).collect::<Vec<_>>().join(",")
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "?".to_string(), |v| v.to_string())
+}
+
+/// The table: the title line, the straggler line(s), NCCL's RAS line, the rows.
+pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) -> String {
+    let mut out = String::new();
+    out.push_str(title);
+    out.push('\n');
+    out.push_str(&printable(&refresh.straggler.line));
+    out.push('\n');
+    if let Some(ras) = ras_line {
+        out.push_str(&printable(ras));
+        out.push('\n');
+    }
+    let progress = refresh.rows.iter().any(|r| r.step.is_some());
+    let mut header = vec!["RANK", "HOST", "ST", "CPU%", "RSS", "WAIT"];
+    if progress {
+        header.extend(["STEP", "STEP/S"]);
+    }
+    header.extend([
+        "OUT", "BEAT", "GPU", "UTIL", "MEM", "POWER", "SM MHZ", "THROTTLE", "WHERE",
+    ]);
+    let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for r in refresh.rows {
+        if let Some(e) = &r.error {
+            let mut cells = vec![r.rank.to_string(), r.host.clone(), "?".into()];
+            cells.resize(header.len() - 1, String::new());
+            cells.push(format!("no snapshot: {e}"));
+            lines.push(cells);
+            continue;
+        }
+        let mut cells = vec![
+            r.rank.to_string(),
+            r.host.clone(),
+            if r.state.is_empty() {
+                "-".into()
+            } else {
+                r.state.clone()
+            },
+            format!("{:.0}", r.cpu_pct),
+            size(r.rss_kib),
+            r.wait_share
+                .map_or("-".into(), |w| format!("{:.0}%", w * 100.0)),
+        ];
+        if progress {
+            cells.push(r.step.map_or("-".into(), |s| format!("{s}")));
+            cells.push(r.step_rate.map_or("-".into(), |s| format!("{s:.2}")));
+        }
+        cells.extend([
+            age(r.output_age_s),
+            age(r.heartbeat_age_s),
+            gpu_cell(r, |g| g.index.to_string()),
+            gpu_cell(r, |g| format!("{}%", opt(g.utilization_pct))),
+            gpu_cell(r, |g| {
+                format!(
+                    "{}/{}G",
+                    g.memory_used_mib
+                        .map_or("?".into(), |m| format!("{:.0}", m as f64 / 1024.0)),
+                    g.memory_total_mib
+                        .map_or("?".into(), |m| format!("{:.0}", m as f64 / 1024.0))
+                )
+            }),
+            gpu_cell(r, |g| g.power_w.map_or("?".into(), |p| format!("{p:.0}W"))),
+            gpu_cell(r, |g| {
+                format!("{}/{}", opt(g.sm_clock_mhz), opt(g.sm_clock_max_mhz))
+            }),
+            gpu_cell(r, |g| {
+                if g.throttle.is_empty() {
+                    "-".into()
+                } else {
+                    g.throttle.join("+")
+                }
+            }),
+            r.place
+                .as_deref()
+                .map_or_else(|| r.comm.clone(), |p| format!("{} {p}", r.comm)),
+        ]);
+        lines.push(
+            cells
+                .into_iter()
+                .map(|c| printable(&c).into_owned())
+                .collect(),
+        );
+    }
+    out.push_str(&crate::table::render(&lines));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::GpuDevice;
+
+    #[test]
+    fn a_table_with_its_straggler_line_and_gpu_columns() {
+        let rows = vec![
+            Row {
+                rank: 0,
+                host: "gpu1".into(),
+                state: "S".into(),
+                cpu_pct: 12.0,
+                rss_kib: 3 * 1024 * 1024,
+                wait_share: Some(0.5),
+                output_age_s: Some(0.4),
+                comm: "python3".into(),
+                place: Some("all_reduce <- train_step <- <module>".into()),
+                gpus: vec![GpuDevice {
+                    index: 0,
+                    utilization_pct: Some(99),
+                    memory_used_mib: Some(40 * 1024),
+                    memory_total_mib: Some(80 * 1024),
+                    power_w: Some(512.3),
+                    sm_clock_mhz: Some(1980),
+                    sm_clock_max_mhz: Some(1980),
+                    ..GpuDevice::default()
+                }],
+                ..Row::default()
+            },
+            Row {
+                rank: 1,
+                host: "gpu2".into(),
+                error: Some("the agent did not answer within 8 s".into()),
+                ..Row::default()
+            },
+        ];
+        let verdict = Verdict {
+            stragglers: vec![],
+            line: "no straggler (1 ranks even)".into(),
+        };
+        let refresh = Refresh {
+            time_ms: 1,
+            ranks: 2,
+            straggler: &verdict,
+            ras: None,
+            rows: &rows,
+        };
+        let text = table("multinode top: 2 ranks", &refresh, None);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "no straggler (1 ranks even)");
+        assert!(lines[2].starts_with("RANK  HOST"), "{text}");
+        assert!(
+            lines[3].contains("0     gpu1  S   12    3.0G  50%   0.4s  -     0    99%   40/80G  512W   1980/1980  -         python3 all_reduce"),
+            "{text}"
+        );
+        assert!(
+            lines[4].ends_with("no snapshot: the agent did not answer within 8 s"),
+            "{text}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&json(&refresh)).expect("json");
+        assert_eq!(doc["rows"][0]["gpus"][0]["sm_clock_mhz"], 1980);
+        assert_eq!(doc["straggler"]["stragglers"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn sorted_by_wait_the_least_waiting_first() {
+        let mut rows: Vec<Row> = [(0, 0.5), (1, 0.05), (2, 0.4)]
+            .iter()
+            .map(|&(rank, w)| Row {
+                rank,
+                wait_share: Some(w),
+                ..Row::default()
+            })
+            .collect();
+        sort(&mut rows, TopSort::Wait);
+        assert_eq!(rows.iter().map(|r| r.rank).collect::<Vec<_>>(), [1, 2, 0]);
+        sort(&mut rows, TopSort::Rank);
+        assert_eq!(rows.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+}

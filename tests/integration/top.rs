@@ -1,0 +1,341 @@
+//! `multinode top` on loopback agents running real Python ranks: a loop of
+//! CPU work and a barrier over TCP (rank 0 serves it), one rank doing twice
+//! the work; an even job; a rank whose output stopped; a rank in D state.
+//!
+//! Rank 0 is run by exec_all itself (shown to its node's agent, which tells
+//! `top` its output through show-group), the others by their agents. The
+//! agents' PATH has no py-spy, so the wait share comes from the ranks'
+//! states: the same on every machine (py-spy's stacks are classified by
+//! `snapshot::samples`' unit tests).
+//!
+//! The D state is real: the rank calls `vfork()` and its child sleeps, so
+//! the parent waits in `wait_for_vfork_done`, uninterruptibly (shown as D
+//! since Linux 2.6.x; killable, so the test ends it). A FUSE or NFS file
+//! that never answers would need /dev/fuse or a mount, which neither this
+//! machine's container nor CI's Docker runner grants without privileges.
+
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// `RANK` from the environment; argv: world size, barrier address, mode,
+/// the odd rank.
+const PROGRAM: &str = r#"
+import os, socket, sys, threading, time
+
+rank = int(os.environ["RANK"])
+n, addr, mode, odd = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+host, port = addr.rsplit(":", 1)
+STEP_CPU = 0.02
+
+def compute(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+def serve(listener):
+    conns = [listener.accept()[0] for _ in range(n)]
+    while True:
+        for c in conns:
+            if c.recv(1) != b"a":
+                os._exit(1)
+        for c in conns:
+            c.sendall(b"g")
+
+def connect():
+    while True:
+        try:
+            return socket.create_connection((host, int(port)))
+        except OSError:
+            time.sleep(0.05)
+
+def barrier(sock):
+    sock.sendall(b"a")
+    if sock.recv(1) != b"g":
+        os._exit(1)
+
+def hang():
+    time.sleep(100000)
+
+def vfork_and_wait():
+    import ctypes, platform
+    libc = ctypes.CDLL(None, use_errno=True)
+    # clone(CLONE_VM | CLONE_VFORK | SIGCHLD): vfork() on every architecture.
+    nr = {"x86_64": 56, "aarch64": 220}[platform.machine()]
+    if libc.syscall(nr, 0x4000 | 0x100 | 17, 0, 0, 0, 0) == 0:
+        time.sleep(100000)
+        os._exit(0)
+
+if mode in ("slow", "even"):
+    if rank == 0:
+        listener = socket.create_server((host, int(port)))
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
+    sock = connect()
+    step = 0
+    while True:
+        compute(STEP_CPU * (2 if mode == "slow" and rank == odd else 1))
+        barrier(sock)
+        step += 1
+        if step % 5 == 0:
+            print(f"step {step}", flush=True)
+else:
+    step = 0
+    while True:
+        time.sleep(0.1)
+        step += 1
+        print(f"step {step}", flush=True)
+        if rank == odd and step == 5:
+            if mode == "frozen":
+                hang()
+            else:
+                vfork_and_wait()
+"#;
+
+/// Agents on every node (node 0's is shown exec_all's own rank), and
+/// `mn-exec-all` running the program.
+struct TopJob {
+    hosts: Vec<String>,
+    port: u16,
+    _agents: Vec<Agent>,
+    exec_all: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl TopJob {
+    fn start(n: usize, port: u16, mode: &str, odd: usize) -> TopJob {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("ranks.py");
+        std::fs::write(&prog, PROGRAM).unwrap();
+        let hosts = fresh_loopbacks(n);
+        let path = path_without_py_spy();
+        let agents = hosts
+            .iter()
+            .map(|h| Agent::start_with(h, port, &[], &[("PATH", path.as_str())]))
+            .collect();
+        let barrier = {
+            let l = std::net::TcpListener::bind(format!("{}:0", hosts[0])).unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let exec_all = cmd(&mn_exec_all())
+            .env("MULTINODE_HOSTLIST", one_slot_each(&hosts))
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", port.to_string())
+            .env("PATH", &path)
+            .arg("-c")
+            .arg(format!(
+                "exec {PYTHON} {} {n} {barrier} {mode} {odd}",
+                prog.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        TopJob {
+            hosts,
+            port,
+            _agents: agents,
+            exec_all,
+            _dir: dir,
+        }
+    }
+
+    fn top(&self, args: &[&str]) -> Output {
+        cmd(&multinode())
+            .env("MULTINODE_HOSTLIST", one_slot_each(&self.hosts))
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", self.port.to_string())
+            .arg("top")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `top --once --format json ARGS` until `ready` holds of a refresh.
+    fn top_until(
+        &self,
+        args: &[&str],
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        let mut all = vec!["--once", "--format", "json", "--interval", "1"];
+        all.extend(args);
+        loop {
+            let out = self.top(&all);
+            let doc: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
+            if let Some(doc) = &doc
+                && out.status.code() == Some(0)
+                && ready(doc)
+            {
+                return doc.clone();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "top never showed it: {} {}",
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+    }
+}
+
+impl Drop for TopJob {
+    fn drop(&mut self) {
+        signal(self.exec_all.id(), nix::sys::signal::Signal::SIGTERM);
+        if wait_exit(&mut self.exec_all, Duration::from_secs(15)).is_none() {
+            let _ = self.exec_all.kill();
+            let _ = self.exec_all.wait();
+        }
+    }
+}
+
+/// A PATH with our binaries and the system's, without py-spy.
+fn path_without_py_spy() -> String {
+    let path = format!("{}:/usr/bin:/bin", multinode().parent().unwrap().display());
+    for d in std::env::split_paths(&path) {
+        assert!(!d.join("py-spy").exists(), "py-spy in {}", d.display());
+    }
+    path
+}
+
+fn stragglers(doc: &serde_json::Value) -> Vec<u64> {
+    doc["straggler"]["stragglers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rank"].as_u64().unwrap())
+        .collect()
+}
+
+/// Every rank has a row with a Python main process and enough samples.
+fn all_running(doc: &serde_json::Value, n: usize) -> bool {
+    let rows = doc["rows"].as_array().unwrap();
+    rows.len() == n
+        && rows.iter().all(|r| {
+            r["comm"] == "python3"
+                && r["wait_samples"].as_u64().unwrap_or(0) >= 20
+                && r["step"].is_number()
+        })
+}
+
+#[test]
+fn top_names_the_rank_doing_twice_the_work() {
+    let job = TopJob::start(3, 29955, "slow", 2);
+    let doc = job.top_until(&["--progress", r"step (\d+)"], |doc| {
+        all_running(doc, 3) && !stragglers(doc).is_empty()
+    });
+    assert_eq!(stragglers(&doc), [2], "{doc:#}");
+    let reasons = doc["straggler"]["stragglers"][0]["reasons"][0]
+        .as_str()
+        .unwrap();
+    assert!(reasons.starts_with("waits "), "{doc:#}");
+    let line = doc["straggler"]["line"].as_str().unwrap();
+    assert!(
+        line.starts_with(&format!("straggler: rank 2 ({}): waits", job.hosts[2])),
+        "{line}"
+    );
+    // Its row carries the fields; the waiters wait more than it.
+    let rows = doc["rows"].as_array().unwrap();
+    let slow = &rows[2];
+    assert_eq!(slow["rank"], 2);
+    assert_eq!(slow["host"], job.hosts[2].as_str());
+    assert!(
+        ["R", "S"].contains(&slow["state"].as_str().unwrap()),
+        "{slow:#}"
+    );
+    assert!(slow["cpu_pct"].as_f64().unwrap() > 20.0, "{slow:#}");
+    assert!(slow["rss_kib"].as_u64().unwrap() > 1000, "{slow:#}");
+    assert!(slow["output_age_s"].as_f64().unwrap() < 10.0, "{slow:#}");
+    assert!(slow["step"].as_f64().unwrap() >= 5.0, "{slow:#}");
+    assert!(slow["step_rate"].as_f64().unwrap() > 0.0, "{slow:#}");
+    assert_eq!(slow["wait_from"], "state");
+    for r in &rows[..2] {
+        assert!(
+            r["wait_share"].as_f64().unwrap() > slow["wait_share"].as_f64().unwrap() + 0.25,
+            "{doc:#}"
+        );
+        // Rank 0 is exec_all's own: its output age came through show-group.
+        assert!(r["output_age_s"].as_f64().unwrap() < 10.0, "{r:#}");
+    }
+    // The table says the same at its top.
+    let out = job.top(&["--once"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("multinode top: 3 ranks"), "{text}");
+    assert!(lines[2].starts_with("RANK  HOST"), "{text}");
+}
+
+#[test]
+fn an_even_job_has_no_straggler() {
+    let job = TopJob::start(3, 29956, "even", 0);
+    // Several refreshes: none may name a rank.
+    let mut seen = 0;
+    let start = Instant::now();
+    while seen < 3 {
+        let doc = job.top_until(&["--progress", r"step (\d+)"], |doc| all_running(doc, 3));
+        assert_eq!(stragglers(&doc), Vec::<u64>::new(), "{doc:#}");
+        assert_eq!(doc["straggler"]["line"], "no straggler (3 ranks even)");
+        seen += 1;
+        assert!(start.elapsed() < Duration::from_secs(120));
+    }
+}
+
+#[test]
+fn a_rank_whose_output_stopped_is_named() {
+    let job = TopJob::start(3, 29957, "frozen", 1);
+    let doc = job.top_until(&[], |doc| stragglers(doc) == [1]);
+    let reasons = doc["straggler"]["stragglers"][0]["reasons"][0]
+        .as_str()
+        .unwrap();
+    assert!(reasons.starts_with("output stopped: last line "), "{doc:#}");
+    assert!(
+        doc["rows"][1]["output_age_s"].as_f64().unwrap() > 5.0,
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn a_rank_in_d_state_is_named() {
+    let job = TopJob::start(3, 29958, "dstate", 2);
+    let doc = job.top_until(&[], |doc| {
+        stragglers(doc) == [2] && doc["rows"][2]["state"] == "D"
+    });
+    let finding = &doc["straggler"]["stragglers"][0];
+    assert!(
+        finding["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("in D state (uninterruptible) in "),
+        "{doc:#}"
+    );
+    assert!(doc["rows"][2]["d_looks"].as_u64().unwrap() >= 10, "{doc:#}");
+    for r in &doc["rows"].as_array().unwrap()[..2] {
+        assert_eq!(r["d_looks"], 0, "{doc:#}");
+    }
+}
+
+#[test]
+fn top_bad_input_and_no_nccl_is_quiet() {
+    // A pattern without a group, a bad interval: one line, exit 2.
+    for args in [
+        &["top", "--hosts", "a,b", "--progress", r"step \d+"][..],
+        &["top", "--hosts", "a,b", "--interval", "0"],
+        &["top", "--hosts", "a,b", "--progress", "step (\\d+"],
+    ] {
+        let out = cmd(&multinode()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+    // No NCCL on these nodes: no RAS line, no ras field, nothing on stderr.
+    let job = TopJob::start(2, 29959, "frozen", 9);
+    let doc = job.top_until(&[], |doc| doc["rows"].as_array().unwrap().len() == 2);
+    assert!(doc.get("ras").is_none(), "{doc:#}");
+    let out = job.top(&["--once"]);
+    assert_eq!(stderr(&out), "");
+    assert!(!stdout(&out).contains("NCCL"), "{}", stdout(&out));
+}
