@@ -44,9 +44,9 @@ pub(crate) async fn run(
     let mut failed_at: Option<f64> = None;
     loop {
         let attempt = pool.restarts();
-        let health_failed = match &restarts.health_check {
+        let health = match &restarts.health_check {
             Some(cmd) => match health_step(job, env, restarts, cmd, &mut pool, stops).await? {
-                HealthStep::Passed(failed) => failed,
+                HealthStep::Passed(health) => health,
                 HealthStep::End(ended, stopped) => {
                     let (result, record) = *ended;
                     records.push(record);
@@ -56,14 +56,14 @@ pub(crate) async fn run(
                     return Ok((result, records));
                 }
             },
-            None => Vec::new(),
+            None => Health::default(),
         };
         let active = pool.active();
         let options = attempt_options(&base, restarts, attempt);
         let result = launch(&job.attempt(&active), env, options, stops).await?;
         let decision = pool.after(&attempt_end(&result, &active));
         let restart_s = failed_at.and_then(|at| all_started(&result).map(|s| s - at));
-        let record = attempt_record(job, attempt, &active, &result, &decision, health_failed);
+        let record = attempt_record(job, attempt, &active, &result, &decision, health);
         failed_at = record.verdict.as_ref().map(|v| v.at);
         let failure = record.failure.clone().unwrap_or_default();
         records.push(AttemptReport {
@@ -132,7 +132,7 @@ fn attempt_record(
     active: &[usize],
     result: &RunResult,
     decision: &Decision,
-    health_failed: Vec<String>,
+    health: Health,
 ) -> AttemptReport {
     // Built once: it reads every node's record and last lines.
     let verdict = verdict::build(result);
@@ -144,7 +144,8 @@ fn attempt_record(
     AttemptReport {
         attempt,
         hosts: active.iter().map(|&i| host(job, i)).collect(),
-        health_failed,
+        health_failed: health.failed,
+        health_check_s: health.took,
         exit_code: result.exit_code,
         failure: (result.exit_code != 0).then(|| failure(result, verdict.as_ref())),
         verdict,
@@ -168,8 +169,9 @@ fn attempt_record(
 
 /// What the health check before an attempt let happen.
 enum HealthStep {
-    /// The attempt starts; these nodes failed the check and were excluded.
-    Passed(Vec<String>),
+    /// The attempt starts; the check's nodes that failed it and were
+    /// excluded, and how long it took on each.
+    Passed(Health),
     /// The run ends before the attempt: its result, the attempt's record,
     /// and whether exec_all was stopped (else too few nodes passed).
     End(Box<(RunResult, AttemptReport)>, bool),
@@ -205,8 +207,16 @@ async fn health_step(
             health_failed.join(", ")
         ));
     }
+    let took = check
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.host.clone(), n.duration()?.as_secs_f64())))
+        .collect();
     let Err(stop) = pool.health_failed(&failing) else {
-        return Ok(HealthStep::Passed(health_failed));
+        return Ok(HealthStep::Passed(Health {
+            failed: health_failed,
+            took,
+        }));
     };
     // No attempt can start (the head failed the check, or too few nodes
     // passed it): the run ends here, with the check's run as its result
@@ -217,6 +227,7 @@ async fn health_step(
         attempt,
         hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
         health_failed,
+        health_check_s: took,
         exit_code: crate::exit_code::RUN_STOPPED,
         failure: Some("not started".into()),
         verdict: None,
@@ -232,6 +243,14 @@ async fn health_step(
     Ok(HealthStep::End(Box::new((result, record)), false))
 }
 
+/// What the health check before an attempt left: the nodes that failed it,
+/// and how long it took on each (by host).
+#[derive(Default)]
+struct Health {
+    failed: Vec<String>,
+    took: std::collections::BTreeMap<String, f64>,
+}
+
 /// The record of the pool's next attempt, which a stop signal kept from
 /// starting (`failure` says when it came); says its line.
 fn stopped_before(job: &Job, pool: &Pool, failure: &str, exit_code: i32) -> AttemptReport {
@@ -241,6 +260,7 @@ fn stopped_before(job: &Job, pool: &Pool, failure: &str, exit_code: i32) -> Atte
         attempt,
         hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
         health_failed: Vec::new(),
+        health_check_s: Default::default(),
         exit_code,
         failure: Some(failure.to_string()),
         verdict: None,

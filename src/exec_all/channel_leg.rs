@@ -32,6 +32,8 @@ pub struct ChannelLeg {
     rx: ChannelRx,
     pub(super) tx: Arc<ChannelTx>,
     conn: Option<Connection>,
+    /// When its own connection was up and logged in.
+    pub(super) times: Option<crate::transport::client::ConnectTimes>,
     stdin: tokio::task::JoinHandle<()>,
     /// The agent's report of the command's end (see `exit_info`), as it comes.
     info: Vec<u8>,
@@ -146,6 +148,7 @@ impl ChannelLeg {
             peer,
             rx,
             tx,
+            times: conn.as_ref().map(Connection::times),
             conn,
             stdin,
             info: Vec::new(),

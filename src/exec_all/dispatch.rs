@@ -33,7 +33,13 @@ pub struct Dispatch {
     /// long ends the run as hung, after a snapshot of every node.
     pub hang_timeout: Option<Duration>,
     pub progress_seen: std::sync::Arc<super::progress::Progress>,
+    /// Say where the start went once every task printed (a run that
+    /// relays its output): on a terminal, or when it took `SLOW_START`.
+    pub start_line: bool,
 }
+
+/// A start this long is told where it went, terminal or not.
+const SLOW_START: Duration = Duration::from_secs(10);
 
 /// Escalation once the run is ending: signal, then SIGKILL, then abandon.
 enum Phase {
@@ -168,6 +174,8 @@ struct Dispatcher<'a> {
     done: HashSet<usize>,
     remaining: usize,
     running: usize,
+    /// Tasks that printed something.
+    printed: usize,
     /// Nodes not yet running their script (connecting) and not ended: the
     /// hang watchdog waits for none, since --connect-timeout bounds them and
     /// a node that never connects must end unreachable, not the run hung.
@@ -197,6 +205,7 @@ impl<'a> Dispatcher<'a> {
             nodes,
             index,
             remaining: tasks.len(),
+            printed: 0,
             unstarted: tasks.len(),
             tasks,
             done: HashSet::new(),
@@ -214,8 +223,12 @@ impl<'a> Dispatcher<'a> {
 
     async fn handle(&mut self, wake: Wake) {
         let reason = match wake {
-            Wake::Node(rank, Event::Started { address }) => {
-                self.node_started(rank, address);
+            Wake::Node(rank, Event::Started { address, connect }) => {
+                self.node_started(rank, address, connect);
+                None
+            }
+            Wake::Node(rank, Event::FirstOutput) => {
+                self.first_output(rank).await;
                 None
             }
             Wake::Node(rank, Event::Ended(end)) => self.node_ended(rank, *end),
@@ -253,10 +266,19 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    fn node_started(&mut self, rank: usize, address: Option<String>) {
+    fn node_started(
+        &mut self,
+        rank: usize,
+        address: Option<String>,
+        connect: Option<crate::transport::client::ConnectTimes>,
+    ) {
         let node = &mut self.nodes[self.index[&rank]];
         node.started = Some(SystemTime::now());
         node.address = address;
+        if let Some(times) = connect {
+            node.timeline.connected = Some(times.tcp_up);
+            node.timeline.logged_in = Some(times.logged_in);
+        }
         self.running += 1;
         self.one_less_unstarted();
     }
@@ -269,6 +291,28 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
+    /// A task's first output: once every task printed, where the start
+    /// went, when that is worth a line.
+    async fn first_output(&mut self, rank: usize) {
+        self.nodes[self.index[&rank]].timeline.first_output = Some(SystemTime::now());
+        self.printed += 1;
+        if self.printed < self.tasks.len() || !self.spec.start_line {
+            return;
+        }
+        let took = self.started.elapsed().unwrap_or_default();
+        if !self.spec.progress && took < SLOW_START {
+            return;
+        }
+        let printed: Vec<&NodeRecord> = self
+            .tasks
+            .iter()
+            .map(|t| &self.nodes[self.index[&t.rank]])
+            .collect();
+        if let Some(line) = super::record::start_line(&printed, self.started) {
+            self.live.say(line).await;
+        }
+    }
+
     /// A task ended: its record, its relay's group; a failure to act on.
     fn node_ended(&mut self, rank: usize, end: End) -> Option<CancelReason> {
         let End {
@@ -276,6 +320,7 @@ impl<'a> Dispatcher<'a> {
             stats,
             evidence,
             ended,
+            first_heartbeat,
             subtree,
         } = end;
         let node = &mut self.nodes[self.index[&rank]];
@@ -285,6 +330,7 @@ impl<'a> Dispatcher<'a> {
         node.ended = Some(ended);
         node.stats = stats;
         node.evidence = evidence;
+        node.timeline.first_heartbeat = first_heartbeat;
         let failed = !outcome.success();
         node.outcome = Some(outcome);
         if never_started {
@@ -484,6 +530,7 @@ mod tests {
             snapshot_on_timeout: false,
             hang_timeout: None,
             progress_seen: std::sync::Arc::new(super::super::progress::Progress::new(None)),
+            start_line: false,
         }
     }
 
@@ -534,6 +581,7 @@ mod tests {
             stats: Default::default(),
             evidence: Default::default(),
             ended: SystemTime::now(),
+            first_heartbeat: None,
             subtree: None,
         };
         run.events

@@ -17,7 +17,11 @@ pub enum Event {
     /// The connection is up (remote) or the process spawned (local).
     Started {
         address: Option<String>,
+        /// When its connection was up and logged in (a connection of its own).
+        connect: Option<crate::transport::client::ConnectTimes>,
     },
+    /// Its first output came (once a task).
+    FirstOutput,
     Ended(Box<End>),
 }
 
@@ -29,6 +33,8 @@ pub struct End {
     /// script's end, when it can tell.
     pub evidence: Evidence,
     pub ended: SystemTime,
+    /// When its first heartbeat came, if one did.
+    pub first_heartbeat: Option<SystemTime>,
     /// For a relay: what its exec_all reported of each node of its group.
     pub subtree: Option<Subtree>,
 }

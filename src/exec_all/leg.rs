@@ -70,6 +70,15 @@ impl Leg {
         }
     }
 
+    /// When its own connection was up and logged in (a channel on a
+    /// connection of its own).
+    pub fn connect_times(&self) -> Option<crate::transport::client::ConnectTimes> {
+        match &self.started {
+            Started::Channel(leg) => leg.times,
+            Started::Process(_) => None,
+        }
+    }
+
     /// The next message; `None` once the command is over.
     pub async fn next(&mut self) -> Option<LegMsg> {
         if let Some(msg) = self.queued.take() {

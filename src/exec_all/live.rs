@@ -39,6 +39,18 @@ impl Live {
         }
     }
 
+    /// One line of the run's own on stderr (`PROGRAM: LINE`), the progress
+    /// line cleared first.
+    pub async fn say(&mut self, line: String) {
+        self.end_progress().await;
+        self.writer
+            .text(
+                Stream::Err,
+                format!("{}: {line}\n", crate::logging::program()),
+            )
+            .await;
+    }
+
     /// The progress line, cleared.
     pub async fn end_progress(&mut self) {
         if std::mem::take(&mut self.progress) {

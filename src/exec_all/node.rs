@@ -41,19 +41,20 @@ impl NodeTask {
         let _ = self.events.send((self.spec.rank, event));
     }
 
-    fn end(self, outcome: NodeOutcome, exit_info: Option<ExitInfo>, relayed: Option<RelayRecord>) {
+    fn end(self, outcome: NodeOutcome, seen: Seen, relayed: Option<RelayRecord>) {
         let subtree = self
             .spec
             .relay
             .as_ref()
             .map(|group| relay::subtree(&group.ranks, &self.spec.host, &outcome, relayed));
         let mut evidence = self.sink.evidence.clone();
-        evidence.exit_info = exit_info;
+        evidence.exit_info = seen.exit_info;
         let end = End {
             outcome,
             stats: self.sink.stats.clone(),
             evidence,
             ended: SystemTime::now(),
+            first_heartbeat: seen.first_heartbeat,
             subtree,
         };
         self.send(Event::Ended(Box::new(end)));
@@ -70,13 +71,15 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
     let started = Box::pin(Leg::start(&ctx, &mut task.spec, &mut task.orders, stdin)).await;
     let mut leg = match started {
         Ok(leg) => leg,
-        Err(outcome) => return task.end(outcome, None, None),
+        Err(outcome) => return task.end(outcome, Seen::default(), None),
     };
     task.send(Event::Started {
         address: leg.address(),
+        connect: leg.connect_times(),
     });
     let mut status = None;
-    let mut exit_info = None;
+    let mut seen = Seen::default();
+    let mut printed = false;
     let mut relayed = None;
     let mut abandoned = false;
     let mut timer = FlushTimer::new();
@@ -96,14 +99,23 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
             msg = leg.next() => match msg {
                 Some(LegMsg::Out(data)) => {
                     ctx.progress.touch();
+                    if !std::mem::replace(&mut printed, true) {
+                        task.send(Event::FirstOutput);
+                    }
                     task.sink.feed(Stream::Out, &data).await;
                 }
                 Some(LegMsg::Err(data)) => {
                     ctx.progress.touch();
+                    if !std::mem::replace(&mut printed, true) {
+                        task.send(Event::FirstOutput);
+                    }
                     task.sink.feed(Stream::Err, &data).await;
                 }
-                Some(LegMsg::Heartbeat) => ctx.progress.beat(),
-                Some(LegMsg::ExitInfo(info)) => exit_info = Some(info),
+                Some(LegMsg::Heartbeat) => {
+                    ctx.progress.beat();
+                    seen.first_heartbeat.get_or_insert_with(SystemTime::now);
+                }
+                Some(LegMsg::ExitInfo(info)) => seen.exit_info = Some(info),
                 Some(LegMsg::Exit(outcome)) => status = Some(outcome),
                 Some(LegMsg::Relayed(record)) => relayed = Some(record),
                 None => break,
@@ -117,7 +129,16 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
         Some(outcome) => NodeOutcome::Finished(outcome),
         None => NodeOutcome::Lost(closed.lost.into()),
     };
-    task.end(outcome, exit_info.or(closed.exit_info), relayed);
+    seen.exit_info = seen.exit_info.or(closed.exit_info);
+    task.end(outcome, seen, relayed);
+}
+
+/// What a task saw of its command besides its output.
+#[derive(Default)]
+struct Seen {
+    /// What the node saw of the command's end.
+    exit_info: Option<ExitInfo>,
+    first_heartbeat: Option<SystemTime>,
 }
 
 /// A run's node tasks, started.

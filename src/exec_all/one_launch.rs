@@ -64,6 +64,7 @@ pub(crate) async fn launch(
         snapshot_on_timeout: options.snapshot_on_timeout,
         hang_timeout: options.hang_timeout,
         progress_seen: ctx.progress.clone(),
+        start_line: options.forward_output,
     };
     let node::Started {
         handles,

@@ -130,6 +130,9 @@ pub struct NodeRecord {
     pub outcome: Option<NodeOutcome>,
     pub stats: OutputStats,
     pub evidence: Evidence,
+    /// When it reached each phase of its start.
+    #[serde(default)]
+    pub timeline: Timeline,
 }
 
 impl NodeRecord {
@@ -144,6 +147,7 @@ impl NodeRecord {
             outcome: None,
             stats: OutputStats::default(),
             evidence: Evidence::default(),
+            timeline: Timeline::default(),
         }
     }
 
@@ -183,6 +187,76 @@ pub struct ProcessOf {
     /// The node's rank.
     pub node: usize,
     pub local_rank: usize,
+}
+
+/// When a node reached each phase of its start (the wall clock, as
+/// `started`, so that a relay's records read on its head): its TCP
+/// connection up and its login done (a node reached over SSH on a
+/// connection of its own), its first output, its first heartbeat. Its
+/// command's spawn is [`NodeRecord::started`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeline {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logged_in: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output: Option<SystemTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_heartbeat: Option<SystemTime>,
+}
+
+impl Timeline {
+    /// The seconds each phase of a node's start took, from the run's start
+    /// (`run`) to its command's spawn (`spawned`) and its first output:
+    /// connect and login (a connection of its own), spawn, first line.
+    pub fn phases(&self, run: SystemTime, spawned: Option<SystemTime>) -> Vec<(&'static str, f64)> {
+        let secs = |from: SystemTime, to: Option<SystemTime>| {
+            to.map(|t| t.duration_since(from).unwrap_or_default().as_secs_f64())
+        };
+        let mut phases = Vec::new();
+        let mut at = run;
+        for (name, to) in [
+            ("connect", self.connected),
+            ("login", self.logged_in),
+            ("spawn", spawned),
+            ("first line", self.first_output),
+        ] {
+            if let Some(s) = secs(at, to) {
+                phases.push((name, s));
+                at = to.unwrap_or(at);
+            }
+        }
+        phases
+    }
+}
+
+/// `every node printed within 4.12 s; the last, rank 3 (node4): connect
+/// 0.01 s, login 2.31 s, spawn 0.02 s, first line 1.78 s: login the
+/// longest`, from the records of a run's tasks (each has printed) and the
+/// run's start.
+pub fn start_line(nodes: &[&NodeRecord], run: SystemTime) -> Option<String> {
+    let since = |t: SystemTime| t.duration_since(run).unwrap_or_default().as_secs_f64();
+    let last = nodes
+        .iter()
+        .filter(|n| n.timeline.first_output.is_some())
+        .max_by(|a, b| a.timeline.first_output.cmp(&b.timeline.first_output))?;
+    let phases = last.timeline.phases(run, last.started);
+    let (longest, _) = phases.iter().max_by(|a, b| a.1.total_cmp(&b.1)).copied()?;
+    let told: Vec<String> = phases
+        .iter()
+        .map(|(name, s)| format!("{name} {s:.2} s"))
+        .collect();
+    Some(format!(
+        "every {} printed within {:.2} s; the last, {}: {}: {longest} the longest",
+        match last.process {
+            Some(_) => "process",
+            None => "node",
+        },
+        since(last.timeline.first_output?),
+        last.who(),
+        told.join(", ")
+    ))
 }
 
 /// How a run ended.
@@ -255,4 +329,53 @@ pub struct ErrorLines {
     /// The node's last line that looks like an NCCL warning or error (`nccl_line`).
     #[serde(default)]
     pub nccl_line: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_000_000 + ms)
+    }
+
+    fn node(rank: usize, connect: Option<(u64, u64)>, spawned: u64, printed: u64) -> NodeRecord {
+        let mut n = NodeRecord::new(rank, format!("node{rank}"));
+        n.started = Some(at(spawned));
+        n.timeline = Timeline {
+            connected: connect.map(|c| at(c.0)),
+            logged_in: connect.map(|c| at(c.1)),
+            first_output: Some(at(printed)),
+            first_heartbeat: None,
+        };
+        n
+    }
+
+    #[test]
+    fn the_start_line_names_the_last_node_to_print_and_its_longest_phase() {
+        let here = node(0, None, 5, 40);
+        let quick = node(1, Some((10, 60)), 70, 90);
+        // Its login took 2.3 s.
+        let slow = node(2, Some((20, 2_320)), 2_340, 4_120);
+        let line = start_line(&[&here, &slow, &quick], at(0)).unwrap();
+        assert_eq!(
+            line,
+            "every node printed within 4.12 s; the last, rank 2 (node2): connect 0.02 s, \
+             login 2.30 s, spawn 0.02 s, first line 1.78 s: login the longest"
+        );
+        // A node run here has no connect nor login; a process is named as one.
+        let mut proc = node(5, None, 100, 3_000);
+        proc.process = Some(ProcessOf {
+            node: 1,
+            local_rank: 1,
+        });
+        let line = start_line(&[&here, &proc], at(0)).unwrap();
+        assert_eq!(
+            line,
+            "every process printed within 3.00 s; the last, rank 5 (node5: node 1, local rank 1): \
+             spawn 0.10 s, first line 2.90 s: first line the longest"
+        );
+        assert!(start_line(&[], at(0)).is_none());
+    }
 }

@@ -55,6 +55,26 @@ pub struct NodeReport {
     /// With `--report-bindings`: the process's binding, as it printed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding: Option<String>,
+    /// Where its start went: seconds from the run's start to each phase.
+    #[serde(default)]
+    pub timeline: TimelineReport,
+}
+
+/// Seconds from the run's (the attempt's) start to each phase of a node's
+/// start; absent where it has none: connect and login only for a node
+/// reached on a connection of its own, a heartbeat only when it beat.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineReport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_heartbeat_s: Option<f64>,
 }
 
 /// `--report FILE`.
@@ -87,6 +107,10 @@ pub struct AttemptReport {
     /// Nodes that failed the health check before it, excluded.
     #[serde(default)]
     pub health_failed: Vec<String>,
+    /// How long the health check before it took on each node (seconds,
+    /// by host); empty without `--health-check`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub health_check_s: std::collections::BTreeMap<String, f64>,
     pub exit_code: i32,
     /// How it failed, in a few words (`rank 2 (node3) lost`, `hung ...`);
     /// `null` when it succeeded.
@@ -151,6 +175,22 @@ pub fn build(result: &RunResult) -> Report {
                 core: info.and_then(|i| i.core.clone()),
                 errors: n.evidence.errors.clone(),
                 binding: n.evidence.binding.clone(),
+                timeline: {
+                    let since = |t: Option<SystemTime>| {
+                        t.map(|t| {
+                            t.duration_since(result.started)
+                                .unwrap_or_default()
+                                .as_secs_f64()
+                        })
+                    };
+                    TimelineReport {
+                        connect_s: since(n.timeline.connected),
+                        login_s: since(n.timeline.logged_in),
+                        spawn_s: since(n.started),
+                        first_output_s: since(n.timeline.first_output),
+                        first_heartbeat_s: since(n.timeline.first_heartbeat),
+                    }
+                },
             }
         })
         .collect();

@@ -134,6 +134,7 @@ impl Connector {
 
     async fn connect_inner(&self, target: &Target) -> Result<Connection, ConnectError> {
         let (stream, peer) = tcp_connect(target, self.bind_address).await?;
+        let tcp_up = std::time::SystemTime::now();
         if matches!(self.auth, Auth::Agent(_)) {
             abort_on_close(&stream);
         }
@@ -166,6 +167,7 @@ impl Connector {
             }
         };
         authenticate(&mut handle, &self.auth, target, &ended).await?;
+        let logged_in = std::time::SystemTime::now();
         let watch = tokio_util::sync::CancellationToken::new();
         if let (Some(lost_after), Some(socket)) = (self.lost_after, socket.clone()) {
             tokio::spawn(liveness(
@@ -178,6 +180,7 @@ impl Connector {
         Ok(Connection {
             handle,
             peer,
+            times: ConnectTimes { tcp_up, logged_in },
             packs_env: matches!(self.auth, Auth::Agent(_)),
             socket,
             open_failures,
@@ -270,6 +273,7 @@ impl Start<'_> {
 pub struct Connection {
     pub(super) handle: Handle<ClientHandler>,
     peer: SocketAddr,
+    times: ConnectTimes,
     /// An agent of this job: the variables go as one packed `env` request.
     packs_env: bool,
     /// A descriptor of the socket russh owns, to read its state and reset it.
@@ -280,10 +284,23 @@ pub struct Connection {
     _watch: tokio_util::sync::DropGuard,
 }
 
+/// When a connection's TCP connection was up and when its login was done
+/// (the last try's, when a login was tried again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectTimes {
+    pub tcp_up: std::time::SystemTime,
+    pub logged_in: std::time::SystemTime,
+}
+
 impl Connection {
     /// The address the connection went to.
     pub fn peer(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// When it was connected and logged in.
+    pub fn times(&self) -> ConnectTimes {
+        self.times
     }
 
     /// Whether the connection is gone (closed, or lost).

@@ -961,3 +961,47 @@ fn a_bad_lost_after_is_one_clear_error() {
         );
     }
 }
+
+/// `--report` tells where each node's start went (issue 42): seconds from
+/// the run's start to its connection and login (the agents' nodes, on
+/// connections of their own; none for the node run here), its spawn, its
+/// first heartbeat and its first line, in that order; and, with a health
+/// check, how long the check took on each node.
+#[test]
+fn the_report_tells_where_each_nodes_start_went() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("r.json");
+    let out = cluster.exec_all(&[
+        "--hang-timeout",
+        "30",
+        "--health-check",
+        "true",
+        "--report",
+        report_path.to_str().unwrap(),
+        "-c",
+        "touch \"$MULTINODE_HEARTBEAT_FILE\"; sleep 0.8; echo up $RANK",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json = report(&report_path);
+    let nodes = json["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for node in nodes {
+        let t = &node["timeline"];
+        let s = |k: &str| t[k].as_f64();
+        let (spawn, beat, line) = (s("spawn_s"), s("first_heartbeat_s"), s("first_output_s"));
+        let (spawn, beat, line) = (spawn.unwrap(), beat.unwrap(), line.unwrap());
+        assert!(spawn <= beat && beat < line, "{t}");
+        assert!(line - spawn >= 0.7, "the first line came after the sleep: {t}");
+        if node["rank"] == 0 {
+            assert!(t.get("connect_s").is_none() && t.get("login_s").is_none(), "{t}");
+        } else {
+            let (connect, login) = (s("connect_s").unwrap(), s("login_s").unwrap());
+            assert!(connect <= login && login <= spawn, "{t}");
+        }
+    }
+    let checked = &json["attempts"][0]["health_check_s"];
+    for host in &cluster.hosts {
+        assert!(checked[host].as_f64().is_some(), "{checked}");
+    }
+}
