@@ -286,17 +286,31 @@ fn by_a_process_rank_it_lands_on_that_processs_node() {
         "{:?}",
         sleepers(&tag)
     );
+    // Node 0's processes are exec_all's own, shown to its agent: found
+    // once exec_all showed them, as `multinode ps` sees them.
+    let ps = || {
+        let mut c = cmd(&multinode());
+        c.envs(job.env()).args(["ps", "--format", "json"]);
+        serde_json::from_slice::<serde_json::Value>(&run(c).stdout).unwrap_or_default()
+    };
+    let labelled = |doc: &serde_json::Value| -> usize {
+        doc["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["commands"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["local_rank"].is_u64())
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || labelled(&ps()) == 6),
+        "{:#}",
+        ps()
+    );
     let show = "echo $MULTINODE_LOCAL_IP $MULTINODE_NODE_RANK $RANK $LOCAL_RANK";
     for (rank, node) in [(0, 0), (1, 0), (3, 1), (4, 2), (5, 2)] {
         let r = rank.to_string();
-        // Node 0's processes are exec_all's own, shown to its agent: found
-        // once exec_all showed them.
-        let mut out = run(job.shell(&["--rank", &r, "--", show]));
-        let start = std::time::Instant::now();
-        while out.status.code() == Some(2) && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(200));
-            out = run(job.shell(&["--rank", &r, "--", show]));
-        }
+        let out = run(job.shell(&["--rank", &r, "--", show]));
         assert_eq!(
             (stdout(&out), out.status.code()),
             (
