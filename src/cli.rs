@@ -54,8 +54,8 @@ pub enum Command {
     /// Every rank of the running job, live: state, CPU, GPUs, output, progress,
     /// where the time goes, and which rank is the straggler.
     Top(TopArgs),
-    /// A terminal on a node of the running job (by rank or host; default: rank 0),
-    /// with that node's job environment.
+    /// A terminal on a node of the running job (by node rank or host, or by a
+    /// process's `--rank`; default: node 0), with that node's job environment.
     Shell(ShellArgs),
     /// Bind this process to its GPU's NUMA node, then exec CMD (under
     /// torchrun, srun or mpirun: `multinode bind -- CMD ARGS...`).
@@ -477,10 +477,15 @@ pub struct ShellArgs {
     /// Give up when the node's agent does not answer the connection within SECONDS.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
     pub connect_timeout: Duration,
-    /// The node: a rank as `multinode ps` and the verdict name it, or a host
-    /// name or address of the job [default: 0, the head].
-    #[arg(value_name = "RANK|HOST")]
+    /// The node: its rank in the job's hostlist, or a host name or address
+    /// of the job [default: 0, the head].
+    #[arg(value_name = "NODE|HOST")]
     pub node: Option<String>,
+    /// The node of the process started with RANK=R (with several processes a
+    /// node, the global rank the verdict, `--label` and `multinode ps` name):
+    /// asked of every node's agent.
+    #[arg(long = "rank", value_name = "R", conflicts_with = "node")]
+    pub rank: Option<usize>,
     /// A command to run there instead of a shell (its words joined by spaces,
     /// run by the remote shell, as ssh does).
     #[arg(last = true, value_name = "CMD")]

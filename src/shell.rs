@@ -1,10 +1,15 @@
-//! `multinode shell [RANK|HOST] [-- CMD...]`: a terminal on one node of the
-//! running job, through its agent, with that node's job environment.
+//! `multinode shell [NODE|HOST | --rank R] [-- CMD...]`: a terminal on one
+//! node of the running job, through its agent, with that node's job
+//! environment.
 //!
-//! The node is named as `multinode ps` and the verdict name it: its rank in
-//! the job's topology (resolved as `ps` resolves it), or a host name or
-//! address of the job; without one, rank 0 (the head), as `srun --pty`
-//! starts on the first node of its allocation. The command gets what
+//! The node is named by its rank in the job's topology (resolved as `ps`
+//! resolves it), a host name or address of the job, or, with `--rank R`,
+//! as the node whose agent runs the process started with `RANK=R` (every
+//! agent asked at once, `#multinode:ranks`: with several processes a
+//! node, the global rank the verdict and `--label` print); without one,
+//! node 0 (the head), as `srun --pty` starts on the first node of its
+//! allocation. With `--rank` the shell's `RANK` and `LOCAL_RANK` are the
+//! process's. The command gets what
 //! exec_all gives that node: the head's variables but the per-host ones
 //! (`--export=ALL`), the node's contract (`RANK`, `MULTINODE_*`) and this
 //! directory. Without CMD it runs the user's shell (`$SHELL` if the node has
@@ -16,9 +21,12 @@
 //! then everything is `mn-ssh`'s relay (`transport::ssh::run`): raw mode,
 //! window changes, signals, the remote exit status as the exit status.
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
+
+use tracing::debug;
 
 use crate::cli::ShellArgs;
 use crate::env::{Contract, Job, resolve_job};
@@ -27,6 +35,8 @@ use crate::error::Error;
 use crate::exec_all::script::Export;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::CWD_VAR;
+use crate::snapshot::Found;
+use crate::snapshot::survey::{Ask, find_rank};
 use crate::topology::Node;
 use crate::topology::machine::{Machine, System, lookup_all};
 use crate::topology::nodeset::fold;
@@ -42,18 +52,16 @@ const SHELL_COMMAND: &str = "for s in \"$SHELL\" /bin/bash /bin/sh; do \
 pub fn main(args: ShellArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
     let job = resolve_job(&args.topology.inputs(), &env)?;
-    let rank = pick(&job.topology.nodes, args.node.as_deref(), &System)?;
+    let node = match args.rank {
+        Some(_) => None,
+        None => Some(pick(&job.topology.nodes, args.node.as_deref(), &System)?),
+    };
     let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode shell")?;
     let connector = Connector::new(
         Auth::Agent(Arc::new(JobKeys::derive(&secret))),
         args.connect_timeout,
     );
-    let host = job.topology.nodes[rank].host.clone();
-    let target = Target {
-        host: host.clone(),
-        port: job.agent_port,
-        user: env.get("USER").unwrap_or("multinode").to_string(),
-    };
+    let user = env.get("USER").unwrap_or("multinode").to_string();
     let command = if args.command.is_empty() {
         SHELL_COMMAND.as_bytes().to_vec()
     } else {
@@ -69,16 +77,106 @@ pub fn main(args: ShellArgs) -> Result<i32, Error> {
     let terminal = tty
         .wanted(true, stdin_is_terminal)
         .then(|| tty::request(env.get("TERM")));
-    let inv = SshInvocation {
-        host,
-        tty,
-        command,
-        ..SshInvocation::default()
-    };
-    let vars = node_env(&job, &env, rank);
+    let wanted = args.rank;
     ssh::block_on_session(async move {
+        let (rank, process) = match (node, wanted) {
+            (Some(node), _) => (node, None),
+            (None, Some(wanted)) => locate(&job, &connector, wanted).await?,
+            (None, None) => (0, None),
+        };
+        let host = job.topology.nodes[rank].host.clone();
+        let target = Target {
+            host: host.clone(),
+            port: job.agent_port,
+            user,
+        };
+        let inv = SshInvocation {
+            host,
+            tty,
+            command,
+            ..SshInvocation::default()
+        };
+        let mut vars = node_env(&job, &env, rank);
+        if let Some(process) = process {
+            as_process(&mut vars, process);
+        }
         ssh::run(&inv, &connector, None, &target, &vars, terminal.as_ref()).await
     })
+}
+
+/// A process the shell stands in for: its global rank, and its local rank
+/// when it was started with one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Process {
+    rank: usize,
+    local_rank: Option<usize>,
+}
+
+/// The node of the process started with `RANK=rank`, asked of every
+/// node's agent; a rank none runs is a usage error that says how to list
+/// them, a rank no node could be asked about a connection error.
+async fn locate(
+    job: &Job,
+    connector: &Connector,
+    rank: usize,
+) -> Result<(usize, Option<Process>), Error> {
+    let nodes: Vec<Ask> = job
+        .topology
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(node, n)| Ask {
+            rank: node,
+            host: n.host.clone(),
+            port: job.agent_port,
+        })
+        .collect();
+    let total = nodes.len();
+    match find_rank(connector, nodes, rank).await {
+        Found::At { node, local_rank } => {
+            debug!(rank, node, ?local_rank, "the rank's node");
+            Ok((node, Some(Process { rank, local_rank })))
+        }
+        Found::Nowhere { unanswered } => Err(nowhere(rank, total, &unanswered)),
+    }
+}
+
+/// Why no node was found for `rank`, in one line.
+fn nowhere(rank: usize, total: usize, unanswered: &[(usize, String)]) -> Error {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    if unanswered.len() == total {
+        let (node, why) = &unanswered[0];
+        return Error::Connection(format!(
+            "cannot find rank {rank}: no node of the job answered (node {node}: {why})"
+        ));
+    }
+    let answered = total - unanswered.len();
+    let mut msg = format!(
+        "no process of the job runs with RANK={rank} on the {answered} node{} that answered",
+        plural(answered)
+    );
+    if let Some((node, why)) = unanswered.first() {
+        let _ = write!(
+            msg,
+            " ({} did not: node {node}: {why})",
+            match unanswered.len() {
+                1 => "1 node".to_string(),
+                n => format!("{n} nodes"),
+            }
+        );
+    }
+    msg.push_str("; `multinode ps` lists the ranks that run");
+    Error::usage(msg)
+}
+
+/// The shell's variables as the process's: its `RANK` (in place of the
+/// node's) and `LOCAL_RANK`.
+fn as_process(vars: &mut Vec<(String, String)>, process: Process) {
+    vars.retain(|(k, _)| k != "RANK" && k != "LOCAL_RANK");
+    vars.push(("RANK".to_string(), process.rank.to_string()));
+    if let Some(local) = process.local_rank {
+        vars.push(("LOCAL_RANK".to_string(), local.to_string()));
+    }
 }
 
 /// What exec_all sends an agent for node `rank`: the head's variables but
@@ -189,5 +287,49 @@ mod tests {
             Err("no node \"gpu07\" in this job: give a rank 0-3 or a host of the job (gpu[01-03],10.0.0.9)".into())
         );
         assert!(pick(Some("10.0.0.7")).is_err());
+    }
+
+    #[test]
+    fn a_rank_nowhere_is_one_line_that_says_how_to_list_them() {
+        let e = nowhere(9, 3, &[]);
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(
+            e.to_string(),
+            "no process of the job runs with RANK=9 on the 3 nodes that answered; `multinode ps` lists the ranks that run"
+        );
+        let e = nowhere(9, 3, &[(2, "connection refused".into())]);
+        assert_eq!(
+            e.to_string(),
+            "no process of the job runs with RANK=9 on the 2 nodes that answered (1 node did not: node 2: connection refused); `multinode ps` lists the ranks that run"
+        );
+        let e = nowhere(9, 1, &[(0, "connection refused".into())]);
+        assert_eq!(e.exit_code(), 255);
+        assert_eq!(
+            e.to_string(),
+            "cannot find rank 9: no node of the job answered (node 0: connection refused)"
+        );
+    }
+
+    #[test]
+    fn the_shell_stands_in_for_the_process() {
+        let mut vars = vec![
+            ("RANK".to_string(), "1".to_string()),
+            ("MULTINODE_NODE_RANK".to_string(), "1".to_string()),
+        ];
+        as_process(
+            &mut vars,
+            Process {
+                rank: 3,
+                local_rank: Some(1),
+            },
+        );
+        assert_eq!(
+            vars,
+            [
+                ("MULTINODE_NODE_RANK".to_string(), "1".to_string()),
+                ("RANK".to_string(), "3".to_string()),
+                ("LOCAL_RANK".to_string(), "1".to_string()),
+            ]
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The agent's answers to its own requests (`#multinode:ping`, `release`,
-//! `wait-release`, `snapshot`, `show-group`; what they mean:
+//! `wait-release`, `snapshot`, `ranks`, `top`, `show-group`; what they mean:
 //! `protocol::control`).
 
 use std::sync::Arc;
@@ -49,6 +49,13 @@ pub(crate) async fn run(
             let _ = tx.data_bytes(line).await;
             0
         }
+        Control::Ranks => {
+            let snap = super::snapshot::ranks(&shared);
+            let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
+            line.push(b'\n');
+            let _ = tx.data_bytes(line).await;
+            0
+        }
         Control::Top { tail, ras } => {
             let snap = super::snapshot::take_for_top(&shared, tail, ras).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
@@ -69,9 +76,9 @@ pub(crate) async fn run(
                     pgid = pgid.as_raw(),
                     "a client's process group shown in snapshots"
                 );
-                let watched = shared
-                    .running
-                    .add_watched(pgid, |keeps_tail| Watched::new(None, None, keeps_tail));
+                let watched = shared.running.add_watched(pgid, |keeps_tail| {
+                    Watched::of_shown_group(pgid.as_raw(), keeps_tail)
+                });
                 // Shown while the client holds the channel; never signalled:
                 // the client owns that group. What it tells of the group's
                 // output comes as lines of JSON (`watch::Relayed`).

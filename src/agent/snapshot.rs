@@ -91,14 +91,29 @@ impl Running {
     }
 }
 
-/// The snapshot of every running command of this agent.
+/// The snapshot of every running command of this agent, with each
+/// command's record (its `RANK` and `LOCAL_RANK`, its output's age; no
+/// tail): with several processes a node, the asker labels each tree.
 pub(crate) async fn take(shared: &Shared) -> NodeSnapshot {
     let mut snap = crate::snapshot::take(&shared.running.groups(), &Options::from_env()).await;
     snap.rank = shared.rank.unwrap_or(0);
     if !shared.host.is_empty() {
         snap.host = shared.host.clone();
     }
+    snap.commands = shared.running.commands(false);
     snap
+}
+
+/// `#multinode:ranks`: each running command's record alone, at once (no
+/// look at the processes): where a rank runs (`multinode shell --rank`).
+pub(crate) fn ranks(shared: &Shared) -> NodeSnapshot {
+    NodeSnapshot {
+        rank: shared.rank.unwrap_or(0),
+        host: shared.host.clone(),
+        taken_ms: crate::snapshot::unix_ms(),
+        commands: shared.running.commands(false),
+        ..NodeSnapshot::default()
+    }
 }
 
 /// `top`'s snapshot: sampled over a longer window, each GPU, each

@@ -45,7 +45,8 @@ pub struct Verdict {
     pub errors: ErrorLines,
     /// From the first failure to the last node being down (seconds).
     pub down_after_s: Option<f64>,
-    /// How to get onto the node (`multinode shell 5`), when its agent
+    /// How to get onto the node (`multinode shell 5`; a process's with
+    /// several a node: `multinode shell --rank 5`), when its agent
     /// answered and outlives the run ([`RunResult::agents_stay`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
@@ -114,8 +115,11 @@ pub fn build(result: &RunResult) -> Option<Verdict> {
         errors: node.evidence.errors.clone(),
         down_after_s: last_down.map(|t| secs(t, ended)),
         // A node lost or unreachable has no agent to get in through.
-        shell: (result.agents_stay && outcome.finished().is_some())
-            .then(|| format!("multinode shell {}", node.node_rank())),
+        shell: (result.agents_stay && outcome.finished().is_some()).then(|| match node.process {
+            // Several processes a node: by the process's global rank.
+            Some(_) => format!("multinode shell --rank {}", node.rank),
+            None => format!("multinode shell {}", node.node_rank()),
+        }),
     })
 }
 

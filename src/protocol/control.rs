@@ -9,6 +9,10 @@
 //!   (a worker holds one of these open to the head to notice it leave).
 //! - `#multinode:snapshot`: prints one JSON line, the snapshot of the
 //!   commands this agent runs (`agent/snapshot.rs`).
+//! - `#multinode:ranks`: prints one JSON line, a snapshot with no
+//!   process: each running command's `RANK`, `LOCAL_RANK` and process group
+//!   (`multinode shell --rank`). An agent older than it runs it as a shell
+//!   comment: status 0 and no output.
 //! - `#multinode:top [tail] [ras]`: as `snapshot`, taken for `multinode
 //!   top` (a longer window sampled several times, each GPU's state, each
 //!   command's rank and output ages); `tail` adds each command's last
@@ -31,6 +35,7 @@ pub enum Control {
     Release,
     WaitRelease,
     Snapshot,
+    Ranks,
     Top { tail: bool, ras: bool },
     ShowGroup { pgid: i32, pid_ns: u64 },
 }
@@ -45,6 +50,7 @@ pub fn parse(command: &[u8]) -> Option<Control> {
         b"release" => Some(Control::Release),
         b"wait-release" => Some(Control::WaitRelease),
         b"snapshot" => Some(Control::Snapshot),
+        b"ranks" => Some(Control::Ranks),
         other => {
             let mut words = std::str::from_utf8(other).ok()?.split(' ');
             let first = words.next()?;
@@ -79,6 +85,7 @@ pub fn command(control: Control) -> String {
         Control::Release => "#multinode:release".to_string(),
         Control::WaitRelease => "#multinode:wait-release".to_string(),
         Control::Snapshot => "#multinode:snapshot".to_string(),
+        Control::Ranks => "#multinode:ranks".to_string(),
         Control::Top { tail, ras } => format!(
             "#multinode:{TOP}{}{}",
             if tail { " tail" } else { "" },
@@ -128,6 +135,7 @@ mod tests {
             Control::Release,
             Control::WaitRelease,
             Control::Snapshot,
+            Control::Ranks,
             Control::Top {
                 tail: false,
                 ras: false,

@@ -14,6 +14,9 @@
 //! - `watch`: what a running command was started as (`RANK`) and has
 //!   printed (when, its last lines) and when it beat its heartbeat.
 //! - `ras`: NCCL's RAS service on this node, asked for its status.
+//! - `ranks`: with several processes a node, each command's tree labelled
+//!   with its `RANK` and `LOCAL_RANK`, and a node split into its ranks for
+//!   the table (pure); the rank a `multinode shell --rank` looks for.
 //! - `survey`: the head's side: every node's agent asked at once; exec_all's
 //!   own node shown by this machine's agent (`show_in_agent`).
 //!
@@ -24,6 +27,7 @@
 mod fold;
 mod procfs;
 mod pystack;
+mod ranks;
 pub(crate) mod ras;
 mod render;
 mod samples;
@@ -38,6 +42,7 @@ pub use samples::Samples;
 
 pub(crate) use fold::{fold, place};
 pub(crate) use procfs::pid_namespace;
+pub(crate) use ranks::Found;
 pub(crate) use render::{render_json, render_table};
 pub(crate) use take::{Options, take};
 
@@ -78,6 +83,12 @@ pub struct NodeSnapshot {
     /// answered (at most `ras::TEXT_MAX` bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ras: Option<String>,
+    /// One rank's share of a node ([`ranks::Units`]): the node's rank and
+    /// the rank's local rank there. Never sent: made where it is shown.
+    #[serde(skip)]
+    pub node_rank: Option<usize>,
+    #[serde(skip)]
+    pub local_rank: Option<usize>,
 }
 
 /// One command an agent runs (or a group it was shown), for `top`.
@@ -123,6 +134,16 @@ pub struct Proc {
     pub elapsed_s: f64,
     pub comm: String,
     pub cmdline: String,
+    /// The CPUs it may run on (`Cpus_allowed_list` of `/proc/PID/status`,
+    /// the kernel's list form: `0-23,48-71`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// With several processes a node: the `RANK` and `LOCAL_RANK` of the
+    /// command whose tree it is in (`ranks::label`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuUse>,
     /// The Python stack of its main thread, innermost frame first.

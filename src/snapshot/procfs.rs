@@ -176,6 +176,54 @@ pub(crate) fn parse_cmdline(bytes: &[u8]) -> String {
     String::from_utf8_lossy(trimmed).replace('\0', " ")
 }
 
+/// `Cpus_allowed_list` of `/proc/PID/status`: the CPUs it may run on, in
+/// the kernel's list form (`0-23,48-71`).
+pub(crate) fn parse_cpus_allowed(status: &str) -> Option<String> {
+    status.lines().find_map(|line| {
+        let list = line.strip_prefix("Cpus_allowed_list:")?.trim();
+        (!list.is_empty()).then(|| list.to_string())
+    })
+}
+
+/// `RANK` and `LOCAL_RANK` among the NUL-separated `NAME=VALUE`s of
+/// `/proc/PID/environ`, when numbers.
+pub(crate) fn parse_ranks(environ: &[u8]) -> (Option<usize>, Option<usize>) {
+    let (mut rank, mut local_rank) = (None, None);
+    for var in environ.split(|&b| b == 0) {
+        let number = |v: &[u8]| std::str::from_utf8(v).ok()?.trim().parse().ok();
+        if let Some(v) = var.strip_prefix(b"RANK=") {
+            rank = number(v);
+        } else if let Some(v) = var.strip_prefix(b"LOCAL_RANK=") {
+            local_rank = number(v);
+        }
+    }
+    (rank, local_rank)
+}
+
+/// The environment a process was started with holds at most this much
+/// that is read (`MAX_ARG_STRLEN` is 128 KiB a string, the whole stack's
+/// share a quarter of its limit).
+const ENVIRON_MAX: u64 = 4 << 20;
+
+/// The `RANK` and `LOCAL_RANK` process `pid` was started with (a process
+/// group exec_all shows its agent: its leader, `multinode supervise`, got
+/// the process's variables); none where it is gone or not readable.
+pub(crate) fn read_ranks(proc: &Path, pid: i32) -> (Option<usize>, Option<usize>) {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(proc.join(pid.to_string()).join("environ"))
+        .and_then(|f| f.take(ENVIRON_MAX).read_to_end(&mut bytes));
+    match read {
+        Ok(_) => parse_ranks(&bytes),
+        Err(_) => (None, None),
+    }
+}
+
+/// The CPUs `pid` may run on ([`parse_cpus_allowed`]).
+pub(crate) fn read_cpus(proc: &Path, pid: i32) -> Option<String> {
+    parse_cpus_allowed(&std::fs::read_to_string(proc.join(pid.to_string()).join("status")).ok()?)
+}
+
 /// Every process of this machine (one read of each `/proc/PID/stat`).
 pub(crate) fn read_all(proc: &Path) -> Vec<Stat> {
     let Ok(dir) = std::fs::read_dir(proc) else {
@@ -322,6 +370,19 @@ mod tests {
     }
 
     #[test]
+    fn cpus_and_ranks_of_a_process() {
+        let status = "Name:\tpython3\nCpus_allowed:\tff\nCpus_allowed_list:\t0-23,48-71\nMems_allowed_list:\t0\n";
+        assert_eq!(parse_cpus_allowed(status), Some("0-23,48-71".into()));
+        assert_eq!(parse_cpus_allowed("Name:\tx\n"), None);
+        assert_eq!(
+            parse_ranks(b"PATH=/bin\0RANK=5\0LOCAL_RANK=1\0MY_RANK=9\0"),
+            (Some(5), Some(1))
+        );
+        assert_eq!(parse_ranks(b"RANK=x\0GROUP_RANK=2"), (None, None));
+        assert_eq!(parse_ranks(b""), (None, None));
+    }
+
+    #[test]
     fn reads_this_process() {
         let proc = Path::new("/proc");
         let me = std::process::id() as i32;
@@ -335,6 +396,17 @@ mod tests {
             Some(mine.start_ticks)
         );
         assert!(!read_cmdline(proc, me).is_empty());
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("Cpus_allowed_list:"))
+            .unwrap();
+        assert_eq!(
+            read_cpus(proc, me).map(|c| format!("Cpus_allowed_list:\t{c}")),
+            Some(line.to_string())
+        );
+        assert_eq!(read_cpus(proc, -5), None);
+        assert_eq!(read_ranks(proc, -5), (None, None));
         assert!(uptime(proc).is_some_and(|u| u > 0.0));
         assert_eq!(read_stat(proc, -5), None);
     }

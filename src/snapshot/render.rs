@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::fold::Group;
+use super::ranks::Units;
 use super::{NodeSnapshot, Proc};
 use crate::table::printable;
 use crate::topology::nodeset::fold_ranks;
@@ -19,25 +20,54 @@ use crate::topology::nodeset::fold_ranks;
 #[derive(Debug, Serialize)]
 pub struct Document<'a> {
     pub nodes: usize,
+    /// Whether a node runs several processes: then the groups fold ranks
+    /// (global ones), not nodes, and each process of a rank's tree has its
+    /// `rank` and `local_rank`.
+    pub per_process: bool,
     /// Folded, the odd ones first.
     pub groups: &'a [Group],
     /// Every node's snapshot, in rank order.
     pub snapshots: &'a [NodeSnapshot],
 }
 
-pub(crate) fn render_json(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
+pub(crate) fn render_json(groups: &[Group], units: &Units) -> String {
     let doc = Document {
-        nodes: snaps.len(),
+        nodes: units.nodes.len(),
+        per_process: units.by_rank,
         groups,
-        snapshots: snaps,
+        snapshots: units.nodes,
     };
     let mut s = serde_json::to_string_pretty(&doc).expect("plain data serialises");
     s.push('\n');
     s
 }
 
-/// The headline: who is odd, and what the others do.
-pub(crate) fn headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
+/// The headline: who is odd, and what the others do; first, with
+/// several processes a node, the nodes that have no rank to show.
+pub(crate) fn headline(groups: &[Group], units: &Units) -> String {
+    let apart: Vec<String> = units
+        .apart
+        .iter()
+        .map(|s| {
+            format!(
+                "node {} ({}): {}",
+                s.rank,
+                s.host,
+                super::fold::signature(s)
+            )
+        })
+        .collect();
+    let folded = folded_headline(groups, &units.units);
+    if apart.is_empty() {
+        folded
+    } else if groups.is_empty() {
+        apart.join("; ")
+    } else {
+        format!("{}; {folded}", apart.join("; "))
+    }
+}
+
+fn folded_headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
     let host = |rank: usize| {
         snaps
             .iter()
@@ -52,8 +82,13 @@ pub(crate) fn headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
     match groups {
         [] => "no nodes".to_string(),
         [all] => format!(
-            "all {} node{}: {}",
+            "all {} {}{}: {}",
             all.rank_list.len(),
+            if snaps.iter().any(|s| s.node_rank.is_some()) {
+                "rank"
+            } else {
+                "node"
+            },
             if all.rank_list.len() == 1 { "" } else { "s" },
             all.summary
         ),
@@ -72,12 +107,13 @@ pub(crate) fn headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
     }
 }
 
-/// How to get onto the first odd node: `shell into it: multinode shell 5`.
-/// Only where its agent answered: one that did not is no way in.
-pub(crate) fn shell_hint(groups: &[Group], snaps: &[NodeSnapshot]) -> Option<String> {
+/// How to get onto the first odd node: `shell into it: multinode shell 5`,
+/// or onto the first odd rank's node: `multinode shell --rank 5`. Only
+/// where its agent answered: one that did not is no way in.
+pub(crate) fn shell_hint(groups: &[Group], units: &Units) -> Option<String> {
     let odd = groups.first().filter(|g| g.odd)?;
     let rank = *odd.rank_list.first()?;
-    let snap = snaps.iter().find(|s| s.rank == rank)?;
+    let snap = units.units.iter().find(|s| s.rank == rank)?;
     if snap.error.is_some() {
         return None;
     }
@@ -86,7 +122,8 @@ pub(crate) fn shell_hint(groups: &[Group], snaps: &[NodeSnapshot]) -> Option<Str
     } else {
         "one of them"
     };
-    Some(format!("shell into {whom}: multinode shell {rank}"))
+    let flag = if units.by_rank { "--rank " } else { "" };
+    Some(format!("shell into {whom}: multinode shell {flag}{rank}"))
 }
 
 /// `1h02m`, `3m07s`, `12.5s`.
@@ -140,8 +177,9 @@ fn shorten(s: &str, max: usize) -> String {
     out
 }
 
-/// One node's processes, indented, a stack under each Python process.
-fn processes(out: &mut String, snap: &NodeSnapshot) {
+/// One node's processes, indented, a stack under each Python process;
+/// with `cpus`, the CPUs each may run on.
+fn processes(out: &mut String, snap: &NodeSnapshot, cpus: bool) {
     if let Some(e) = &snap.error {
         let _ = writeln!(out, "  no snapshot: {}", printable(e));
         return;
@@ -150,11 +188,11 @@ fn processes(out: &mut String, snap: &NodeSnapshot) {
         let _ = writeln!(out, "  no process of the job is running");
         return;
     }
-    let rows: Vec<[String; 8]> = snap
+    let rows: Vec<Vec<String>> = snap
         .processes
         .iter()
         .map(|p| {
-            [
+            let mut row = vec![
                 p.pid.to_string(),
                 printable(&p.state).into_owned(),
                 format!("{:.0}", p.cpu_pct),
@@ -163,16 +201,25 @@ fn processes(out: &mut String, snap: &NodeSnapshot) {
                 p.wchan
                     .as_deref()
                     .map_or_else(|| "-".into(), |w| printable(w).into_owned()),
-                gpu_text(p),
-                shorten(&printable(&p.cmdline_or_comm()), 70),
-            ]
+            ];
+            if cpus {
+                row.push(p.cpus.clone().unwrap_or_else(|| "-".into()));
+            }
+            row.push(gpu_text(p));
+            row.push(shorten(&printable(&p.cmdline_or_comm()), 70));
+            row
         })
         .collect();
-    let head = [
-        "PID", "S", "CPU%", "RSS", "ELAPSED", "WAIT", "GPU", "COMMAND",
-    ];
-    let head = head.map(String::from);
-    let all: Vec<&[String; 8]> = std::iter::once(&head).chain(&rows).collect();
+    let mut head = vec!["PID", "S", "CPU%", "RSS", "ELAPSED", "WAIT"];
+    if cpus {
+        head.push("CPUS");
+    }
+    head.extend(["GPU", "COMMAND"]);
+    let head: Vec<String> = head.into_iter().map(String::from).collect();
+    let all: Vec<&[String]> = std::iter::once(&head)
+        .chain(&rows)
+        .map(Vec::as_slice)
+        .collect();
     let columns = crate::table::Columns::fit(&all);
     let line = |out: &mut String, cells: &[&str]| {
         let _ = writeln!(out, "  {}", columns.line(cells));
@@ -223,10 +270,13 @@ impl Proc {
 
 /// The table for people: the headline, one line per group, then each
 /// group's first node in detail (odd groups first).
-pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
+/// With several processes a node, the groups fold ranks: each rank's
+/// block names its node and local rank, and shows each process's CPUs.
+pub(crate) fn render_table(groups: &[Group], units: &Units) -> String {
+    let snaps = &units.units;
     let mut out = String::new();
-    let _ = writeln!(out, "{}", printable(&headline(groups, snaps)));
-    if let Some(hint) = shell_hint(groups, snaps) {
+    let _ = writeln!(out, "{}", printable(&headline(groups, units)));
+    if let Some(hint) = shell_hint(groups, units) {
         let _ = writeln!(out, "{hint}");
     }
     let _ = writeln!(out);
@@ -236,7 +286,8 @@ pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
         .max()
         .unwrap_or(0)
         .max("RANKS".len());
-    let _ = writeln!(out, "{:<ranks_w$}  NODES  WHAT", "RANKS");
+    let count = if units.by_rank { "PROCS" } else { "NODES" };
+    let _ = writeln!(out, "{:<ranks_w$}  {count}  WHAT", "RANKS");
     for g in groups {
         let _ = writeln!(
             out,
@@ -263,14 +314,30 @@ pub(crate) fn render_table(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(out, "rank {first} ({}){also}:", printable(&snap.host));
-        processes(&mut out, snap);
+        let place = match (snap.node_rank, snap.local_rank) {
+            (Some(node), Some(local)) => format!(": node {node}, local rank {local}"),
+            (Some(node), None) => format!(": node {node}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "rank {first} ({}{place}){also}:",
+            printable(&snap.host)
+        );
+        processes(&mut out, snap, units.by_rank);
     }
-    let notes: Vec<String> = snaps
+    for snap in &units.apart {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "node {} ({}):", snap.rank, printable(&snap.host));
+        processes(&mut out, snap, units.by_rank);
+    }
+    let who = if units.by_rank { "node" } else { "rank" };
+    let notes: Vec<String> = units
+        .nodes
         .iter()
         .filter_map(|s| {
             let note = s.gpu_note.as_deref()?;
-            Some(format!("rank {}: {}", s.rank, printable(note)))
+            Some(format!("{who} {}: {}", s.rank, printable(note)))
         })
         .collect();
     if !notes.is_empty() {
@@ -320,6 +387,9 @@ mod tests {
                 stack_idle: Some(true),
                 stack_note: None,
                 samples: None,
+                cpus: None,
+                rank: None,
+                local_rank: None,
             }],
             ..NodeSnapshot::default()
         }
@@ -331,8 +401,9 @@ mod tests {
             snap(0, &["all_reduce", "train_step"], 100),
             snap(1, &["hang", "<module>"], 0),
         ];
-        let groups = fold(&snaps);
-        let table = render_table(&groups, &snaps);
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
         let first = table.lines().next().expect("a headline");
         assert_eq!(
             first,
@@ -353,8 +424,9 @@ mod tests {
         // Rank 1's block comes before rank 0's.
         assert!(table.find("rank 1 (127.0.0.3):") < table.find("rank 0 (127.0.0.2):"));
         let json: serde_json::Value =
-            serde_json::from_str(&render_json(&groups, &snaps)).expect("json");
+            serde_json::from_str(&render_json(&groups, &units)).expect("json");
         assert_eq!(json["nodes"], 2);
+        assert_eq!(json["per_process"], false);
         assert_eq!(json["groups"][0]["ranks"], "1");
         assert_eq!(json["groups"][0]["odd"], true);
         assert_eq!(
@@ -378,8 +450,9 @@ mod tests {
             frames[1].file = "t\x7f.py".into();
         }
         let snaps = vec![one];
-        let groups = fold(&snaps);
-        let table = render_table(&groups, &snaps);
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
         let raw: Vec<char> = table
             .chars()
             .filter(|c| c.is_control() && *c != '\n')
@@ -394,10 +467,110 @@ mod tests {
             assert!(table.contains(shown), "{shown} in {table}");
         }
         let json: serde_json::Value =
-            serde_json::from_str(&render_json(&groups, &snaps)).expect("json");
+            serde_json::from_str(&render_json(&groups, &units)).expect("json");
         assert_eq!(
             json["snapshots"][0]["processes"][0]["cmdline"],
             "\x1b]0;PWNED\x07\x1b[2J sleep 25\nrank 9: fake"
+        );
+    }
+
+    /// Two nodes of two processes each, labelled as `ranks::label` does:
+    /// rank 3 (node 1, local rank 1) hangs outside the collective.
+    #[test]
+    fn with_several_processes_a_node_the_table_folds_ranks_with_their_cpus() {
+        let snaps: Vec<NodeSnapshot> = (0..2)
+            .map(|node| {
+                let mut snap = snap(node, &[], 0);
+                snap.processes = (0..2)
+                    .map(|local| {
+                        let rank = 2 * node + local;
+                        let mut p = snap.processes[0].clone();
+                        p.pid = 100 + rank as i32;
+                        p.rank = Some(rank);
+                        p.local_rank = Some(local);
+                        p.cpus = Some(format!("{}-{}", 8 * local, 8 * local + 7));
+                        p.gpu = None;
+                        p.stack = Some(vec![Frame {
+                            function: if rank == 3 { "hang" } else { "all_reduce" }.into(),
+                            file: "train.py".into(),
+                            line: 12,
+                        }]);
+                        p
+                    })
+                    .collect();
+                snap
+            })
+            .collect();
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
+        let mut lines = table.lines();
+        assert_eq!(
+            lines.next(),
+            Some(
+                "rank 3 (127.0.0.3): python3 sleeping in hang; the others, ranks 0-2: python3 sleeping in all_reduce"
+            )
+        );
+        assert_eq!(
+            lines.next(),
+            Some("shell into it: multinode shell --rank 3")
+        );
+        assert!(
+            table.contains(
+                "\nRANKS  PROCS  WHAT\n3      1      python3 sleeping in hang\n0-2    3  "
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "\nrank 3 (127.0.0.3: node 1, local rank 1):\n  PID  S  CPU%  RSS   ELAPSED  WAIT       CPUS  GPU  COMMAND\n  103  S  0     2.4G  1m15s    do_select  8-15  -    python3 /workspace/train.py\n"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "\nrank 0 (127.0.0.2: node 0, local rank 0) (shown for the 3 ranks 0-2 alike):\n"
+            ),
+            "{table}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render_json(&groups, &units)).expect("json");
+        assert_eq!(json["per_process"], true);
+        assert_eq!(json["nodes"], 2);
+        assert_eq!(json["groups"][0]["ranks"], "3");
+        let p = &json["snapshots"][1]["processes"][1];
+        assert_eq!(
+            (&p["rank"], &p["local_rank"], &p["cpus"]),
+            (&3.into(), &1.into(), &"8-15".into())
+        );
+    }
+
+    #[test]
+    fn a_node_with_no_rank_to_show_stands_apart() {
+        let mut ranked = snap(0, &["all_reduce"], 0);
+        ranked.processes[0].rank = Some(0);
+        ranked.processes[0].local_rank = Some(0);
+        let snaps = vec![
+            ranked,
+            NodeSnapshot {
+                rank: 1,
+                host: "127.0.0.3".into(),
+                error: Some("connection refused".into()),
+                ..NodeSnapshot::default()
+            },
+        ];
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
+        assert!(
+            table.starts_with(
+                "node 1 (127.0.0.3): no snapshot: connection refused; all 1 rank: python3 sleeping in all_reduce\n"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("\nnode 1 (127.0.0.3):\n  no snapshot: connection refused\n"),
+            "{table}"
         );
     }
 

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tracing::debug;
 
+use super::ranks::{self, Units};
 use super::watch::{OutputTap, Stream, Watched, relayed_line};
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
@@ -64,6 +65,7 @@ pub(crate) async fn ask_each(
             snap.rank = node.rank;
             // The name the job knows the node by (the agent knows its own hostname).
             snap.host = node.host.clone();
+            ranks::label(&mut snap);
             snap
         });
     }
@@ -115,6 +117,7 @@ async fn ask(
         if out.is_empty() {
             let what = match control {
                 Control::Top { .. } => "multinode top",
+                Control::Ranks => "multinode shell --rank",
                 _ => "multinode ps",
             };
             format!("the agent answered nothing (an agent older than `{what}`?)")
@@ -122,6 +125,13 @@ async fn ask(
             format!("unreadable snapshot: {e}")
         }
     })
+}
+
+/// Where global rank `rank` runs: every node's agent asked at once for
+/// its commands' records (`#multinode:ranks`, no look at the processes).
+pub(crate) async fn find_rank(connector: &Connector, nodes: Vec<Ask>, rank: usize) -> ranks::Found {
+    let snaps = ask_each(connector, nodes, |_| Control::Ranks).await;
+    ranks::find(&snaps, rank)
 }
 
 /// `multinode ps`: a snapshot of the job's processes on every node.
@@ -151,10 +161,11 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
         .map_err(|e| Error::Failed(format!("cannot start the runtime: {e}")))?;
     let snaps = runtime.block_on(ask_all(&connector, nodes));
     runtime.shutdown_background();
-    let groups = fold(&snaps);
+    let units = Units::of(&snaps);
+    let groups = fold(&units.units);
     let text = match args.format {
-        TableFormat::Table => render_table(&groups, &snaps),
-        TableFormat::Json => render_json(&groups, &snaps),
+        TableFormat::Table => render_table(&groups, &units),
+        TableFormat::Json => render_json(&groups, &units),
     };
     crate::stdio::print_stdout(&text)?;
     let unanswered = snaps.iter().filter(|s| s.error.is_some()).count();
@@ -272,6 +283,22 @@ impl RunNodes {
             let mut snap = super::take(&roots, &super::Options::from_env()).await;
             snap.rank = rank;
             snap.host = host;
+            // Each command here is led by `multinode supervise`, started
+            // with the process's variables: its RANK and LOCAL_RANK.
+            let proc = std::path::Path::new("/proc");
+            snap.commands = roots
+                .iter()
+                .map(|&pgid| {
+                    let (rank, local_rank) = super::procfs::read_ranks(proc, pgid);
+                    super::CommandInfo {
+                        pgid,
+                        rank,
+                        local_rank,
+                        ..super::CommandInfo::default()
+                    }
+                })
+                .collect();
+            ranks::label(&mut snap);
             Some(snap)
         };
         let remote = async {
@@ -317,8 +344,9 @@ impl RunNodes {
 
 /// The table and the JSON document of a run's snapshot.
 pub(crate) fn render_both(snaps: &[NodeSnapshot]) -> (String, serde_json::Value) {
-    let groups = fold(snaps);
-    let table = render_table(&groups, snaps);
-    let json = serde_json::from_str(&render_json(&groups, snaps)).unwrap_or_default();
+    let units = Units::of(snaps);
+    let groups = fold(&units.units);
+    let table = render_table(&groups, &units);
+    let json = serde_json::from_str(&render_json(&groups, &units)).unwrap_or_default();
     (table, json)
 }

@@ -87,6 +87,10 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         .iter()
         .map(|s| procfs::read_cmdline(&proc, s.pid))
         .collect();
+    let cpus: Vec<Option<String>> = first
+        .iter()
+        .map(|s| procfs::read_cpus(&proc, s.pid))
+        .collect();
     // State and wait channel before py-spy attaches (it stops the process
     // for a moment, and its interruption wakes a sleeping syscall).
     let waits: Vec<Option<String>> = first
@@ -194,7 +198,8 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         .zip(second)
         .zip(waits)
         .zip(cmdlines)
-        .map(|(((a, b), wchan), cmdline)| {
+        .zip(cpus)
+        .map(|((((a, b), wchan), cmdline), cpus)| {
             // A process that ended during the window keeps its first sample.
             let now = b.filter(|b| b.start_ticks == a.start_ticks);
             let cpu_pct = now.as_ref().map_or(0.0, |b| {
@@ -215,6 +220,7 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
                 }),
                 comm: s.comm.clone(),
                 cmdline,
+                cpus,
                 gpu: gpus.by_pid.get(&a.pid).cloned(),
                 ..Proc::default()
             };
@@ -300,6 +306,12 @@ mod tests {
             ..Options::from_env()
         };
         let snap = take(&[pid].into(), &opts).await;
+        // The sleep's CPUs, read while it lives.
+        let status = snap
+            .processes
+            .get(1)
+            .and_then(|p| std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok())
+            .unwrap_or_default();
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
@@ -315,6 +327,8 @@ mod tests {
         assert!(sleep.cpu_pct < 5.0, "{sleep:?}");
         assert!(sleep.cmdline.starts_with("sleep 30"), "{sleep:?}");
         assert!(sleep.rss_kib > 0);
+        let line = format!("Cpus_allowed_list:\t{}", sleep.cpus.as_deref().unwrap());
+        assert!(status.lines().any(|l| l == line), "{line} in {status}");
         assert!(snap.window_ms >= 200);
         assert_eq!(snap.py_spy, "not installed (no Python stacks)");
         assert_eq!(snap.gpu_note, None);

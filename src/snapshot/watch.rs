@@ -124,6 +124,14 @@ impl Watched {
         }
     }
 
+    /// A group a client shows the agent (exec_all's own node, outside any
+    /// agent): what its leader (`multinode supervise`, given the process's
+    /// variables) was started as.
+    pub(crate) fn of_shown_group(pgid: i32, keeps_tail: bool) -> Self {
+        let (rank, local_rank) = super::procfs::read_ranks(std::path::Path::new("/proc"), pgid);
+        Watched::new(rank, local_rank, keeps_tail)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()

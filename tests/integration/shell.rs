@@ -262,3 +262,79 @@ fn the_hang_walk_through_of_diagnose_md_runs_as_written() {
     let got: Vec<String> = got.iter().map(|l| l.to_string()).collect();
     assert_eq!(words(&got[1..]), words(&want[1..]), "{text}");
 }
+
+/// With several processes a node (`mn-exec-all --nproc-per-node 2`, run
+/// outside any agent as a job script runs it), `--rank R` opens on the node
+/// of the process with `RANK=R`, found by asking every agent, the shell's
+/// `RANK` and `LOCAL_RANK` the process's; a rank that no node runs is one
+/// line and exit code 2.
+#[test]
+fn by_a_process_rank_it_lands_on_that_processs_node() {
+    let job = Job::start(29954);
+    let tag = sleep_tag();
+    let mut exec_all = cmd(&mn_exec_all())
+        .envs(job.env())
+        .args(["--nproc-per-node", "2", "--bind", "none", "-c"])
+        .arg(format!("exec sleep {tag}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || sleepers(&tag).len() == 6),
+        "{:?}",
+        sleepers(&tag)
+    );
+    // Node 0's processes are exec_all's own, shown to its agent: found
+    // once exec_all showed them, as `multinode ps` sees them.
+    let ps = || {
+        let mut c = cmd(&multinode());
+        c.envs(job.env()).args(["ps", "--format", "json"]);
+        serde_json::from_slice::<serde_json::Value>(&run(c).stdout).unwrap_or_default()
+    };
+    let labelled = |doc: &serde_json::Value| -> usize {
+        doc["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["commands"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["local_rank"].is_u64())
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || labelled(&ps()) == 6),
+        "{:#}",
+        ps()
+    );
+    let show = "echo $MULTINODE_LOCAL_IP $MULTINODE_NODE_RANK $RANK $LOCAL_RANK";
+    for (rank, node) in [(0, 0), (1, 0), (3, 1), (4, 2), (5, 2)] {
+        let r = rank.to_string();
+        let out = run(job.shell(&["--rank", &r, "--", show]));
+        assert_eq!(
+            (stdout(&out), out.status.code()),
+            (
+                format!("{} {node} {rank} {}\n", job.hosts[node], rank % 2),
+                Some(0)
+            ),
+            "rank {rank}: {}",
+            stderr(&out)
+        );
+    }
+    let out = run(job.shell(&["--rank", "9", "--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "multinode: error: no process of the job runs with RANK=9 on the 3 nodes that answered; `multinode ps` lists the ranks that run\n"
+    );
+    // A node and a rank at once: one line, exit 2 (clap's).
+    let out = run(job.shell(&["--rank", "1", "2"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exec_all.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    assert!(wait_exit(&mut exec_all, Duration::from_secs(20)).is_some());
+}

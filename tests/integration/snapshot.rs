@@ -777,3 +777,101 @@ fn ps_shows_control_characters_of_a_command_line_escaped() {
     let _ = command.kill();
     let _ = command.wait();
 }
+
+/// The `Cpus_allowed_list` of `/proc/PID/status`.
+fn cpus_allowed(pid: u64) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// `multinode ps` of a `--nproc-per-node 2` job (exec_all outside any
+/// agent, an agent on every node, node 0's processes shown to its agent):
+/// every process under its global rank and local rank, with the CPUs the
+/// kernel lets it run on (each pinned by `taskset` to the CPU of its local
+/// rank), as `/proc/PID/status` has them.
+#[test]
+fn ps_shows_each_process_of_several_a_node_by_its_rank_with_its_cpus() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29947;
+    let agents: Vec<Agent> = hosts
+        .iter()
+        .map(|h| Agent::start_with(h, port, &[], &[]))
+        .collect();
+    let hostlist = one_slot_each(&hosts);
+    let job = |program: &Path| {
+        let mut c = cmd(program);
+        c.env("MULTINODE_HOSTLIST", &hostlist)
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", port.to_string());
+        c
+    };
+    // Rank r sleeps `10000r.TAG`: its own command line.
+    let tag = std::process::id();
+    let mut exec_all = job(&mn_exec_all())
+        .args(["--nproc-per-node", "2", "--bind", "none", "-c"])
+        .arg(format!(
+            "exec taskset -c $LOCAL_RANK sleep 10000$RANK.{tag}"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ps = |format: &str| {
+        let out = job(&multinode())
+            .args(["ps", "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let sleep_of = |doc: &serde_json::Value, rank: usize| -> Option<serde_json::Value> {
+        doc["snapshots"][rank / 2]["processes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["cmdline"] == format!("sleep 10000{rank}.{tag}").as_str())
+            .cloned()
+    };
+    let mut doc: serde_json::Value = serde_json::from_str(&ps("json")).unwrap();
+    let start = Instant::now();
+    while !(0..6).all(|r| sleep_of(&doc, r).is_some_and(|p| p["rank"] == r)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not every rank showed: {doc:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        doc = serde_json::from_str(&ps("json")).unwrap();
+    }
+    assert_eq!(doc["per_process"], true, "{doc:#}");
+    for rank in 0..6 {
+        let p = sleep_of(&doc, rank).unwrap();
+        assert_eq!(p["local_rank"], rank % 2, "{p:#}");
+        let cpus = cpus_allowed(p["pid"].as_u64().unwrap());
+        assert_eq!(p["cpus"], cpus.as_str(), "rank {rank}: {p:#}");
+        assert_eq!(cpus, (rank % 2).to_string(), "taskset pinned it");
+    }
+    // The groups fold the six ranks; each block names its node and local rank.
+    assert_eq!(doc["groups"][0]["ranks"], "0-5", "{doc:#}");
+    let table = ps("table");
+    assert!(table.starts_with("all 6 ranks: sleep "), "{table}");
+    assert!(
+        table.contains(&format!(
+            "\nrank 0 ({}: node 0, local rank 0) (shown for the 6 ranks 0-5 alike):\n  PID ",
+            hosts[0]
+        )),
+        "{table}"
+    );
+    assert!(table.contains("  CPUS  "), "{table}");
+
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exec_all.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    assert!(wait_exit(&mut exec_all, Duration::from_secs(20)).is_some());
+    drop(agents);
+}
