@@ -64,7 +64,9 @@ pub(crate) async fn launch(
         snapshot_on_timeout: options.snapshot_on_timeout,
         hang_timeout: options.hang_timeout,
         progress_seen: ctx.progress.clone(),
-        start_line: options.forward_output,
+        // A user's run (`shell_hint`): not a relay's, whose stderr is its
+        // head's to read, nor a health check's.
+        start_line: options.forward_output && options.shell_hint,
     };
     let node::Started {
         handles,
