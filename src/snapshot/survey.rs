@@ -1,10 +1,12 @@
 //! The head's side: every node's agent asked for its snapshot at once, over
-//! a fresh authenticated connection each (`#multinode:snapshot`), and
+//! an authenticated connection each (`#multinode:snapshot`; fresh for
+//! `ps`, kept from one refresh to the next for `top`: [`Kept`]), and
 //! `multinode ps`, which prints them folded. And the one node an agent does
 //! not run: exec_all's own, which it shows to this machine's agent for as
 //! long as it runs (`#multinode:show-group`, [`show_in_agent`]), so that
 //! `multinode ps` sees it there.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
-use crate::transport::client::{Auth, Connector, Target};
+use crate::transport::client::{Auth, Connection, Connector, Target};
 
 /// A node's agent gets this long to answer, once connected: its own tools
 /// are bounded well below it (`take::TOOL_TIMEOUT`).
@@ -39,39 +41,64 @@ pub(crate) struct Ask {
 /// Asks every node at once; the answers come back in rank order, a node
 /// that could not answer with its reason in `error`.
 pub(crate) async fn ask_all(connector: &Connector, nodes: Vec<Ask>) -> Vec<NodeSnapshot> {
-    ask_each(connector, nodes, |_| Control::Snapshot).await
+    ask_each(connector, nodes, |_| Control::Snapshot, None).await
+}
+
+/// Connections to the agents kept open from one ask to the next (`top`'s
+/// refreshes): a login costs both ends far more than a request, and the
+/// agents then start their windows together. One a node rank, made when
+/// missing, let go after any failure (the next ask connects again).
+#[derive(Default)]
+pub(crate) struct Kept {
+    conns: BTreeMap<usize, Arc<Connection>>,
 }
 
 /// [`ask_all`] with the request each node is asked (`#multinode:snapshot`,
-/// or `top`'s).
+/// or `top`'s), over the connections of `kept` where it has them (and
+/// then keeping them there), else over one made and closed for this ask.
 pub(crate) async fn ask_each(
     connector: &Connector,
     nodes: Vec<Ask>,
     request: impl Fn(&Ask) -> Control,
+    mut kept: Option<&mut Kept>,
 ) -> Vec<NodeSnapshot> {
     let user = std::env::var("USER").unwrap_or_else(|_| "multinode".to_string());
+    let keep = kept.is_some();
     let mut set = JoinSet::new();
     for node in nodes {
         let connector = connector.clone();
         let user = user.clone();
         let control = request(&node);
+        let open = kept
+            .as_deref_mut()
+            .and_then(|k| k.conns.remove(&node.rank))
+            .filter(|c| !c.is_closed());
         set.spawn(async move {
-            let mut snap = ask(&connector, &node, user, control)
-                .await
-                .unwrap_or_else(|e| NodeSnapshot {
-                    error: Some(e),
-                    ..NodeSnapshot::default()
-                });
+            let (answer, conn) = ask(&connector, &node, user, control, open).await;
+            let conn = match conn {
+                Some(conn) if !keep => {
+                    conn.close().await;
+                    None
+                }
+                conn => conn,
+            };
+            let mut snap = answer.unwrap_or_else(|e| NodeSnapshot {
+                error: Some(e),
+                ..NodeSnapshot::default()
+            });
             snap.rank = node.rank;
             // The name the job knows the node by (the agent knows its own hostname).
             snap.host = node.host.clone();
             ranks::label(&mut snap);
-            snap
+            (snap, conn)
         });
     }
     let mut out = Vec::new();
     while let Some(done) = set.join_next().await {
-        if let Ok(snap) = done {
+        if let Ok((snap, conn)) = done {
+            if let (Some(kept), Some(conn)) = (kept.as_deref_mut(), conn) {
+                kept.conns.insert(snap.rank, conn);
+            }
             out.push(snap);
         }
     }
@@ -79,42 +106,83 @@ pub(crate) async fn ask_each(
     out
 }
 
+/// One node's answer, over `open` when given and still good, else over a
+/// new connection; with the connection when the answer was good.
 async fn ask(
     connector: &Connector,
     node: &Ask,
     user: String,
     control: Control,
-) -> Result<NodeSnapshot, String> {
+    open: Option<Arc<Connection>>,
+) -> (Result<NodeSnapshot, String>, Option<Arc<Connection>>) {
+    if let Some(conn) = open {
+        match ask_over(&conn, node, control).await {
+            Ok(snap) => return (Ok(snap), Some(conn)),
+            // The agent went away since the last ask (restarted, the
+            // connection lost): a fresh connection answers for it.
+            Err(Failed::Lost(e)) => {
+                debug!(rank = node.rank, error = %e, "a kept connection lost; connecting again");
+            }
+            Err(e) => return (Err(e.to_string()), None),
+        }
+    }
     let target = Target {
         host: node.host.clone(),
         port: node.port,
         user,
     };
-    let conn = connector
-        .connect(&target)
-        .await
-        .map_err(|e| e.to_string())?;
+    let conn = match connector.connect(&target).await {
+        Ok(conn) => Arc::new(conn),
+        Err(e) => return (Err(e.to_string()), None),
+    };
+    match ask_over(&conn, node, control).await {
+        Ok(snap) => (Ok(snap), Some(conn)),
+        Err(e) => {
+            conn.close().await;
+            (Err(e.to_string()), None)
+        }
+    }
+}
+
+/// Why a connected agent gave no snapshot.
+#[derive(Debug)]
+enum Failed {
+    /// The connection broke (a kept one may be stale: worth a new one).
+    Lost(russh::Error),
+    /// Anything else, as the row's reason.
+    Other(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Lost(e) => write!(f, "lost while asking: {e}"),
+            Failed::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+async fn ask_over(conn: &Connection, node: &Ask, control: Control) -> Result<NodeSnapshot, Failed> {
     let answer = tokio::time::timeout(ANSWER_TIMEOUT, conn.control(control)).await;
-    conn.close().await;
     let (status, out) = match answer {
         Err(_) => {
-            return Err(format!(
+            return Err(Failed::Other(format!(
                 "the agent did not answer within {} s",
                 ANSWER_TIMEOUT.as_secs()
-            ));
+            )));
         }
-        Ok(Err(e)) => return Err(format!("lost while asking: {e}")),
+        Ok(Err(e)) => return Err(Failed::Lost(e)),
         Ok(Ok(answer)) => answer,
     };
     if status != 0 {
         // An agent that does not know the request runs it as a shell comment.
-        return Err(format!(
+        return Err(Failed::Other(format!(
             "the agent answered with status {status} (an agent older than `multinode ps`?)"
-        ));
+        )));
     }
     serde_json::from_slice(&out).map_err(|e| {
         debug!(rank = node.rank, error = %e, "unreadable snapshot");
-        if out.is_empty() {
+        Failed::Other(if out.is_empty() {
             let what = match control {
                 Control::Top { .. } => "multinode top",
                 Control::Ranks => "multinode shell --rank",
@@ -123,14 +191,14 @@ async fn ask(
             format!("the agent answered nothing (an agent older than `{what}`?)")
         } else {
             format!("unreadable snapshot: {e}")
-        }
+        })
     })
 }
 
 /// Where global rank `rank` runs: every node's agent asked at once for
 /// its commands' records (`#multinode:ranks`, no look at the processes).
 pub(crate) async fn find_rank(connector: &Connector, nodes: Vec<Ask>, rank: usize) -> ranks::Found {
-    let snaps = ask_each(connector, nodes, |_| Control::Ranks).await;
+    let snaps = ask_each(connector, nodes, |_| Control::Ranks, None).await;
     ranks::find(&snaps, rank)
 }
 

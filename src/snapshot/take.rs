@@ -67,9 +67,12 @@ impl Options {
 }
 
 /// `top`'s window: long enough for a few steps of a fast loop's
-/// compute-then-wait to show in its samples, short against a refresh.
-pub(crate) const TOP_WINDOW: Duration = Duration::from_millis(500);
-/// Looks at each process's state over [`TOP_WINDOW`] (a `/proc` read each).
+/// compute-then-wait to show in its samples, short against a refresh (it
+/// is most of one at 256 nodes: every agent samples over its window).
+pub(crate) const TOP_WINDOW: Duration = Duration::from_millis(250);
+/// Looks at each process's state over [`TOP_WINDOW`] (a `/proc/PID/stat`
+/// read each, microseconds): as many as `top`'s rule wants of a wait share
+/// from one refresh (`--once`), however short the window.
 pub(crate) const TOP_LOOKS: u32 = 20;
 /// Python stacks a process over [`TOP_WINDOW`] (a `py-spy dump` each:
 /// tens of milliseconds of a CPU on the node, and a pause of the process).

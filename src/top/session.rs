@@ -22,7 +22,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
-use crate::snapshot::survey::{Ask, ask_each};
+use crate::snapshot::survey::{Ask, Kept, ask_each};
 use crate::transport::client::{Auth, Connector};
 
 /// The order `s` cycles through.
@@ -49,6 +49,8 @@ struct Session {
     nodes: Vec<Ask>,
     progress: Option<Progress>,
     history: History,
+    /// One connection a node, open from one refresh to the next.
+    kept: Kept,
 }
 
 impl Session {
@@ -56,10 +58,15 @@ impl Session {
         let tail = self.progress.is_some();
         // One node's RAS service speaks for the whole job: rank 0's.
         let first = self.nodes.first().map(|a| a.rank);
-        let snaps = ask_each(&self.connector, self.nodes.clone(), |ask| Control::Top {
-            tail,
-            ras: Some(ask.rank) == first,
-        })
+        let snaps = ask_each(
+            &self.connector,
+            self.nodes.clone(),
+            |ask| Control::Top {
+                tail,
+                ras: Some(ask.rank) == first,
+            },
+            Some(&mut self.kept),
+        )
         .await;
         let ras = snaps.iter().find_map(|s| s.ras.as_deref()).map(ras::parse);
         let mut rows = rows::rows(&snaps);
@@ -137,6 +144,7 @@ pub fn main(args: TopArgs) -> Result<i32, Error> {
         nodes,
         progress,
         history: History::default(),
+        kept: Kept::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -992,9 +992,15 @@ fn the_report_tells_where_each_nodes_start_went() {
         let (spawn, beat, line) = (s("spawn_s"), s("first_heartbeat_s"), s("first_output_s"));
         let (spawn, beat, line) = (spawn.unwrap(), beat.unwrap(), line.unwrap());
         assert!(spawn <= beat && beat < line, "{t}");
-        assert!(line - spawn >= 0.7, "the first line came after the sleep: {t}");
+        assert!(
+            line - spawn >= 0.7,
+            "the first line came after the sleep: {t}"
+        );
         if node["rank"] == 0 {
-            assert!(t.get("connect_s").is_none() && t.get("login_s").is_none(), "{t}");
+            assert!(
+                t.get("connect_s").is_none() && t.get("login_s").is_none(),
+                "{t}"
+            );
         } else {
             let (connect, login) = (s("connect_s").unwrap(), s("login_s").unwrap());
             assert!(connect <= login && login <= spawn, "{t}");
