@@ -24,11 +24,18 @@ pub struct Samples {
     pub stacks_waiting: u32,
 }
 
+/// Below this many py-spy stacks (3 a process a refresh), a share rests on
+/// the states' looks instead: `top --once` has one or two refreshes, and 3
+/// to 6 stacks give shares of 33%, 50%, 67% (a real H100 run,
+/// docs/gpu.md), too coarse for the straggler rule's margin.
+pub const MIN_STACKS: u32 = 10;
+
 impl Samples {
     /// The share of the samples spent waiting, and how many samples it
-    /// stands on: py-spy's stacks where there are any, else the states.
+    /// stands on: py-spy's stacks where there are [`MIN_STACKS`], else the
+    /// states.
     pub fn wait_share(&self) -> Option<(f64, u32)> {
-        if self.stacks > 0 {
+        if self.stacks >= MIN_STACKS {
             Some((self.stacks_waiting as f64 / self.stacks as f64, self.stacks))
         } else if self.looks > 0 {
             Some((self.asleep as f64 / self.looks as f64, self.looks))
@@ -105,10 +112,17 @@ mod tests {
             looks: 10,
             asleep: 8,
             uninterruptible: 0,
+            stacks: 12,
+            stacks_waiting: 3,
+        };
+        assert_eq!(s.wait_share(), Some((0.25, 12)));
+        // Too few stacks: the states tell.
+        let few = Samples {
             stacks: 4,
             stacks_waiting: 1,
+            ..s
         };
-        assert_eq!(s.wait_share(), Some((0.25, 4)));
+        assert_eq!(few.wait_share(), Some((0.8, 10)));
         let s = Samples {
             stacks: 0,
             stacks_waiting: 0,
