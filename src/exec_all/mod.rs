@@ -8,6 +8,8 @@
 //! - `script`: what each node runs, and the environment it gets.
 //! - `plan`: one spec per node task (rank, host, leg, command, variables,
 //!   output settings, a relay's group); pure.
+//! - `procs`: several processes a node (`--nproc-per-node`): their ranks,
+//!   torchrun's worker contract, a process's bound command; pure.
 //! - `reach`: how the other nodes are reached, decided once a run (`Reach`).
 //! - `leg`: a started command and its messages; `channel_leg`: over SSH (an
 //!   agent, sshd); `process_leg`: a process here (this node, a wrapper);
