@@ -195,7 +195,16 @@ async fn run(session: &mut Session, args: &TopArgs) -> Result<i32, Error> {
             Some(screen) => screen.draw(&table),
             None => {
                 let out = if json { line } else { format!("{table}\n") };
-                if let Err(e) = crate::stdio::print(&out) {
+                // Written off the runtime: a reader that stopped reading
+                // (a full pipe) must not keep a signal from ending top.
+                let write = tokio::task::spawn_blocking(move || crate::stdio::print(&out));
+                let written = tokio::select! {
+                    written = write => written.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                    _ = term.recv() => return Ok(crate::exit_code::SUCCESS),
+                    _ = hup.recv() => return Ok(crate::exit_code::SUCCESS),
+                    _ = int.recv() => return Ok(crate::exit_code::SUCCESS),
+                };
+                if let Err(e) = written {
                     // A closed pipe (`| head`) ends top as it ends ps.
                     return if crate::stdio::is_closed_pipe(&e) {
                         Ok(crate::exit_code::SUCCESS)

@@ -409,3 +409,54 @@ fn top_bad_input_and_no_nccl_is_quiet() {
     assert_eq!(stderr(&out), "");
     assert!(!stdout(&out).contains("NCCL"), "{}", stdout(&out));
 }
+
+/// A live `top` on a pipe whose reader stopped reading: once the pipe is
+/// full its write waits, and SIGTERM still ends it at once (the write
+/// blocked the runtime's thread before, and the signal waited for a
+/// reader that never came).
+#[test]
+fn a_live_top_blocked_on_a_full_pipe_still_ends_on_sigterm() {
+    use std::os::fd::AsRawFd;
+    let job = TopJob::start(2, 29947, "even", 0);
+    let mut top = cmd(&multinode())
+        .env("MULTINODE_HOSTLIST", one_slot_each(&job.hosts))
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_AGENT_PORT", job.port.to_string())
+        .args(["top", "--format", "json", "--interval", "0.05"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = top.stdout.take().unwrap();
+    let fd = out.as_raw_fd();
+    // The smallest pipe the kernel gives (a page): full after a few refreshes.
+    unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 4096) };
+    let queued = || {
+        let mut n: libc::c_int = 0;
+        unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+        n
+    };
+    // Full: a refresh's line no longer fits, and nothing more comes.
+    let full = eventually(Duration::from_secs(60), || {
+        let before = queued();
+        std::thread::sleep(Duration::from_millis(500));
+        before > 2048 && queued() == before
+    });
+    assert!(full, "the pipe never filled: {} bytes", queued());
+    assert!(alive(top.id()));
+    let sent = Instant::now();
+    signal(top.id(), nix::sys::signal::Signal::SIGTERM);
+    let code = wait_exit(&mut top, Duration::from_secs(10));
+    assert_eq!(
+        code,
+        Some(0),
+        "top did not end on SIGTERM with its pipe full"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        sent.elapsed()
+    );
+    drop(out);
+}
