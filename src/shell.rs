@@ -36,7 +36,7 @@ use crate::exec_all::script::Export;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::CWD_VAR;
 use crate::snapshot::Found;
-use crate::snapshot::survey::{Ask, find_rank};
+use crate::snapshot::survey::{find_rank, job_agents};
 use crate::topology::Node;
 use crate::topology::machine::{Machine, System, lookup_all};
 use crate::topology::nodeset::fold;
@@ -120,17 +120,7 @@ async fn locate(
     connector: &Connector,
     rank: usize,
 ) -> Result<(usize, Option<Process>), Error> {
-    let nodes: Vec<Ask> = job
-        .topology
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(node, n)| Ask {
-            rank: node,
-            host: n.host.clone(),
-            port: job.agent_port,
-        })
-        .collect();
+    let nodes = job_agents(job);
     let total = nodes.len();
     match find_rank(connector, nodes, rank).await {
         Found::At { node, local_rank } => {

@@ -202,6 +202,21 @@ pub(crate) async fn find_rank(connector: &Connector, nodes: Vec<Ask>, rank: usiz
     ranks::find(&snaps, rank)
 }
 
+/// Every node of `job` as its agent is asked, by rank (`ps`, `top`,
+/// `shell --rank`).
+pub(crate) fn job_agents(job: &crate::env::Job) -> Vec<Ask> {
+    job.topology
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, n)| Ask {
+            rank,
+            host: n.host.clone(),
+            port: job.agent_port,
+        })
+        .collect()
+}
+
 /// `multinode ps`: a snapshot of the job's processes on every node.
 pub fn main(args: PsArgs) -> Result<i32, Error> {
     let env = EnvMap::from_process();
@@ -211,17 +226,7 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
         Auth::Agent(Arc::new(JobKeys::derive(&secret))),
         args.connect_timeout,
     );
-    let nodes: Vec<Ask> = job
-        .topology
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(rank, n)| Ask {
-            rank,
-            host: n.host.clone(),
-            port: job.agent_port,
-        })
-        .collect();
+    let nodes = job_agents(&job);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

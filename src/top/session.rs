@@ -22,7 +22,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
-use crate::snapshot::survey::{Ask, Kept, ask_each};
+use crate::snapshot::survey::{Ask, Kept, ask_each, job_agents};
 use crate::transport::client::{Auth, Connector};
 
 /// The order `s` cycles through.
@@ -128,17 +128,7 @@ pub fn main(args: TopArgs) -> Result<i32, Error> {
         Auth::Agent(Arc::new(JobKeys::derive(&secret))),
         args.connect_timeout,
     );
-    let nodes: Vec<Ask> = job
-        .topology
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(rank, n)| Ask {
-            rank,
-            host: n.host.clone(),
-            port: job.agent_port,
-        })
-        .collect();
+    let nodes = job_agents(&job);
     let mut session = Session {
         connector,
         nodes,
