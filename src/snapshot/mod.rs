@@ -33,6 +33,7 @@ mod render;
 mod samples;
 pub(crate) mod survey;
 mod take;
+mod trees;
 pub(crate) mod watch;
 
 use serde::{Deserialize, Serialize};
@@ -109,6 +110,15 @@ pub struct CommandInfo {
     /// heartbeat file: the run does not watch heartbeats).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heartbeat_age_ms: Option<u64>,
+    /// Milliseconds since it started (its spawn; absent: an older agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_ms: Option<u64>,
+    /// From its start to its first output, and to its first heartbeat
+    /// (absent: none yet): where a rank's start went, for `top`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_beat_after_ms: Option<u64>,
     /// Its last complete lines (stdout's, then stderr's), when asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tail: Vec<String>,

@@ -84,7 +84,7 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
     let proc = opts.proc_root.clone();
     let (tck, page) = procfs::clock_and_page();
     let taken_ms = unix_ms();
-    let first: Vec<Stat> = procfs::select(&procfs::read_all(&proc), roots);
+    let first: Vec<Stat> = super::trees::read(&proc, roots);
     let t0 = Instant::now();
     let cmdlines: Vec<String> = first
         .iter()
