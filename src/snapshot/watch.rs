@@ -37,6 +37,9 @@ pub(crate) struct Watched {
     /// `NCCL_RAS_ADDR` among its variables.
     pub ras_addr: Option<String>,
     keeps_tail: bool,
+    /// When it started (ms since the Unix epoch): its spawn, or for a
+    /// shown group, when it was shown.
+    started_ms: u64,
     state: Mutex<State>,
 }
 
@@ -46,6 +49,9 @@ struct State {
     seq: u64,
     last_output_ms: Option<u64>,
     last_beat_ms: Option<u64>,
+    /// Its first output and heartbeat: the start's last phases.
+    first_output_ms: Option<u64>,
+    first_beat_ms: Option<u64>,
     out: Tail,
     err: Tail,
 }
@@ -100,6 +106,7 @@ impl Watched {
             local_rank,
             ras_addr: None,
             keeps_tail,
+            started_ms: unix_ms(),
             state: Mutex::new(State::default()),
         }
     }
@@ -147,6 +154,7 @@ impl Watched {
         let mut state = self.lock();
         state.seq += 1;
         state.last_output_ms = Some(now);
+        state.first_output_ms.get_or_insert(now);
         if self.keeps_tail {
             match stream {
                 Stream::Out => state.out.push(chunk),
@@ -157,9 +165,11 @@ impl Watched {
 
     /// A heartbeat of the command.
     pub(crate) fn beat(&self) {
+        let now = unix_ms();
         let mut state = self.lock();
         state.seq += 1;
-        state.last_beat_ms = Some(unix_ms());
+        state.last_beat_ms = Some(now);
+        state.first_beat_ms.get_or_insert(now);
     }
 
     /// What a snapshot carries of it, at `now_ms`: ages, not times (the
@@ -168,12 +178,16 @@ impl Watched {
     pub(crate) fn info(&self, pgid: i32, now_ms: u64, with_tail: bool) -> CommandInfo {
         let state = self.lock();
         let age = |t: Option<u64>| t.map(|t| now_ms.saturating_sub(t));
+        let after_start = |t: Option<u64>| t.map(|t| t.saturating_sub(self.started_ms));
         CommandInfo {
             pgid,
             rank: self.rank,
             local_rank: self.local_rank,
             output_age_ms: age(state.last_output_ms),
             heartbeat_age_ms: age(state.last_beat_ms),
+            up_ms: age(Some(self.started_ms)),
+            first_output_after_ms: after_start(state.first_output_ms),
+            first_beat_after_ms: after_start(state.first_beat_ms),
             tail: if with_tail {
                 let mut lines = state.out.lines();
                 lines.extend(state.err.lines());
@@ -190,6 +204,8 @@ impl Watched {
         let relayed = Relayed {
             last_output_ms: state.last_output_ms,
             last_beat_ms: state.last_beat_ms,
+            first_output_ms: state.first_output_ms,
+            first_beat_ms: state.first_beat_ms,
             out: String::from_utf8_lossy(&state.out.bytes).into_owned(),
             out_cut: state.out.cut,
             err: String::from_utf8_lossy(&state.err.bytes).into_owned(),
@@ -203,6 +219,8 @@ impl Watched {
         let mut state = self.lock();
         state.last_output_ms = relayed.last_output_ms;
         state.last_beat_ms = relayed.last_beat_ms;
+        state.first_output_ms = relayed.first_output_ms.or(relayed.last_output_ms);
+        state.first_beat_ms = relayed.first_beat_ms.or(relayed.last_beat_ms);
         if self.keeps_tail {
             let State { out, err, .. } = &mut *state;
             for (tail, text, cut) in [
@@ -224,6 +242,8 @@ impl Watched {
 pub(crate) struct Relayed {
     last_output_ms: Option<u64>,
     last_beat_ms: Option<u64>,
+    first_output_ms: Option<u64>,
+    first_beat_ms: Option<u64>,
     out: String,
     out_cut: bool,
     err: String,
@@ -311,6 +331,27 @@ mod tests {
     }
 
     #[test]
+    fn the_start_is_its_spawn_then_its_first_output_and_heartbeat() {
+        let w = Watched::new(Some(1), None, false);
+        let info = w.info(1, unix_ms(), false);
+        assert!(info.up_ms.is_some());
+        assert_eq!(
+            (info.first_output_after_ms, info.first_beat_after_ms),
+            (None, None)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        w.seen(Stream::Out, b"first\n");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        w.beat();
+        w.seen(Stream::Out, b"second\n");
+        let info = w.info(1, unix_ms(), false);
+        let first = info.first_output_after_ms.expect("printed");
+        let beat = info.first_beat_after_ms.expect("beat");
+        let up = info.up_ms.expect("up");
+        assert!(first >= 30 && beat >= first + 30 && up >= beat, "{info:?}");
+    }
+
+    #[test]
     fn relayed_over_show_group_once_a_change() {
         let here = Watched::new(None, None, true);
         let mut last = None;
@@ -322,5 +363,6 @@ mod tests {
         let info = there.info(1, unix_ms(), true);
         assert_eq!(info.tail, ["step 5"]);
         assert!(info.output_age_ms.is_some());
+        assert!(info.first_output_after_ms.is_some());
     }
 }

@@ -88,15 +88,23 @@ impl History {
             }
             let Some(progress) = progress else { continue };
             row.step = progress.step(&row.tail);
+            // The step is as old as the line it was read from: rank 0's
+            // lines reach its agent every 500 ms (show-group), so its
+            // snapshot's time alone would put its rate up to 50% off over
+            // a 1 s interval.
+            let at = row.taken_ms.saturating_sub(
+                row.output_age_s
+                    .map_or(0, |age| (age * 1000.0).round() as u64),
+            );
             if let (Some(step), Some((before, then))) = (row.step, seen.step)
-                && row.taken_ms > then
+                && at > then
             {
-                let secs = (row.taken_ms - then) as f64 / 1000.0;
+                let secs = (at - then) as f64 / 1000.0;
                 row.step_rate = Some((((step - before) / secs).max(0.0) * 1000.0).round() / 1000.0);
                 row.rate_window_s = Some((secs * 100.0).round() / 100.0);
             }
             if let Some(step) = row.step {
-                seen.step = Some((step, row.taken_ms));
+                seen.step = Some((step, at));
             }
         }
     }
@@ -145,5 +153,13 @@ mod tests {
             (Some(0.5), 20)
         );
         assert_eq!(second[0].wait_from, Some("state"));
+        // A step read from a line 0.5 s old counts at that line's time.
+        let mut third = [Row {
+            output_age_s: Some(0.5),
+            ..row(35, 5_500, 0)
+        }];
+        history.update(&mut third, Some(&p));
+        assert_eq!(third[0].step_rate, Some(7.5));
+        assert_eq!(third[0].rate_window_s, Some(2.0));
     }
 }

@@ -9,6 +9,7 @@
 //! - `history`: what is kept between refreshes: steps for the rate, samples
 //!   for the wait share; `--progress`'s pattern (pure).
 //! - `straggler`: the rule that names the straggler (pure).
+//! - `start`: the line on the ranks' start, while they start (pure).
 //! - `ras`: NCCL's RAS status text, read (pure).
 //! - `render`: the table and the JSON (pure).
 //! - `session`: the refreshes: asked, judged, printed; `--once`, a pipe, a terminal.
@@ -20,6 +21,7 @@ mod render;
 mod rows;
 mod screen;
 mod session;
+mod start;
 mod straggler;
 
 pub(crate) use session::main;

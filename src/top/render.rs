@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::ras::RasFacts;
 use super::rows::Row;
+use super::start::Start;
 use super::straggler::Verdict;
 use crate::cli::TopSort;
 use crate::table::printable;
@@ -18,6 +19,9 @@ pub struct Refresh<'a> {
     /// Ranks shown (rows).
     pub ranks: usize,
     pub straggler: &'a Verdict,
+    /// While the ranks start, and a while after (`start.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<&'a Start>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ras: Option<&'a RasFacts>,
     pub rows: &'a [Row],
@@ -81,12 +85,16 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
     out.push('\n');
     out.push_str(&printable(&refresh.straggler.line));
     out.push('\n');
+    if let Some(start) = refresh.start {
+        out.push_str(&printable(&start.line));
+        out.push('\n');
+    }
     if let Some(ras) = ras_line {
         out.push_str(&printable(ras));
         out.push('\n');
     }
     let progress = refresh.rows.iter().any(|r| r.step.is_some());
-    let mut header = vec!["RANK", "HOST", "ST", "CPU%", "RSS", "WAIT"];
+    let mut header = vec!["RANK", "HOST", "ST", "UP", "CPU%", "RSS", "WAIT"];
     if progress {
         header.extend(["STEP", "STEP/S"]);
     }
@@ -110,6 +118,7 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
             } else {
                 r.state.clone()
             },
+            age(r.up_s),
             format!("{:.0}", r.cpu_pct),
             size(r.rss_kib),
             r.wait_share
@@ -175,6 +184,7 @@ mod tests {
                 rss_kib: 3 * 1024 * 1024,
                 wait_share: Some(0.5),
                 output_age_s: Some(0.4),
+                up_s: Some(125.0),
                 comm: "python3".into(),
                 place: Some("all_reduce <- train_step <- <module>".into()),
                 gpus: vec![GpuDevice {
@@ -204,6 +214,7 @@ mod tests {
             time_ms: 1,
             ranks: 2,
             straggler: &verdict,
+            start: None,
             ras: None,
             rows: &rows,
         };
@@ -212,7 +223,7 @@ mod tests {
         assert_eq!(lines[1], "no straggler (1 ranks even)");
         assert!(lines[2].starts_with("RANK  HOST"), "{text}");
         assert!(
-            lines[3].contains("0     gpu1  S   12    3.0G  50%   0.4s  -     0    99%   40/80G  512W   1980/1980  -         python3 all_reduce"),
+            lines[3].contains("0     gpu1  S   2m  12    3.0G  50%   0.4s  -     0    99%   40/80G  512W   1980/1980  -         python3 all_reduce"),
             "{text}"
         );
         assert!(

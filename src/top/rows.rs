@@ -47,6 +47,15 @@ pub struct Row {
     pub output_age_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heartbeat_age_s: Option<f64>,
+    /// Since the rank's command started (its oldest command's spawn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub up_s: Option<f64>,
+    /// From its start to its first output line, and to its first
+    /// heartbeat: where its start went (`start.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_output_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_heartbeat_s: Option<f64>,
     /// The main process's samples this refresh (and the last few, for the
     /// share: `History`).
     #[serde(skip)]
@@ -145,6 +154,9 @@ fn row_of(snap: &NodeSnapshot, processes: &[&Proc], cmds: &[&CommandInfo]) -> Ro
         })
         .or(main.and_then(|p| p.samples))
         .unwrap_or_default();
+    // The start of a rank with several commands is its oldest's.
+    let oldest = cmds.iter().copied().max_by_key(|c| c.up_ms);
+    let secs = |ms: u64| ms as f64 / 1000.0;
     let age = |f: fn(&CommandInfo) -> Option<u64>| {
         cmds.iter()
             .filter_map(|c| f(c))
@@ -175,6 +187,9 @@ fn row_of(snap: &NodeSnapshot, processes: &[&Proc], cmds: &[&CommandInfo]) -> Ro
             .collect(),
         output_age_s: age(|c| c.output_age_ms),
         heartbeat_age_s: age(|c| c.heartbeat_age_ms),
+        up_s: oldest.and_then(|c| c.up_ms).map(secs),
+        first_output_s: oldest.and_then(|c| c.first_output_after_ms).map(secs),
+        first_heartbeat_s: oldest.and_then(|c| c.first_beat_after_ms).map(secs),
         samples,
         d_looks: samples.uninterruptible,
         looks: samples.looks,

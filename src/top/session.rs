@@ -15,6 +15,7 @@ use super::ras::{self, RasFacts};
 use super::render::{self, Refresh};
 use super::rows::{self, Row};
 use super::screen::{self, Key, Screen};
+use super::start::{self, Start};
 use super::straggler::{self, Verdict};
 use crate::cli::{TableFormat, TopArgs, TopSort};
 use crate::env::resolve_job;
@@ -38,6 +39,7 @@ const SORTS: [TopSort; 5] = [
 struct Judged {
     rows: Vec<Row>,
     verdict: Verdict,
+    start: Option<Start>,
     ras: Option<RasFacts>,
     unanswered: usize,
     time_ms: u64,
@@ -77,9 +79,11 @@ impl Session {
             }
         }
         let verdict = straggler::judge(&rows);
+        let start = start::judge(&rows);
         Judged {
             rows,
             verdict,
+            start,
             ras,
             unanswered: snaps.iter().filter(|s| s.error.is_some()).count(),
             time_ms: crate::snapshot::unix_ms(),
@@ -93,6 +97,7 @@ fn text(judged: &mut Judged, sort: TopSort, interval: Duration, live: bool) -> (
         time_ms: judged.time_ms,
         ranks: judged.rows.len(),
         straggler: &judged.verdict,
+        start: judged.start.as_ref(),
         ras: judged.ras.as_ref(),
         rows: &judged.rows,
     };

@@ -82,6 +82,8 @@ if mode in ("slow", "even"):
         if step % 5 == 0:
             print(f"step {step}", flush=True)
 else:
+    if mode == "late" and rank == odd:
+        time.sleep(5)
     step = 0
     while True:
         time.sleep(0.1)
@@ -271,7 +273,13 @@ fn top_names_the_rank_doing_twice_the_work() {
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("multinode top: 3 ranks"), "{text}");
-    assert!(lines[2].starts_with("RANK  HOST"), "{text}");
+    // The straggler line, the start line (every rank printed, within its
+    // 30 s), then the table.
+    assert!(
+        lines[2].starts_with("started: every rank printed"),
+        "{text}"
+    );
+    assert!(lines[3].starts_with("RANK  HOST  "), "{text}");
 }
 
 #[test]
@@ -287,6 +295,44 @@ fn an_even_job_has_no_straggler() {
         seen += 1;
         assert!(start.elapsed() < Duration::from_secs(120));
     }
+}
+
+#[test]
+fn while_ranks_start_top_names_the_one_that_has_not_printed_then_the_last_to() {
+    let job = TopJob::start(3, 29961, "late", 1);
+    let waiting = job.top_until(&[], |doc| {
+        doc["start"]["printed"] == 2 && doc["start"]["waiting"][0]["up_s"].is_f64()
+    });
+    let start = &waiting["start"];
+    assert_eq!(start["ranks"], 3, "{waiting:#}");
+    assert_eq!(start["waiting"][0]["rank"], 1, "{waiting:#}");
+    let line = start["line"].as_str().unwrap();
+    let prefix = format!(
+        "starting: 2 of 3 ranks printed; waiting: rank 1 ({}) up ",
+        job.hosts[1]
+    );
+    assert!(line.starts_with(&prefix), "{line}");
+    assert!(line.ends_with(" s, no output or heartbeat"), "{line}");
+    assert!(waiting["rows"][1]["up_s"].as_f64().unwrap() > 0.0);
+    assert!(
+        waiting["rows"][1]["first_output_s"].is_null(),
+        "{waiting:#}"
+    );
+
+    let started = job.top_until(&[], |doc| doc["start"]["last_rank"] == 1);
+    let line = started["start"]["line"].as_str().unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "started: every rank printed; the last was rank 1 ({}), ",
+            job.hosts[1]
+        )),
+        "{line}"
+    );
+    let first = |r: usize| started["rows"][r]["first_output_s"].as_f64().unwrap();
+    assert!(first(1) >= 5.0, "{started:#}");
+    // Rank 0 (exec_all's own, shown to its agent) and rank 2 printed within
+    // their first second.
+    assert!(first(0) < 3.0 && first(2) < 3.0, "{started:#}");
 }
 
 #[test]

@@ -1,0 +1,215 @@
+//! Where the ranks' start went, while they start (pure): one line under
+//! the straggler line, and its numbers in the JSON.
+//!
+//! Each agent knows, of each command it runs, when it started (its spawn),
+//! and when its first output line and first heartbeat came. While a rank
+//! has printed nothing, the line counts the ranks that did and names the
+//! ones still waiting, the longest first, with how long each has been up;
+//! a node whose agent runs nothing of the job yet (exec_all has not reached
+//! it, or it was skipped) is "not started". Once every rank printed, the
+//! line names the last to print and how long after its start, for
+//! [`SHOWN_FOR`] after that first line; then it goes. The phases before a
+//! spawn (connect, login, health check) are the head's to know: its
+//! `--report` has them (`nodes[].timeline`).
+
+use serde::Serialize;
+
+use super::rows::Row;
+
+/// The "started" line stays this long after the last rank's first line.
+pub(crate) const SHOWN_FOR: f64 = 30.0;
+/// Ranks named on the line; the others are counted.
+const NAMED: usize = 3;
+
+/// The start of the ranks this refresh.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Start {
+    /// Ranks with a first output line, of `ranks` (ranks whose node did
+    /// not answer are left out of both).
+    pub printed: usize,
+    pub ranks: usize,
+    /// The ranks with no output yet, the longest up first.
+    pub waiting: Vec<Waiting>,
+    /// Once every rank printed: the last rank to, and how long after its start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_first_output_s: Option<f64>,
+    pub line: String,
+}
+
+/// A rank still starting.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Waiting {
+    pub rank: usize,
+    pub host: String,
+    /// Since its command started; absent: its agent runs none yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub up_s: Option<f64>,
+    pub heartbeat: bool,
+}
+
+fn printed(r: &Row) -> bool {
+    r.first_output_s.is_some() || r.output_age_s.is_some()
+}
+
+fn describe(w: &Waiting) -> String {
+    match w.up_s {
+        None => format!("rank {} ({}) not started", w.rank, w.host),
+        Some(up) => format!(
+            "rank {} ({}) up {up:.1} s, no output{}",
+            w.rank,
+            w.host,
+            if w.heartbeat { "" } else { " or heartbeat" }
+        ),
+    }
+}
+
+/// The start line of `rows`, while there is one to show.
+pub(crate) fn judge(rows: &[Row]) -> Option<Start> {
+    let answered: Vec<&Row> = rows.iter().filter(|r| r.error.is_none()).collect();
+    if answered.is_empty() {
+        return None;
+    }
+    let mut waiting: Vec<Waiting> = answered
+        .iter()
+        .filter(|r| !printed(r))
+        .map(|r| Waiting {
+            rank: r.rank,
+            host: r.host.clone(),
+            up_s: r.up_s,
+            heartbeat: r.heartbeat_age_s.is_some(),
+        })
+        .collect();
+    // Not started first, then the longest up.
+    waiting.sort_by(|a, b| {
+        let key = |w: &Waiting| w.up_s.unwrap_or(f64::INFINITY);
+        key(b).total_cmp(&key(a)).then(a.rank.cmp(&b.rank))
+    });
+    let printed = answered.len() - waiting.len();
+    if !waiting.is_empty() {
+        let mut named: Vec<String> = waiting.iter().take(NAMED).map(describe).collect();
+        if waiting.len() > NAMED {
+            named.push(format!("{} more", waiting.len() - NAMED));
+        }
+        let line = format!(
+            "starting: {printed} of {} ranks printed; waiting: {}",
+            answered.len(),
+            named.join("; ")
+        );
+        return Some(Start {
+            printed,
+            ranks: answered.len(),
+            waiting,
+            last_rank: None,
+            last_first_output_s: None,
+            line,
+        });
+    }
+    // Every rank printed: the last first line, while it is recent.
+    let (last, first, ago) = answered
+        .iter()
+        .filter_map(|r| {
+            let (up, first) = (r.up_s?, r.first_output_s?);
+            Some((r, first, up - first))
+        })
+        .min_by(|a, b| a.2.total_cmp(&b.2).then(b.1.total_cmp(&a.1)))?;
+    if ago > SHOWN_FOR {
+        return None;
+    }
+    let beat = last.first_heartbeat_s.map_or(String::new(), |b| {
+        format!(", first heartbeat after {b:.1} s")
+    });
+    let line = format!(
+        "started: every rank printed; the last was rank {} ({}), {first:.1} s after its start{beat}",
+        last.rank, last.host
+    );
+    Some(Start {
+        printed,
+        ranks: answered.len(),
+        waiting: Vec::new(),
+        last_rank: Some(last.rank),
+        last_first_output_s: Some(first),
+        line,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(rank: usize, up: Option<f64>, first: Option<f64>) -> Row {
+        Row {
+            rank,
+            host: format!("n{rank}"),
+            up_s: up,
+            first_output_s: first,
+            output_age_s: first.zip(up).map(|(f, u)| u - f),
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn names_the_ranks_still_starting_the_longest_first() {
+        let mut rows = vec![
+            row(0, Some(6.0), Some(0.5)),
+            row(1, Some(6.0), None),
+            row(2, None, None),
+            row(3, Some(2.0), None),
+            row(4, Some(9.0), None),
+            row(5, Some(1.0), None),
+        ];
+        rows[3].heartbeat_age_s = Some(0.5);
+        rows.push(Row {
+            rank: 6,
+            error: Some("the agent did not answer".into()),
+            ..Row::default()
+        });
+        let start = judge(&rows).expect("a line");
+        assert_eq!((start.printed, start.ranks), (1, 6));
+        let order: Vec<usize> = start.waiting.iter().map(|w| w.rank).collect();
+        assert_eq!(order, [2, 4, 1, 3, 5]);
+        assert_eq!(
+            start.line,
+            "starting: 1 of 6 ranks printed; waiting: rank 2 (n2) not started; \
+             rank 4 (n4) up 9.0 s, no output or heartbeat; rank 1 (n1) up 6.0 s, no output or heartbeat; 2 more"
+        );
+        let one = judge(&[row(0, Some(4.0), None), {
+            let mut r = row(1, Some(4.0), None);
+            r.heartbeat_age_s = Some(1.0);
+            r
+        }])
+        .expect("a line");
+        assert!(
+            one.line.ends_with("rank 1 (n1) up 4.0 s, no output"),
+            "{}",
+            one.line
+        );
+    }
+
+    #[test]
+    fn once_all_printed_names_the_last_for_a_while_then_goes() {
+        let mut rows = vec![
+            row(0, Some(10.0), Some(0.2)),
+            row(1, Some(10.0), Some(4.5)),
+            row(2, Some(8.0), Some(1.0)),
+        ];
+        rows[1].first_heartbeat_s = Some(5.0);
+        let start = judge(&rows).expect("a line");
+        assert_eq!(start.last_rank, Some(1));
+        assert_eq!(
+            start.line,
+            "started: every rank printed; the last was rank 1 (n1), 4.5 s after its start, first heartbeat after 5.0 s"
+        );
+        for r in &mut rows {
+            r.up_s = r.up_s.map(|u| u + SHOWN_FOR);
+        }
+        assert_eq!(judge(&rows), None);
+        // An agent older than these fields: its output age alone, no line.
+        let old = Row {
+            output_age_s: Some(1.0),
+            ..Row::default()
+        };
+        assert_eq!(judge(&[old]), None);
+    }
+}
