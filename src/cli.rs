@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::{defaults, vars};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
@@ -161,8 +162,11 @@ other than -L (-R, -D, -W, -A, -X, -Y), -J, -f, -O.\n\nExit code: the remote com
 when it died of signal N; 255 when the connection failed."
 )]
 pub struct SshHelp {
-    /// Port [default: an agent's MULTINODE_AGENT_PORT, else 29922; OpenSSH: 22].
-    #[arg(short = 'p', value_name = "PORT")]
+    #[arg(short = 'p', value_name = "PORT", help = format!(
+        "Port [default: an agent's {}, else {}; OpenSSH: 22]",
+        vars::AGENT_PORT,
+        defaults::AGENT_PORT
+    ))]
     pub port: Option<u16>,
     /// Remote user (OpenSSH; an agent runs commands as its own user).
     #[arg(short = 'l', value_name = "USER")]
@@ -215,7 +219,7 @@ pub struct ExecAllArgs {
     #[arg(long)]
     pub no_fail_fast: bool,
     /// Seconds between SIGTERM and SIGKILL when ending nodes.
-    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::GRACE.text, value_parser = seconds)]
     pub grace: Duration,
     /// End the run after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
@@ -225,7 +229,7 @@ pub struct ExecAllArgs {
     #[arg(long)]
     pub snapshot_on_timeout: bool,
     /// Give up on a node that does not connect within SECONDS (exit code 255).
-    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::CONNECT_TIMEOUT.text, value_parser = seconds)]
     pub connect_timeout: Duration,
     /// Run only on these ranks: `0,2-5`.
     #[arg(long, value_name = "RANKS")]
@@ -234,7 +238,7 @@ pub struct ExecAllArgs {
     #[arg(long, value_name = "RANKS")]
     pub exclude: Option<String>,
     /// Environment for remote nodes: ALL, NONE, or NAME,NAME,... (like srun --export).
-    #[arg(long, value_name = "ALL|NONE|NAMES", default_value = "ALL")]
+    #[arg(long, value_name = "ALL|NONE|NAMES", default_value = defaults::EXPORT)]
     pub export: String,
     /// Write the run's report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -249,16 +253,16 @@ pub struct ExecAllArgs {
     #[arg(long, conflicts_with = "timestamps")]
     pub group: bool,
     /// At most this many connections being set up at once.
-    #[arg(long, value_name = "N", default_value_t = 256, value_parser = at_least_one())]
+    #[arg(long, value_name = "N", default_value_t = defaults::MAX_CONNECTING, value_parser = at_least_one())]
     pub max_connecting: usize,
     /// Talk to at most N nodes directly; past that, groups of nodes are reached
     /// through one of theirs, which runs exec_all for its group (a tree).
     #[arg(
         long,
         value_name = "N",
-        env = "MULTINODE_FANOUT",
+        env = vars::FANOUT,
         hide_env_values = true,
-        default_value_t = 256,
+        default_value_t = defaults::FANOUT,
         value_parser = at_least_one()
     )]
     pub fanout: usize,
@@ -302,9 +306,11 @@ pub struct ExecAllArgs {
     /// (rank, GPU bus id, NUMA node, CPUs), as mpirun's.
     #[arg(long)]
     pub report_bindings: bool,
-    /// With --nproc-per-node: MASTER_PORT, rank 0's store on the head
-    /// [env: MULTINODE_MASTER_PORT] [default: 29500].
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, value_name = "PORT", help = format!(
+        "With --nproc-per-node: MASTER_PORT, rank 0's store on the head [env: {}] [default: {}]",
+        vars::MASTER_PORT,
+        defaults::MASTER_PORT
+    ))]
     pub master_port: Option<u16>,
     /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
     #[arg(long, hide = true)]
@@ -318,23 +324,26 @@ pub struct ExecAllArgs {
 pub struct AgentArgs {
     #[command(flatten)]
     pub topology: TopologyArgs,
-    /// Address to listen on [default: 0.0.0.0:$MULTINODE_AGENT_PORT, port 29922].
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", help = format!(
+        "Address to listen on [default: 0.0.0.0:${}, port {}]",
+        vars::AGENT_PORT,
+        defaults::AGENT_PORT
+    ))]
     pub listen: Option<String>,
     /// Read the job secret from FILE instead of MULTINODE_SECRET.
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when ending a command's process group.
-    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::GRACE.text, value_parser = seconds)]
     pub grace: Duration,
     /// A worker exits after the head has been unreachable this long (seconds).
-    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::IDLE_TIMEOUT.text, value_parser = seconds)]
     pub idle_timeout: Duration,
     /// The head waits this long for every worker to answer (seconds).
-    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::WAIT_TIMEOUT.text, value_parser = seconds)]
     pub wait_timeout: Duration,
     /// A connection that has not logged in this long after it was accepted is closed (seconds).
-    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::LOGIN_TIMEOUT.text, value_parser = seconds)]
     pub login_timeout: Duration,
     /// Share this agent's connections to the nodes on a Unix socket at PATH
     /// (the head of `-- JOB` does so on its own, in a private directory, and
@@ -362,13 +371,13 @@ pub struct KeygenArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Number of nodes (agents on 127.0.0.2, 127.0.0.3, ...).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = defaults::DEMO_NODES)]
     pub nodes: usize,
     /// Slots per node.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults::DEMO_SLOTS)]
     pub slots: u32,
     /// Agent port for the demo.
-    #[arg(long, default_value_t = 29923)]
+    #[arg(long, default_value_t = defaults::DEMO_PORT)]
     pub port: u16,
     /// Prefix every output line with `RANK HOST: `.
     #[arg(long)]
@@ -388,7 +397,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub strict: bool,
     /// The rendezvous port to check on the head.
-    #[arg(long, default_value_t = 29500)]
+    #[arg(long, default_value_t = defaults::MASTER_PORT)]
     pub port: u16,
     /// Processes per node the job will start (checked against GPUs).
     #[arg(long, value_name = "N")]
@@ -401,7 +410,7 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 pub struct InstallHelperArgs {
     /// Directory to write generic-helper into (created if missing).
-    #[arg(value_name = "DIR", default_value = "/multinode")]
+    #[arg(value_name = "DIR", default_value = defaults::HELPER_DIR)]
     pub dir: PathBuf,
 }
 
@@ -415,7 +424,7 @@ pub struct PsArgs {
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
     /// Give up on a node whose agent does not answer the connection within SECONDS.
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::SNAPSHOT_CONNECT_TIMEOUT.text, value_parser = seconds)]
     pub connect_timeout: Duration,
 }
 
@@ -425,7 +434,7 @@ pub struct TopArgs {
     pub topology: TopologyArgs,
     /// Seconds between two refreshes (and, with --once --progress, between
     /// the two samples a step rate needs).
-    #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = positive_seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::TOP_INTERVAL.text, value_parser = positive_seconds)]
     pub interval: Duration,
     /// Print one table (or JSON object) and exit.
     #[arg(long)]
@@ -443,7 +452,7 @@ pub struct TopArgs {
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
     /// Give up on a node whose agent does not answer the connection within SECONDS.
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::SNAPSHOT_CONNECT_TIMEOUT.text, value_parser = seconds)]
     pub connect_timeout: Duration,
 }
 
@@ -475,7 +484,7 @@ pub struct ShellArgs {
     #[arg(short = 'T', long = "no-tty")]
     pub no_tty: bool,
     /// Give up when the node's agent does not answer the connection within SECONDS.
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = defaults::SHELL_CONNECT_TIMEOUT.text, value_parser = seconds)]
     pub connect_timeout: Duration,
     /// The node: its rank in the job's hostlist, or a host name or address
     /// of the job [default: 0, the head].
@@ -515,7 +524,7 @@ fn bind_mode(text: &str) -> Result<crate::binding::Mode, String> {
 #[derive(Debug, Args)]
 pub struct SuperviseArgs {
     /// Seconds between SIGTERM and SIGKILL when the parent died.
-    #[arg(long, default_value = "3", value_parser = seconds)]
+    #[arg(long, default_value = defaults::GRACE.text, value_parser = seconds)]
     pub grace: Duration,
     /// A file of the command's (its heartbeat file), removed when the parent
     /// died, just before the group's SIGKILL.
@@ -546,7 +555,7 @@ fn seconds(value: &str) -> Result<Duration, String> {
 #[derive(Debug, Args)]
 pub struct KeepGroupsArgs {
     /// Seconds between SIGTERM and SIGKILL once the agent is gone.
-    #[arg(long, default_value = "3", value_parser = seconds)]
+    #[arg(long, default_value = defaults::GRACE.text, value_parser = seconds)]
     pub grace: Duration,
 }
 
@@ -556,5 +565,30 @@ fn at_least_one() -> fn(&str) -> Result<usize, String> {
         Ok(0) => Err("give 1 or more".to_string()),
         Ok(n) => Ok(n),
         Err(_) => Err("give a whole number, 1 or more".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_default_in_seconds_parses_to_its_duration() {
+        for d in [
+            defaults::GRACE,
+            defaults::CONNECT_TIMEOUT,
+            defaults::IDLE_TIMEOUT,
+            defaults::WAIT_TIMEOUT,
+            defaults::LOGIN_TIMEOUT,
+            defaults::SNAPSHOT_CONNECT_TIMEOUT,
+            defaults::SHELL_CONNECT_TIMEOUT,
+            defaults::TOP_INTERVAL,
+        ] {
+            assert_eq!(seconds(d.text), Ok(d.duration), "{d:?}");
+        }
+        assert_eq!(
+            positive_seconds(defaults::TOP_INTERVAL.text),
+            Ok(defaults::TOP_INTERVAL.duration)
+        );
     }
 }

@@ -9,6 +9,7 @@ use super::sysfs::sysfs_bus_id;
 use super::*;
 use crate::nvidia_smi::PciGpu;
 use crate::process::RunOutput;
+use crate::vars;
 
 /// A machine as a sysfs tree, and the GPUs its `nvidia-smi` lists.
 struct Machine {
@@ -457,7 +458,7 @@ fn bad_input_is_one_line_saying_what_to_do() {
     );
     assert_eq!("NUMA".parse::<Mode>(), Ok(Mode::Numa));
     let env = |v: &str| -> EnvMap {
-        [(BIND_VAR.to_string(), v.to_string())]
+        [(vars::BIND.to_string(), v.to_string())]
             .into_iter()
             .collect()
     };

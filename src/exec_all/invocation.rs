@@ -10,25 +10,16 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::options::{
-    DEFAULT_HEALTH_TIMEOUT, Head, Invocation, MAX_RESTARTS_VAR, Restarts, Role, RunOptions,
-};
-use super::procs::{DEFAULT_MASTER_PORT, MASTER_PORT_VAR, NPROC_VAR, PerNode, Procs};
+use super::options::{Head, Invocation, Restarts, Role, RunOptions};
+use super::procs::{PerNode, Procs};
 use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
 use crate::cli::ExecAllArgs;
+use crate::defaults;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::topology::nodeset;
-
-/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
-pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
-/// `--min-nodes`.
-const MIN_NODES_VAR: &str = "MULTINODE_MIN_NODES";
-/// `--health-check`.
-const HEALTH_CHECK_VAR: &str = "MULTINODE_HEALTH_CHECK";
-/// `--health-timeout`.
-const HEALTH_TIMEOUT_VAR: &str = "MULTINODE_HEALTH_TIMEOUT";
+use crate::vars;
 
 /// `multinode exec-all`, `mn-exec-all`, the helper's `exec_all`: its
 /// command line read, then run.
@@ -87,7 +78,7 @@ fn run_options(
         false => flag_or_var(
             args.hang_timeout,
             env,
-            HANG_TIMEOUT_VAR,
+            vars::HANG_TIMEOUT,
             "a number of seconds > 0",
             |v| {
                 v.parse::<f64>()
@@ -149,7 +140,7 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
     let per_node = flag_or_var(
         flag,
         env,
-        NPROC_VAR,
+        vars::NPROC_PER_NODE,
         "a number of processes a node (1, 2, ...), gpu or slots",
         |v| v.parse().ok(),
     )?;
@@ -165,7 +156,7 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
     let master_port = flag_or_var(
         args.master_port,
         env,
-        MASTER_PORT_VAR,
+        vars::MASTER_PORT,
         "a port number (1-65535)",
         |v| v.parse().ok().filter(|&p| p > 0),
     )?;
@@ -178,7 +169,7 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
         per_node,
         bind: crate::binding::mode_from(args.bind, env)?,
         report_bindings: args.report_bindings,
-        master_port: master_port.unwrap_or(DEFAULT_MASTER_PORT),
+        master_port: master_port.unwrap_or(defaults::MASTER_PORT),
         head: !args.relay_report,
     }))
 }
@@ -189,25 +180,25 @@ fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error>
     let number = |flag, name, what| flag_or_var(flag, env, name, what, |v| v.parse().ok());
     let max_restarts = number(
         args.max_restarts,
-        MAX_RESTARTS_VAR,
+        vars::MAX_RESTARTS,
         "a number of restarts (0, 1, 2, ...)",
     )?;
     let min_nodes = flag_or_var(
         args.min_nodes,
         env,
-        MIN_NODES_VAR,
+        vars::MIN_NODES,
         "a number of nodes (1, 2, ...)",
         |v| v.parse().ok(),
     )?;
     let health_check = args
         .health_check
         .clone()
-        .or_else(|| env.get(HEALTH_CHECK_VAR).map(String::from))
+        .or_else(|| env.get(vars::HEALTH_CHECK).map(String::from))
         .filter(|c| !c.trim().is_empty());
     let health_timeout = flag_or_var(
         args.health_timeout,
         env,
-        HEALTH_TIMEOUT_VAR,
+        vars::HEALTH_TIMEOUT,
         "a number of seconds >= 0",
         |v| {
             v.parse::<f64>()
@@ -215,7 +206,7 @@ fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error>
                 .and_then(|s| Duration::try_from_secs_f64(s).ok())
         },
     )?
-    .unwrap_or(DEFAULT_HEALTH_TIMEOUT);
+    .unwrap_or(defaults::HEALTH_TIMEOUT);
     if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
         return Ok(None);
     }
