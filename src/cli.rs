@@ -39,6 +39,7 @@ pub enum Command {
     #[command(disable_help_flag = true)]
     Ssh(SshArgs),
     /// Run one script on every node, RANK set per node (alias: mn-exec-all).
+    #[command(name = exec_all_flags::COMMAND)]
     ExecAll(Box<ExecAllArgs>),
     /// The per-node agent: an SSH server for the job, and the job's lifecycle.
     Agent(AgentArgs),
@@ -205,21 +206,46 @@ pub struct SshHelp {
     pub rest: Vec<OsString>,
 }
 
+/// The names of exec-all and of its flags that a head writes on a relay's
+/// command line (`exec_all::relay`), taken by the clap definitions below:
+/// one spelling for both.
+pub mod exec_all_flags {
+    /// The subcommand.
+    pub const COMMAND: &str = "exec-all";
+    /// `-c CMD`.
+    pub const INLINE: char = 'c';
+    pub const RELAY_REPORT: &str = "relay-report";
+    pub const NODES: &str = "nodes";
+    pub const GRACE: &str = "grace";
+    pub const CONNECT_TIMEOUT: &str = "connect-timeout";
+    pub const FANOUT: &str = "fanout";
+    pub const MAX_CONNECTING: &str = "max-connecting";
+    pub const EXPORT: &str = "export";
+    pub const LABEL: &str = "label";
+    pub const TIMESTAMPS: &str = "timestamps";
+    pub const OUTPUT: &str = "output";
+    pub const NO_FAIL_FAST: &str = "no-fail-fast";
+    pub const NPROC_PER_NODE: &str = "nproc-per-node";
+    pub const BIND: &str = "bind";
+    pub const MASTER_PORT: &str = "master-port";
+    pub const REPORT_BINDINGS: &str = "report-bindings";
+}
+
 #[derive(Debug, Args)]
 pub struct ExecAllArgs {
     #[command(flatten)]
     pub topology: TopologyArgs,
     /// Run CMD (a shell command line) instead of a script file.
-    #[arg(short = 'c', value_name = "CMD")]
+    #[arg(short = exec_all_flags::INLINE, value_name = "CMD")]
     pub command: Option<OsString>,
     /// Prefix every output line with `RANK HOST: `.
-    #[arg(long)]
+    #[arg(long = exec_all_flags::LABEL)]
     pub label: bool,
     /// Wait for every node even after one failed, and return the first failure.
-    #[arg(long)]
+    #[arg(long = exec_all_flags::NO_FAIL_FAST)]
     pub no_fail_fast: bool,
     /// Seconds between SIGTERM and SIGKILL when ending nodes.
-    #[arg(long, value_name = "SECONDS", default_value = defaults::GRACE.text, value_parser = seconds)]
+    #[arg(long = exec_all_flags::GRACE, value_name = "SECONDS", default_value = defaults::GRACE.text, value_parser = seconds)]
     pub grace: Duration,
     /// End the run after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
@@ -229,36 +255,36 @@ pub struct ExecAllArgs {
     #[arg(long)]
     pub snapshot_on_timeout: bool,
     /// Give up on a node that does not connect within SECONDS (exit code 255).
-    #[arg(long, value_name = "SECONDS", default_value = defaults::CONNECT_TIMEOUT.text, value_parser = seconds)]
+    #[arg(long = exec_all_flags::CONNECT_TIMEOUT, value_name = "SECONDS", default_value = defaults::CONNECT_TIMEOUT.text, value_parser = seconds)]
     pub connect_timeout: Duration,
     /// Run only on these ranks: `0,2-5`.
-    #[arg(long, value_name = "RANKS")]
+    #[arg(long = exec_all_flags::NODES, value_name = "RANKS")]
     pub nodes: Option<String>,
     /// Skip these ranks: `1,3`.
     #[arg(long, value_name = "RANKS")]
     pub exclude: Option<String>,
     /// Environment for remote nodes: ALL, NONE, or NAME,NAME,... (like srun --export).
-    #[arg(long, value_name = "ALL|NONE|NAMES", default_value = defaults::EXPORT)]
+    #[arg(long = exec_all_flags::EXPORT, value_name = "ALL|NONE|NAMES", default_value = defaults::EXPORT)]
     pub export: String,
     /// Write the run's report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Also write each node's stdout and stderr to DIR/RANK.out and DIR/RANK.err.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = exec_all_flags::OUTPUT, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Prefix every output line with the time it arrived (UTC, milliseconds).
-    #[arg(long)]
+    #[arg(long = exec_all_flags::TIMESTAMPS)]
     pub timestamps: bool,
     /// Print identical outputs of several nodes once, at the end, with their ranks.
     #[arg(long, conflicts_with = "timestamps")]
     pub group: bool,
     /// At most this many connections being set up at once.
-    #[arg(long, value_name = "N", default_value_t = defaults::MAX_CONNECTING, value_parser = at_least_one())]
+    #[arg(long = exec_all_flags::MAX_CONNECTING, value_name = "N", default_value_t = defaults::MAX_CONNECTING, value_parser = at_least_one())]
     pub max_connecting: usize,
     /// Talk to at most N nodes directly; past that, groups of nodes are reached
     /// through one of theirs, which runs exec_all for its group (a tree).
     #[arg(
-        long,
+        long = exec_all_flags::FANOUT,
         value_name = "N",
         env = vars::FANOUT,
         hide_env_values = true,
@@ -295,25 +321,25 @@ pub struct ExecAllArgs {
     /// worker variables (RANK global, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
     /// ...): N, gpu (the node's visible GPUs) or slots (its slots in the
     /// hostlist) [env: MULTINODE_NPROC_PER_NODE].
-    #[arg(long, value_name = "N|gpu|slots")]
+    #[arg(long = exec_all_flags::NPROC_PER_NODE, value_name = "N|gpu|slots")]
     pub nproc_per_node: Option<String>,
     /// With --nproc-per-node: bind each process to its GPU's NUMA node
     /// before the script starts: auto, numa, cores or none, as `multinode
     /// bind` [env: MULTINODE_BIND] [default: auto].
-    #[arg(long, value_name = "MODE", value_parser = bind_mode)]
+    #[arg(long = exec_all_flags::BIND, value_name = "MODE", value_parser = bind_mode)]
     pub bind: Option<crate::binding::Mode>,
     /// With --nproc-per-node: print each process's binding, one line each
     /// (rank, GPU bus id, NUMA node, CPUs), as mpirun's.
-    #[arg(long)]
+    #[arg(long = exec_all_flags::REPORT_BINDINGS)]
     pub report_bindings: bool,
-    #[arg(long, value_name = "PORT", help = format!(
+    #[arg(long = exec_all_flags::MASTER_PORT, value_name = "PORT", help = format!(
         "With --nproc-per-node: MASTER_PORT, rank 0's store on the head [env: {}] [default: {}]",
         vars::MASTER_PORT,
         defaults::MASTER_PORT
     ))]
     pub master_port: Option<u16>,
     /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
-    #[arg(long, hide = true)]
+    #[arg(long = exec_all_flags::RELAY_REPORT, hide = true)]
     pub relay_report: bool,
     /// SCRIPT (a file, or - for stdin) then ARGS; with -c, only ARGS.
     #[arg(trailing_var_arg = true, num_args = 0..)]

@@ -322,6 +322,98 @@ mod tests {
     }
 
     #[test]
+    fn a_relay_command_line_parses_back_to_the_heads_options() {
+        use super::super::procs::{PerNode, Procs};
+        use crate::binding::Mode;
+        use clap::Parser;
+        let head = RunOptions {
+            args: vec!["a b".into(), "it's".into()],
+            label: true,
+            fail_fast: false,
+            grace: Duration::from_millis(1500),
+            connect_timeout: Duration::from_millis(7250),
+            fanout: 3,
+            max_connecting: 9,
+            output_dir: Some("/tmp/out dir".into()),
+            timestamps: true,
+            procs: Some(Procs {
+                per_node: PerNode::Counts(vec![2, 1, 3, 2]),
+                bind: Mode::Cores,
+                report_bindings: true,
+                master_port: 29600,
+                head: true,
+            }),
+            ..RunOptions::new(Script::Inline(b"echo \"$RANK\" 'x'".to_vec()))
+        };
+        let exported = [
+            ("A".to_string(), "1".to_string()),
+            ("B_2".to_string(), "x y".to_string()),
+        ];
+        let argv = super::super::relay::argv(&[3, 1, 2], &head, &exported);
+        let words = ["multinode", crate::cli::exec_all_flags::COMMAND]
+            .map(OsString::from)
+            .into_iter()
+            .chain(argv);
+        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
+            .expect("clap takes it")
+            .command
+        else {
+            panic!("not exec-all");
+        };
+        assert!(args.relay_report, "a relay");
+        let relay = run_options(&args, &EnvMap::default(), 4, true).expect("valid");
+        assert_eq!(relay.ranks, Some(BTreeSet::from([1, 2, 3])));
+        assert_eq!(relay.script, head.script);
+        assert_eq!(relay.args, head.args);
+        assert_eq!(
+            (relay.label, relay.fail_fast, relay.timestamps),
+            (head.label, head.fail_fast, head.timestamps)
+        );
+        assert_eq!(
+            (relay.grace, relay.connect_timeout),
+            (head.grace, head.connect_timeout)
+        );
+        assert_eq!(
+            (relay.fanout, relay.max_connecting),
+            (head.fanout, head.max_connecting)
+        );
+        assert_eq!(relay.output_dir, head.output_dir);
+        assert_eq!(
+            relay.export,
+            Export::parse("A,B_2").expect("names"),
+            "the names alone: the relay has the values"
+        );
+        let procs = relay.procs.expect("--nproc-per-node");
+        assert_eq!(
+            procs,
+            Procs {
+                head: false,
+                ..head.procs.clone().expect("procs")
+            }
+        );
+        // The defaults travel as well.
+        let plain = RunOptions::new(Script::Stdin(b"true".to_vec()));
+        let argv = super::super::relay::argv(&[1], &plain, &[]);
+        let words = ["multinode", "exec-all"]
+            .map(OsString::from)
+            .into_iter()
+            .chain(argv);
+        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
+            .expect("clap takes it")
+            .command
+        else {
+            panic!("not exec-all");
+        };
+        assert_eq!(args.script_and_args, [OsString::from("-")]);
+        assert!(!args.label && !args.no_fail_fast && args.nproc_per_node.is_none());
+        assert_eq!(
+            (args.grace, args.connect_timeout, args.fanout),
+            (plain.grace, plain.connect_timeout, plain.fanout)
+        );
+        assert_eq!(args.export, "NONE");
+    }
+
+    #[test]
     fn a_flag_wins_over_its_variable_and_a_bad_variable_is_one_line() {
         let env = crate::topology::machine::fake::env(&[("MULTINODE_X", "ten")]);
         let parse = |v: &str| v.parse::<u32>().ok();

@@ -127,7 +127,7 @@ pub fn is_name(name: &str) -> bool {
 }
 
 /// How the script reaches the nodes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Script {
     /// `-`: the script was read from exec_all's stdin and goes to each node's
     /// `sh -s` on stdin.
