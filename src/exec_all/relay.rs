@@ -66,8 +66,8 @@ pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, Strin
     cmd
 }
 
-/// A relay's arguments after `exec-all`, spelled as cli.rs's definitions
-/// spell them (`cli::exec_all_flags`). It passes on exactly the variables
+/// A relay's arguments after `exec-all`, with the flag names the clap
+/// definitions use (`cli::exec_all_flags`). It passes on exactly the variables
 /// this process exports (by name: the relay has their values from us), not
 /// those of its own agent.
 pub fn argv(group: &[usize], options: &RunOptions, exported: &[(String, String)]) -> Vec<OsString> {
