@@ -45,15 +45,13 @@ use crate::vars;
 
 /// `--bind MODE`, else `MULTINODE_BIND`, else `auto`.
 pub(crate) fn mode_from(flag: Option<Mode>, env: &EnvMap) -> Result<Mode, Error> {
-    if let Some(mode) = flag {
-        return Ok(mode);
-    }
-    match env.get(vars::BIND) {
-        None => Ok(Mode::Auto),
-        Some(v) => v
-            .parse()
-            .map_err(|e| Error::usage(format!("{}: {e}; fix it or unset it", vars::BIND))),
-    }
+    let mode = env.flag_or_var(
+        flag,
+        vars::BIND,
+        "a binding mode (auto, numa, cores or none)",
+        |v| v.parse().ok(),
+    )?;
+    Ok(mode.unwrap_or(Mode::Auto))
 }
 
 /// Where this machine's sysfs is: `/sys`, or [`crate::vars::SYSFS_ROOT`] in tests.

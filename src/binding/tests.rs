@@ -474,7 +474,7 @@ fn bad_input_is_one_line_saying_what_to_do() {
     let e = mode_from(None, &env("socket")).expect_err("unknown");
     assert_eq!(
         e.to_string(),
-        "MULTINODE_BIND: unknown binding mode 'socket': give auto, numa, cores or none; fix it or unset it"
+        "MULTINODE_BIND='socket' is not a binding mode (auto, numa, cores or none); fix it or unset it"
     );
 }
 

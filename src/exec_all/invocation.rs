@@ -3,7 +3,7 @@
 //! an `Invocation` (`options.rs`): the job, the run's options, and the role
 //! (the head, or a relay a head runs for a group of its nodes: decided
 //! here, once); each flag that a variable may give instead is read by
-//! [`flag_or_var`], with its one message.
+//! `EnvMap::flag_or_var`, with its one message.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -75,9 +75,8 @@ fn run_options(
     // A relay's output reaches the head, which watches for hangs.
     let hang_timeout = match relay {
         true => None,
-        false => flag_or_var(
+        false => env.flag_or_var(
             args.hang_timeout,
-            env,
             vars::HANG_TIMEOUT,
             "a number of seconds > 0",
             |v| {
@@ -137,9 +136,8 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
                 .map_err(|e| Error::usage(format!("--nproc-per-node: {e}")))
         })
         .transpose()?;
-    let per_node = flag_or_var(
+    let per_node = env.flag_or_var(
         flag,
-        env,
         vars::NPROC_PER_NODE,
         "a number of processes a node (1, 2, ...), gpu or slots",
         |v| v.parse().ok(),
@@ -153,9 +151,8 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
         }
         return Ok(None);
     };
-    let master_port = flag_or_var(
+    let master_port = env.flag_or_var(
         args.master_port,
-        env,
         vars::MASTER_PORT,
         "a port number (1-65535)",
         |v| v.parse().ok().filter(|&p| p > 0),
@@ -177,36 +174,38 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
 /// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
 /// each else its variable; `None` when none is set.
 fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error> {
-    let number = |flag, name, what| flag_or_var(flag, env, name, what, |v| v.parse().ok());
+    let number = |flag, name, what| env.flag_or_var(flag, name, what, |v| v.parse().ok());
     let max_restarts = number(
         args.max_restarts,
         vars::MAX_RESTARTS,
         "a number of restarts (0, 1, 2, ...)",
     )?;
-    let min_nodes = flag_or_var(
+    let min_nodes = env.flag_or_var(
         args.min_nodes,
-        env,
         vars::MIN_NODES,
         "a number of nodes (1, 2, ...)",
         |v| v.parse().ok(),
     )?;
-    let health_check = args
-        .health_check
-        .clone()
-        .or_else(|| env.get(vars::HEALTH_CHECK).map(String::from))
+    let health_check = env
+        .flag_or_var(
+            args.health_check.clone(),
+            vars::HEALTH_CHECK,
+            "a command",
+            |v| Some(v.to_string()),
+        )?
         .filter(|c| !c.trim().is_empty());
-    let health_timeout = flag_or_var(
-        args.health_timeout,
-        env,
-        vars::HEALTH_TIMEOUT,
-        "a number of seconds >= 0",
-        |v| {
-            v.parse::<f64>()
-                .ok()
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        },
-    )?
-    .unwrap_or(defaults::HEALTH_TIMEOUT);
+    let health_timeout = env
+        .flag_or_var(
+            args.health_timeout,
+            vars::HEALTH_TIMEOUT,
+            "a number of seconds >= 0",
+            |v| {
+                v.parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            },
+        )?
+        .unwrap_or(defaults::HEALTH_TIMEOUT);
     if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
         return Ok(None);
     }
@@ -216,28 +215,6 @@ fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error>
         health_check,
         health_timeout,
     }))
-}
-
-/// A flag's value, else its variable's (`name`) read by `parse`; `None`
-/// when neither is set. A variable `parse` does not take is one line that
-/// says what it should be (`what`): fix it or unset it.
-pub(crate) fn flag_or_var<T>(
-    flag: Option<T>,
-    env: &EnvMap,
-    name: &str,
-    what: &str,
-    parse: impl FnOnce(&str) -> Option<T>,
-) -> Result<Option<T>, Error> {
-    if flag.is_some() {
-        return Ok(flag);
-    }
-    env.get(name)
-        .map(|v| {
-            parse(v).ok_or_else(|| {
-                Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
-            })
-        })
-        .transpose()
 }
 
 /// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.
@@ -411,25 +388,5 @@ mod tests {
             (plain.grace, plain.connect_timeout, plain.fanout)
         );
         assert_eq!(args.export, "NONE");
-    }
-
-    #[test]
-    fn a_flag_wins_over_its_variable_and_a_bad_variable_is_one_line() {
-        let env = crate::topology::machine::fake::env(&[("MULTINODE_X", "ten")]);
-        let parse = |v: &str| v.parse::<u32>().ok();
-        assert_eq!(
-            flag_or_var(Some(3), &env, "MULTINODE_X", "a number", parse).unwrap(),
-            Some(3)
-        );
-        assert_eq!(
-            flag_or_var(None, &env, "MULTINODE_X", "a number", parse)
-                .unwrap_err()
-                .to_string(),
-            "MULTINODE_X='ten' is not a number; fix it or unset it"
-        );
-        assert_eq!(
-            flag_or_var(None, &env, "MULTINODE_Y", "a number", parse).unwrap(),
-            None
-        );
     }
 }
