@@ -115,7 +115,7 @@ fn run_options(
         timestamps: args.timestamps,
         group: args.group,
         snapshot_on_timeout: args.snapshot_on_timeout,
-        procs: procs(args, env)?,
+        procs: procs(args, env, relay)?,
         // A relay runs as its agent's command: that agent shows its node.
         show_local_to_agent: !relay,
         // A relay's verdict is not printed: its head's is.
@@ -127,7 +127,7 @@ fn run_options(
 /// `--nproc-per-node` and what goes with it (`--bind`, `--report-bindings`,
 /// `--master-port`), each else its variable; `None` without processes a
 /// node, where the others are refused.
-fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
+fn procs(args: &ExecAllArgs, env: &EnvMap, relay: bool) -> Result<Option<Procs>, Error> {
     let flag = args
         .nproc_per_node
         .as_deref()
@@ -167,7 +167,7 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
         bind: crate::binding::mode_from(args.bind, env)?,
         report_bindings: args.report_bindings,
         master_port: master_port.unwrap_or(defaults::MASTER_PORT),
-        head: !args.relay_report,
+        head: !relay,
     }))
 }
 
