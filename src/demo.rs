@@ -14,6 +14,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Script;
 use crate::exec_all::{RunOptions, finish_output, launch, on_runtime};
+use crate::vars;
 
 const DEFAULT_COMMAND: &str = "echo \"rank $RANK of $MULTINODE_NNODES: address $MULTINODE_LOCAL_IP, \
 head $MULTINODE_NODE_IP, slots $MULTINODE_TOTAL_SLOTS in all\"";
@@ -42,23 +43,23 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
         .collect::<Vec<_>>()
         .join(",");
     for (k, v) in [
-        ("MULTINODE_HOSTLIST", hostlist),
-        ("MULTINODE_NODE_RANK", "0".to_string()),
-        ("MULTINODE_SECRET", secret.clone()),
-        ("MULTINODE_AGENT_PORT", args.port.to_string()),
+        (vars::HOSTLIST, hostlist),
+        (vars::NODE_RANK, "0".to_string()),
+        (vars::SECRET, secret.clone()),
+        (vars::AGENT_PORT, args.port.to_string()),
     ] {
         env.0.insert(k.to_string(), v);
     }
     for k in [
-        "MULTINODE_HOSTLIST_NOSLOTS",
-        "MULTINODE_TOTAL_SLOTS",
-        "MULTINODE_NNODES",
-        "MULTINODE_HEAD",
-        "MULTINODE_NODE_IP",
-        "MULTINODE_LOCAL_IP",
-        "MULTINODE_SSH_WRAPPER",
-        "MULTINODE_RSH_WRAPPER",
-        "MULTINODE_TRANSPORT",
+        vars::HOSTLIST_NOSLOTS,
+        vars::TOTAL_SLOTS,
+        vars::NNODES,
+        vars::HEAD,
+        vars::NODE_IP,
+        vars::LOCAL_IP,
+        vars::SSH_WRAPPER,
+        vars::RSH_WRAPPER,
+        vars::TRANSPORT,
         "RANK",
     ] {
         env.0.remove(k);
@@ -70,8 +71,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
         Ok(_) => None,
         Err(_) => {
             let dir = WrapperDir::create(&bin)?;
-            env.0
-                .insert("MULTINODE_SSH_WRAPPER".into(), dir.mn_ssh_string()?);
+            env.0.insert(vars::SSH_WRAPPER.into(), dir.mn_ssh_string()?);
             Some(dir)
         }
     };
@@ -95,8 +95,8 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     // process's children finds it the same way.
     // SAFETY: single-threaded here: no runtime or other thread exists yet.
     unsafe {
-        std::env::set_var("MULTINODE_SECRET", &secret);
-        std::env::set_var("MULTINODE_AGENT_PORT", args.port.to_string());
+        std::env::set_var(vars::SECRET, &secret);
+        std::env::set_var(vars::AGENT_PORT, args.port.to_string());
     }
     let result = on_runtime(async |stops| launch(&job, &env, options, stops).await)?;
     drop(agents);
@@ -195,9 +195,9 @@ impl Agents {
                 addr.to_string().into(),
             ];
             let mut cmd = crate::supervise::wrap(bin, Duration::from_secs(2), None, &agent);
-            cmd.env("MULTINODE_SECRET", secret)
-                .env("MULTINODE_AGENT_PORT", port.to_string())
-                .env_remove("MULTINODE_HOSTLIST")
+            cmd.env(vars::SECRET, secret)
+                .env(vars::AGENT_PORT, port.to_string())
+                .env_remove(vars::HOSTLIST)
                 .stdin(std::process::Stdio::null());
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);

@@ -16,6 +16,12 @@ pub enum Error {
     Failed(String),
 }
 
+impl From<crate::env_map::BadVar> for Error {
+    fn from(bad: crate::env_map::BadVar) -> Self {
+        Error::Usage(bad.to_string())
+    }
+}
+
 impl Error {
     pub fn usage(msg: impl Into<String>) -> Self {
         Error::Usage(msg.into())

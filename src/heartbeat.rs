@@ -19,7 +19,7 @@ use nix::sys::stat::{UtimensatFlags, utimensat};
 use nix::sys::time::TimeSpec;
 
 use crate::env_map::EnvMap;
-use crate::protocol::heartbeat::FILE_VAR;
+use crate::vars;
 
 /// How often the file's modification time is looked at (a `stat`, a few
 /// microseconds): a touch is seen within this.
@@ -124,9 +124,9 @@ pub(crate) struct PassUp {
 }
 
 impl PassUp {
-    /// From [`FILE_VAR`] in this process's environment.
+    /// From [`crate::vars::HEARTBEAT_FILE`] in this process's environment.
     pub(crate) fn from_env(env: &EnvMap) -> Option<PassUp> {
-        env.get(FILE_VAR).map(|path| PassUp {
+        env.get(vars::HEARTBEAT_FILE).map(|path| PassUp {
             path: PathBuf::from(path),
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -240,7 +240,8 @@ mod tests {
             .set_modified(old)
             .unwrap();
         let mut env = EnvMap::default();
-        env.0.insert(FILE_VAR.into(), path.to_str().unwrap().into());
+        env.0
+            .insert(vars::HEARTBEAT_FILE.into(), path.to_str().unwrap().into());
         let up = PassUp::from_env(&env).expect("the variable is set");
         up.beat();
         assert!(modified(&path) > old, "touched");
@@ -285,7 +286,8 @@ mod tests {
             let done = done.clone();
             std::thread::spawn(move || {
                 let mut env = EnvMap::default();
-                env.0.insert(FILE_VAR.into(), path.to_str().unwrap().into());
+                env.0
+                    .insert(vars::HEARTBEAT_FILE.into(), path.to_str().unwrap().into());
                 PassUp::from_env(&env).unwrap().beat();
                 let _ = done.send(path);
             });

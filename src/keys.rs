@@ -20,15 +20,13 @@ use sha2::{Digest, Sha256};
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::read_file_at_most;
+use crate::vars;
 
 /// Secrets shorter than this are refused: they could be guessed.
 pub const MIN_SECRET_LEN: usize = 16;
 /// Secrets longer than this are refused, and a secret file is never read
 /// past it (`--secret-file /dev/zero` must not fill the memory).
 pub const MAX_SECRET_LEN: usize = 64 * 1024;
-/// The variable holding the secret itself, and the one naming a file.
-const SECRET_VAR: &str = "MULTINODE_SECRET";
-const SECRET_FILE_VAR: &str = "MULTINODE_SECRET_FILE";
 
 const CLIENT_LABEL: &[u8] = b"multinode/v1/client-key\0";
 const HOST_LABEL: &[u8] = b"multinode/v1/host-key\0";
@@ -76,10 +74,10 @@ impl Secret {
         if let Some(path) = secret_file {
             return Self::from_file(path).map(Some);
         }
-        if let Some(value) = env.get_bytes(SECRET_VAR) {
-            return Self::new(value.to_vec(), SECRET_VAR).map(Some);
+        if let Some(value) = env.get_bytes(vars::SECRET) {
+            return Self::new(value.to_vec(), vars::SECRET).map(Some);
         }
-        if let Some(path) = env.get_bytes(SECRET_FILE_VAR) {
+        if let Some(path) = env.get_bytes(vars::SECRET_FILE) {
             use std::os::unix::ffi::OsStrExt;
             return Self::from_file(Path::new(std::ffi::OsStr::from_bytes(path))).map(Some);
         }

@@ -28,6 +28,8 @@
 //! - `snapshot`: a live snapshot of every node's commands (`multinode ps`).
 //! - `top`: `multinode top`, every rank live and which one is the straggler.
 //! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
+//! - `defaults`: every default of a flag or a variable, written once, for clap and the runtime alike.
+//! - `vars`: every `MULTINODE_*` variable name and the contract's list of names, written once.
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
 //! integration tests use them); the rest is `pub(crate)`, so dead code shows.
@@ -39,6 +41,7 @@ pub(crate) mod agent;
 pub(crate) mod binding;
 pub(crate) mod check;
 pub(crate) mod cli;
+pub(crate) mod defaults;
 mod demo;
 pub(crate) mod env;
 pub(crate) mod env_map;
@@ -61,6 +64,7 @@ pub(crate) mod supervise;
 pub(crate) mod top;
 pub(crate) mod topology;
 pub mod transport;
+pub(crate) mod vars;
 
 mod logging;
 mod private_files;

@@ -34,7 +34,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::exec_all::script::Export;
 use crate::keys::{JobKeys, Secret};
-use crate::protocol::CWD_VAR;
+
 use crate::snapshot::Found;
 use crate::snapshot::survey::{find_rank, job_agents};
 use crate::topology::Node;
@@ -43,6 +43,7 @@ use crate::topology::nodeset::fold;
 use crate::transport::client::{Auth, Connector, Target};
 use crate::transport::ssh_args::{RequestTty, SshInvocation};
 use crate::transport::{ssh, tty};
+use crate::vars;
 
 /// Without CMD: the user's shell where the node has it, interactive when
 /// its stdin is a terminal (a shell decides that itself).
@@ -194,7 +195,7 @@ fn node_env(job: &Job, env: &EnvMap, rank: usize) -> Vec<(String, String)> {
     let cwd = std::env::current_dir()
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "/".into());
-    vars.push((CWD_VAR.to_string(), cwd));
+    vars.push((vars::CWD.to_string(), cwd));
     vars
 }
 

@@ -23,9 +23,10 @@ use super::{Shared, plain};
 use crate::exit_info;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
+use crate::protocol;
 use crate::protocol::signals::{signal_number, signal_to_sig};
-use crate::protocol::{self, CWD_VAR};
 use crate::snapshot::watch::{Stream, Watched};
+use crate::vars;
 
 /// What the client asked for before `exec`.
 pub(crate) struct Request {
@@ -85,11 +86,11 @@ pub(crate) async fn run(
     let mut wants_heartbeat = false;
     let mut vars = Vec::with_capacity(env.len());
     for (name, value) in env {
-        if name == protocol::exit_info::REQUEST_VAR {
+        if name == vars::EXIT_INFO {
             wants_exit_info = value == "1";
-        } else if name == protocol::heartbeat::REQUEST_VAR {
+        } else if name == vars::HEARTBEAT {
             wants_heartbeat = value == "1";
-        } else if name == CWD_VAR {
+        } else if name == vars::CWD {
             if std::path::Path::new(&value).is_dir() {
                 cwd = value.into();
                 cwd_set = true;
@@ -160,7 +161,7 @@ pub(crate) async fn run(
         cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
         cmd.envs(vars.iter().map(|(k, v)| (k, v)));
         if let Some(file) = &heartbeat {
-            cmd.env(protocol::heartbeat::FILE_VAR, file.path());
+            cmd.env(vars::HEARTBEAT_FILE, file.path());
         }
         match (&terminal, &req.terminal) {
             (Some(opened), Some(asked)) => {

@@ -286,7 +286,8 @@ mod tests {
 
     #[test]
     fn hostlists_count_before_they_are_expanded() {
-        let folded = |list: &str| vec![(hostlists::FOLDED_VAR.to_string(), list.to_string())];
+        let folded =
+            |list: &str| vec![(crate::vars::HOSTLIST_FOLDED.to_string(), list.to_string())];
         let conn = AgentEnv::default().connection();
         let mut ch = conn.channel();
         assert!(ch.admit_hostlists(&[]));

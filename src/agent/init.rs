@@ -11,11 +11,12 @@ use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::error::Error;
 use crate::signals::FORWARDED_SIGNALS;
+use crate::vars;
 
 /// Returns in the agent process; in the init process it never returns.
 /// Must run before any thread exists (before the tokio runtime).
 pub(crate) fn become_init_if_pid1() -> Result<(), Error> {
-    if std::process::id() != 1 || std::env::var_os("MULTINODE_NO_INIT").is_some_and(|v| v == "1") {
+    if std::process::id() != 1 || std::env::var_os(vars::NO_INIT).is_some_and(|v| v == "1") {
         return Ok(());
     }
     let mut set = SigSet::empty();

@@ -25,6 +25,7 @@ use crate::error::Error;
 use crate::process::{GroupChild, Spawn};
 use crate::signals::{STOP_SIGNALS, Stops};
 use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
+use crate::vars;
 
 /// Between two attempts to reach a node that is not up yet.
 const RETRY: Duration = Duration::from_millis(250);
@@ -127,7 +128,7 @@ async fn head(shared: &Arc<Shared>, plan: &JobRun, connector: &Connector) -> Res
     ));
     cmd.envs(shared.base_env.iter().map(|(k, v)| (k, v)));
     if let Some((_, path)) = &plan.mux {
-        cmd.env(crate::protocol::mux::SOCKET_VAR, path);
+        cmd.env(vars::MUX_SOCKET, path);
     }
     let mut child = GroupChild::spawn(&cmd).map_err(|e| {
         Error::usage(format!(

@@ -49,13 +49,12 @@ use tracing::info;
 pub use keeper::keep_groups;
 
 use crate::cli::AgentArgs;
+use crate::defaults;
 use crate::env::hostlists;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
-
-/// The agents' port when neither `--listen` nor `MULTINODE_AGENT_PORT` names one.
-pub const DEFAULT_PORT: u16 = crate::env::DEFAULT_AGENT_PORT;
+use crate::vars;
 
 /// What every connection and command of an agent shares.
 pub(crate) struct Shared {
@@ -136,8 +135,9 @@ fn listen_addr(args: &AgentArgs, env: &EnvMap) -> Result<SocketAddr, Error> {
     }
     listen.parse::<SocketAddr>().map_err(|_| {
         Error::usage(format!(
-            "--listen {listen:?} is not ADDR:PORT; use for example 0.0.0.0:{DEFAULT_PORT}, \
-             127.0.0.2:{DEFAULT_PORT} or [::]:{DEFAULT_PORT}"
+            "--listen {listen:?} is not ADDR:PORT; use for example 0.0.0.0:{port}, \
+             127.0.0.2:{port} or [::]:{port}",
+            port = defaults::AGENT_PORT
         ))
     })
 }
@@ -227,7 +227,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                 let mut vars = job.as_ref().map(crate::env::contract).unwrap_or_default();
                 // Commands (mn-ssh, exec_all in the job) find the secret the way the agent did.
                 if let Some(path) = &secret_file {
-                    vars.push(("MULTINODE_SECRET_FILE".into(), path.clone()));
+                    vars.push((vars::SECRET_FILE.into(), path.clone()));
                 }
                 vars
             },

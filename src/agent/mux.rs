@@ -16,10 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::defaults;
 use crate::keys::JobKeys;
 use crate::protocol::mux::{self as wire, read_frame, write_data, write_frame};
 use crate::protocol::signals::sig_from_name;
-use crate::transport::choice::DEFAULT_CONNECT_TIMEOUT;
 use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
 
 /// How long a connection may stay stuck after a client went away.
@@ -45,9 +45,11 @@ pub(crate) struct Pool {
 impl Pool {
     /// `lost_after`: as exec_all's (`MULTINODE_LOST_AFTER`, `None`: never).
     pub(crate) fn new(keys: &JobKeys, lost_after: Option<std::time::Duration>) -> Pool {
-        let connector =
-            Connector::new(Auth::Agent(Arc::new(keys.clone())), DEFAULT_CONNECT_TIMEOUT)
-                .with_lost_after(lost_after);
+        let connector = Connector::new(
+            Auth::Agent(Arc::new(keys.clone())),
+            defaults::CONNECT_TIMEOUT.duration,
+        )
+        .with_lost_after(lost_after);
         Pool {
             connector,
             job: wire::job_id(keys.client_public()),

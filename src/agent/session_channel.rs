@@ -16,6 +16,7 @@ use super::pty::ConnectionPtys;
 use super::{Shared, control, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
+use crate::vars;
 
 /// Collects `env` and `pty-req` requests until `exec`, `shell` or the
 /// `sftp` subsystem, then serves the request. Past the environment's bounds
@@ -60,7 +61,7 @@ pub(super) async fn serve_channel(
                         env.push((name.to_string(), value.to_string()));
                     }
                 };
-                if variable_name == env_pack::NAME {
+                if variable_name == vars::ENV_PACK {
                     for (name, value) in env_pack::unpack(&variable_value) {
                         take(name, value);
                     }

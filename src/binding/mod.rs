@@ -41,30 +41,22 @@ pub(crate) use visible::visible;
 
 use crate::env_map::EnvMap;
 use crate::error::Error;
-
-/// `MULTINODE_BIND`: `--bind`'s mode when the flag is not given.
-pub(crate) const BIND_VAR: &str = "MULTINODE_BIND";
-
-/// For tests only: read sysfs under this folder instead of `/sys` (a
-/// fixture tree of a machine with other GPUs and NUMA nodes).
-pub(crate) const SYSFS_ROOT_VAR: &str = "MULTINODE_SYSFS_ROOT";
+use crate::vars;
 
 /// `--bind MODE`, else `MULTINODE_BIND`, else `auto`.
 pub(crate) fn mode_from(flag: Option<Mode>, env: &EnvMap) -> Result<Mode, Error> {
-    if let Some(mode) = flag {
-        return Ok(mode);
-    }
-    match env.get(BIND_VAR) {
-        None => Ok(Mode::Auto),
-        Some(v) => v
-            .parse()
-            .map_err(|e| Error::usage(format!("{BIND_VAR}: {e}; fix it or unset it"))),
-    }
+    let mode = env.flag_or_var(
+        flag,
+        vars::BIND,
+        "a binding mode (auto, numa, cores or none)",
+        |v| v.parse().ok(),
+    )?;
+    Ok(mode.unwrap_or(Mode::Auto))
 }
 
-/// Where this machine's sysfs is: `/sys`, or [`SYSFS_ROOT_VAR`] in tests.
+/// Where this machine's sysfs is: `/sys`, or [`crate::vars::SYSFS_ROOT`] in tests.
 pub(crate) fn sysfs_root(env: &EnvMap) -> PathBuf {
-    env.get(SYSFS_ROOT_VAR)
+    env.get(vars::SYSFS_ROOT)
         .map_or_else(|| PathBuf::from("/sys"), PathBuf::from)
 }
 

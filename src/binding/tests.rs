@@ -9,6 +9,7 @@ use super::sysfs::sysfs_bus_id;
 use super::*;
 use crate::nvidia_smi::PciGpu;
 use crate::process::RunOutput;
+use crate::vars;
 
 /// A machine as a sysfs tree, and the GPUs its `nvidia-smi` lists.
 struct Machine {
@@ -457,7 +458,7 @@ fn bad_input_is_one_line_saying_what_to_do() {
     );
     assert_eq!("NUMA".parse::<Mode>(), Ok(Mode::Numa));
     let env = |v: &str| -> EnvMap {
-        [(BIND_VAR.to_string(), v.to_string())]
+        [(vars::BIND.to_string(), v.to_string())]
             .into_iter()
             .collect()
     };
@@ -473,7 +474,7 @@ fn bad_input_is_one_line_saying_what_to_do() {
     let e = mode_from(None, &env("socket")).expect_err("unknown");
     assert_eq!(
         e.to_string(),
-        "MULTINODE_BIND: unknown binding mode 'socket': give auto, numa, cores or none; fix it or unset it"
+        "MULTINODE_BIND='socket' is not a binding mode (auto, numa, cores or none); fix it or unset it"
     );
 }
 

@@ -19,6 +19,7 @@ use crate::cli::{CheckArgs, TopologyArgs};
 use crate::env::{Job, resolve_job};
 use crate::env_map::EnvMap;
 use crate::error::Error;
+use crate::vars;
 
 /// Every host name of the hostlist, resolved in parallel.
 const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
@@ -64,11 +65,11 @@ impl JobView {
     /// variables say, with the error kept for the report.
     pub(crate) fn from_env(env: &EnvMap, port: u16, error: &Error) -> Self {
         let head_ip = env
-            .get("MULTINODE_NODE_IP")
+            .get(vars::NODE_IP)
             .and_then(|v| v.parse::<IpAddr>().ok());
         let list = env
-            .get("MULTINODE_HOSTLIST_NOSLOTS")
-            .or_else(|| env.get("MULTINODE_HOSTLIST"))
+            .get(vars::HOSTLIST_NOSLOTS)
+            .or_else(|| env.get(vars::HOSTLIST))
             .unwrap_or_default();
         let hosts = list.split(',').map(|entry| {
             if let Some(v6) = entry.strip_prefix('[') {
@@ -83,7 +84,7 @@ impl JobView {
         JobView {
             job: JobFacts {
                 rank: env
-                    .get("MULTINODE_NODE_RANK")
+                    .get(vars::NODE_RANK)
                     .or_else(|| env.get("RANK"))
                     .and_then(|r| r.parse().ok()),
                 head_ip,
@@ -91,7 +92,7 @@ impl JobView {
             },
             hosts: names(hosts),
             rendezvous: head_ip.map(|ip| SocketAddr::new(ip, port)),
-            ssh_wrapper: env.get("MULTINODE_SSH_WRAPPER").map(str::to_string),
+            ssh_wrapper: env.get(vars::SSH_WRAPPER).map(str::to_string),
         }
     }
 }

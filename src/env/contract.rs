@@ -9,11 +9,8 @@ use super::job::{Job, resolve_job};
 use super::render::{render_json, render_sh};
 use crate::env_map::EnvMap;
 use crate::error::Error;
-use crate::topology::spares::{SPARE_HOSTLIST_VAR, SPARES_VAR};
 use crate::topology::{Inputs, Topology};
-
-/// This node's own address in the contract.
-const LOCAL_IP_VAR: &str = "MULTINODE_LOCAL_IP";
+use crate::vars;
 
 /// The contract's variables for this node, in this order: `MULTINODE_HOSTLIST`,
 /// `MULTINODE_HOSTLIST_NOSLOTS`, (`MULTINODE_HOSTFILE` when the lists are
@@ -58,9 +55,9 @@ impl<'a> Contract<'a> {
         let spare_vars = match job.spares {
             0 => Vec::new(),
             k => vec![
-                (SPARES_VAR.to_string(), k.to_string()),
+                (vars::SPARES.to_string(), k.to_string()),
                 (
-                    SPARE_HOSTLIST_VAR.to_string(),
+                    vars::SPARE_HOSTLIST.to_string(),
                     Topology {
                         nodes: job.topology.nodes[topo.nodes.len()..].to_vec(),
                         source: String::new(),
@@ -94,7 +91,7 @@ impl<'a> Contract<'a> {
     /// node ([`hostlists::WireCache::expand_wire`]). Its size does not
     /// depend on the number of nodes when their names are regular.
     pub fn wire_for_rank(&self, rank: usize) -> Vec<(String, String)> {
-        let folded = vec![(hostlists::FOLDED_VAR.to_string(), self.lists.folded.clone())];
+        let folded = vec![(vars::HOSTLIST_FOLDED.to_string(), self.lists.folded.clone())];
         self.with_lists(rank, folded)
     }
 
@@ -118,28 +115,14 @@ impl<'a> Contract<'a> {
             .lists
             .vars(topo)
             .iter()
-            .find(|(k, _)| k == hostlists::NOSLOTS_VAR)
+            .find(|(k, _)| k == vars::HOSTLIST_NOSLOTS)
             .map(|(_, v)| v.as_str());
-        (env.get(hostlists::NOSLOTS_VAR) != folded).then_some(note)
+        (env.get(vars::HOSTLIST_NOSLOTS) != folded).then_some(note)
     }
 
     /// Every name [`Contract::for_rank`] or [`Contract::wire_for_rank`] may set.
     pub fn names() -> impl Iterator<Item = &'static str> {
-        hostlists::NAMES.into_iter().chain([
-            "MULTINODE_TOTAL_SLOTS",
-            "MULTINODE_NNODES",
-            "MULTINODE_HEAD",
-            "MULTINODE_NODE_IP",
-            LOCAL_IP_VAR,
-            "RANK",
-            "MULTINODE_NODE_RANK",
-            "MULTINODE_AGENT_PORT",
-            "MULTINODE_SSH_WRAPPER",
-            "MULTINODE_RSH_WRAPPER",
-            "MULTINODE_BIN",
-            SPARES_VAR,
-            SPARE_HOSTLIST_VAR,
-        ])
+        vars::CONTRACT.into_iter()
     }
 
     fn with_lists(&self, rank: usize, lists: Vec<(String, String)>) -> Vec<(String, String)> {
@@ -157,17 +140,17 @@ impl<'a> Contract<'a> {
         let mut vars = lists;
         vars.extend(
             [
-                ("MULTINODE_TOTAL_SLOTS", self.total_slots.clone()),
-                ("MULTINODE_NNODES", self.nnodes.clone()),
-                ("MULTINODE_HEAD", self.head.clone()),
-                ("MULTINODE_NODE_IP", job.head_ip.to_string()),
-                (LOCAL_IP_VAR, local_ip),
-                ("RANK", rank.to_string()),
-                ("MULTINODE_NODE_RANK", rank.to_string()),
-                ("MULTINODE_AGENT_PORT", job.agent_port.to_string()),
-                ("MULTINODE_SSH_WRAPPER", job.wrapper.clone()),
-                ("MULTINODE_RSH_WRAPPER", job.rsh_wrapper.clone()),
-                ("MULTINODE_BIN", job.bin.clone()),
+                (vars::TOTAL_SLOTS, self.total_slots.clone()),
+                (vars::NNODES, self.nnodes.clone()),
+                (vars::HEAD, self.head.clone()),
+                (vars::NODE_IP, job.head_ip.to_string()),
+                (vars::LOCAL_IP, local_ip),
+                (vars::RANK, rank.to_string()),
+                (vars::NODE_RANK, rank.to_string()),
+                (vars::AGENT_PORT, job.agent_port.to_string()),
+                (vars::SSH_WRAPPER, job.wrapper.clone()),
+                (vars::RSH_WRAPPER, job.rsh_wrapper.clone()),
+                (vars::BIN, job.bin.clone()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v)),
@@ -182,7 +165,7 @@ impl<'a> Contract<'a> {
 /// address a launcher reached the node at is its own, as the job sees it.
 pub fn fill_reached_address(vars: &mut [(String, String)], reached: IpAddr) {
     for (name, value) in vars {
-        if name == LOCAL_IP_VAR && value.is_empty() {
+        if name == vars::LOCAL_IP && value.is_empty() {
             *value = reached.to_string();
         }
     }
@@ -207,7 +190,7 @@ pub fn cmd_env(inputs: &Inputs, json: bool) -> Result<i32, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::job::{DEFAULT_AGENT_PORT, job_from};
+    use super::super::job::job_from;
     use super::super::programs;
     use super::*;
     use crate::topology::Placement;
@@ -215,7 +198,7 @@ mod tests {
     #[test]
     fn a_reached_address_fills_only_an_empty_local_ip() {
         let mut vars = vec![
-            (LOCAL_IP_VAR.to_string(), String::new()),
+            (vars::LOCAL_IP.to_string(), String::new()),
             ("RANK".to_string(), String::new()),
         ];
         fill_reached_address(&mut vars, "10.0.0.7".parse().unwrap());
@@ -321,7 +304,7 @@ mod tests {
             rank: 0,
             head_ip: ip("10.0.0.1"),
             local_ip: ip("10.0.0.1"),
-            agent_port: DEFAULT_AGENT_PORT,
+            agent_port: crate::defaults::AGENT_PORT,
             wrapper: "/opt/mn/bin/mn-ssh".into(),
             rsh_wrapper: "/opt/mn/bin/mn-ssh".into(),
             bin: "/opt/mn/bin/multinode".into(),
@@ -354,7 +337,7 @@ mod tests {
             get("MULTINODE_HOSTLIST").as_deref(),
             Some("gpu-node-[00001-10000]:8")
         );
-        assert!(get(hostlists::HOSTFILE_VAR).is_some());
+        assert!(get(vars::HOSTFILE).is_some());
         // Below the limit the node sees the lists written out, as before.
         let mut small_on_node = small.wire_for_rank(42);
         hostlists::expand_wire(&mut small_on_node).expect("expands");

@@ -11,7 +11,7 @@
 //!   commas count the nodes);
 //! - a longer one is folded (`gpu[01-99]:8`, which every `multinode`
 //!   command reads as the same list); when `MULTINODE_HOSTLIST` is,
-//!   [`HOSTFILE_VAR`] names a file that holds every node on its own line,
+//!   [`crate::vars::HOSTFILE`] names a file that holds every node on its own line,
 //!   `host slots=N` (Open MPI's hostfile form, which `--hostfile` reads too).
 //!   `MULTINODE_HOSTLIST_NOSLOTS`, shorter by the slots, stays written out
 //!   longer (to ~8,700 such nodes); when it is folded too,
@@ -23,7 +23,7 @@
 //! is folded first.
 //!
 //! Between exec_all and an agent the lists always travel folded, in one
-//! variable ([`FOLDED_VAR`]), which the agent turns back into the above on
+//! variable ([`crate::vars::HOSTLIST_FOLDED`]), which the agent turns back into the above on
 //! its node ([`WireCache::expand_wire`]): the bytes sent to a node do not
 //! grow with the node count when the names are regular. So a few bytes can
 //! name a million hosts: the agent reckons what a list sent by a client
@@ -38,6 +38,7 @@ use std::sync::{Arc, OnceLock};
 use sha2::{Digest, Sha256};
 
 use crate::topology::Topology;
+use crate::vars;
 
 /// Linux's limit on one argument or environment string, its NUL included
 /// (`MAX_ARG_STRLEN`, 32 pages of 4 KiB): `exec` fails with E2BIG past it.
@@ -50,14 +51,7 @@ pub const FULL_LIMIT: usize = MAX_ARG_STRLEN - 1024;
 /// `export ...; SCRIPT`, one argument of `sh -c` on the node), together at
 /// most this: 8 KiB are left for the rest of the line.
 pub const ONE_LINE_LIMIT: usize = MAX_ARG_STRLEN - 8 * 1024;
-/// Names the file of every node when the lists are folded.
-pub const HOSTFILE_VAR: &str = "MULTINODE_HOSTFILE";
-/// exec_all → agent only: the folded `MULTINODE_HOSTLIST`, from which the
-/// agent writes both lists for the command.
-pub const FOLDED_VAR: &str = "MULTINODE_HOSTLIST_FOLDED";
-/// The list whose commas count the nodes, while it is written out.
-pub const NOSLOTS_VAR: &str = "MULTINODE_HOSTLIST_NOSLOTS";
-/// The most names an agent expands a [`FOLDED_VAR`] sent by a client to:
+/// The most names an agent expands a [`crate::vars::HOSTLIST_FOLDED`] sent by a client to:
 /// five times the largest jobs run today (~12,000 nodes), a fifteenth of
 /// what a hostlist of the agent's own environment may hold
 /// (`topology`'s 1,000,000).
@@ -141,10 +135,12 @@ impl Lists {
         self.rendered(topo).noslots_folded.then(|| {
             let nodes = topo.nodes.len();
             format!(
-                "{NOSLOTS_VAR} is folded ({}): written out, the names of the {nodes} nodes \
+                "{} is folded ({}): written out, the names of the {nodes} nodes \
                  would pass Linux's limit of 128 KiB for one variable; count the nodes with \
-                 MULTINODE_NNODES ({nodes}), not with the commas of the list",
-                crate::topology::shorten(&topo.hostlist_noslots_folded())
+                 {} ({nodes}), not with the commas of the list",
+                vars::HOSTLIST_NOSLOTS,
+                crate::topology::shorten(&topo.hostlist_noslots_folded()),
+                vars::NNODES,
             )
         })
     }
@@ -179,11 +175,11 @@ fn write_out(
     };
     let mut vars = Vec::with_capacity(3);
     vars.push((
-        "MULTINODE_HOSTLIST".to_string(),
+        vars::HOSTLIST.to_string(),
         if full_fits { full } else { folded.to_string() },
     ));
     vars.push((
-        NOSLOTS_VAR.to_string(),
+        vars::HOSTLIST_NOSLOTS.to_string(),
         if noslots_fits {
             noslots
         } else {
@@ -196,13 +192,14 @@ fn write_out(
     if !full_fits && room == Room::EachVariable {
         match hostfile(topo) {
             Ok(path) => vars.push((
-                HOSTFILE_VAR.to_string(),
+                vars::HOSTFILE.to_string(),
                 path.to_string_lossy().into_owned(),
             )),
             Err(e) => {
                 hostfile_warning = Some(format!(
-                    "cannot write the hostfile of {} nodes {e}; {HOSTFILE_VAR} is not set",
+                    "cannot write the hostfile of {} nodes {e}; {} is not set",
                     topo.nodes.len(),
+                    vars::HOSTFILE,
                 ));
             }
         }
@@ -214,19 +211,25 @@ fn write_out(
     }
 }
 
-/// Every variable name this module may set, the wire's included.
-pub(crate) const NAMES: [&str; 4] = ["MULTINODE_HOSTLIST", NOSLOTS_VAR, HOSTFILE_VAR, FOLDED_VAR];
+/// Every variable name this module may set, the wire's included (the
+/// first four of [`vars::CONTRACT`]).
+pub(crate) const NAMES: [&str; 4] = [
+    vars::HOSTLIST,
+    vars::HOSTLIST_NOSLOTS,
+    vars::HOSTFILE,
+    vars::HOSTLIST_FOLDED,
+];
 
 /// [`WireCache::expand_wire`] without a cache, writing in the system's
 /// temporary directory as [`Lists::vars`] does (the same file).
 #[cfg(test)]
 pub(crate) fn expand_wire(env: &mut Vec<(String, String)>) -> Result<(), String> {
-    let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
+    let Some(at) = env.iter().position(|(k, _)| k == vars::HOSTLIST_FOLDED) else {
         return Ok(());
     };
     let (_, folded) = env.remove(at);
-    let topo =
-        Topology::from_hostlist(&folded, FOLDED_VAR).map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
+    let topo = Topology::from_hostlist(&folded, vars::HOSTLIST_FOLDED)
+        .map_err(|e| format!("{}: {e}", vars::HOSTLIST_FOLDED))?;
     let temp = std::env::temp_dir();
     let rendered = written(&topo, &folded, Room::EachVariable, Ok(&temp));
     put_lists(env, at, &rendered.vars);
@@ -240,19 +243,20 @@ fn put_lists(env: &mut Vec<(String, String)>, at: usize, vars: &[(String, String
     env.splice(at..at, vars.iter().cloned());
 }
 
-/// What the lists of a request's [`FOLDED_VAR`] take written out, in bytes
+/// What the lists of a request's [`crate::vars::HOSTLIST_FOLDED`] take written out, in bytes
 /// at most (both lists, and the hostfile's lines, ~8 bytes longer a name),
 /// reckoned from the folded text without expanding it; 0 without the
 /// variable. An error, which says so, past [`WIRE_NAMES`] names.
 pub(crate) fn wire_cost(env: &[(String, String)]) -> Result<usize, String> {
-    let Some((_, folded)) = env.iter().find(|(k, _)| k == FOLDED_VAR) else {
+    let Some((_, folded)) = env.iter().find(|(k, _)| k == vars::HOSTLIST_FOLDED) else {
         return Ok(0);
     };
     let (names, list) = expansion_bound(folded);
     if names > WIRE_NAMES {
         return Err(format!(
-            "{FOLDED_VAR} sent with this command names up to {names} hosts, more than \
-             {WIRE_NAMES} names"
+            "{} sent with this command names up to {names} hosts, more than \
+             {WIRE_NAMES} names",
+            vars::HOSTLIST_FOLDED
         ));
     }
     let bytes = list
@@ -369,7 +373,7 @@ pub(crate) fn private_dir(env: &crate::env_map::EnvMap) -> Result<PathBuf, Strin
     Ok(dir.keep())
 }
 
-/// An agent's expansions of [`FOLDED_VAR`]. The last one is kept: every
+/// An agent's expansions of [`crate::vars::HOSTLIST_FOLDED`]. The last one is kept: every
 /// command of a job sends the same folded list, and expanding it (parsing,
 /// writing out both lists) was ~5% of an agent's CPU a command at 100
 /// nodes. Each has a hostfile of its own (past [`FULL_LIMIT`]), removed
@@ -420,19 +424,19 @@ impl WireCache {
         self.dir.as_deref().ok()
     }
 
-    /// Replaces [`FOLDED_VAR`] in a request's variables by the lists as
+    /// Replaces [`crate::vars::HOSTLIST_FOLDED`] in a request's variables by the lists as
     /// [`Lists::new`] writes them; the command holds what it returns until
     /// it ended (its hostfile stays until then). Returns a message for the
     /// command when the value is not a hostlist, or names more than
     /// [`WIRE_NAMES`] hosts (the variable is then dropped), or its hostfile
-    /// cannot be written (the lists are set, [`HOSTFILE_VAR`] is not). From
+    /// cannot be written (the lists are set, [`crate::vars::HOSTFILE`] is not). From
     /// the cache when `env` holds the folded list expanded last (and, past
     /// [`FULL_LIMIT`], its hostfile is still there).
     pub(crate) fn expand_wire(
         &self,
         env: &mut Vec<(String, String)>,
     ) -> Result<Option<Wire>, String> {
-        let Some(at) = env.iter().position(|(k, _)| k == FOLDED_VAR) else {
+        let Some(at) = env.iter().position(|(k, _)| k == vars::HOSTLIST_FOLDED) else {
             return Ok(None);
         };
         let (_, folded) = env.remove(at);
@@ -452,11 +456,12 @@ impl WireCache {
         let (names, _) = expansion_bound(&folded);
         if names > WIRE_NAMES {
             return Err(format!(
-                "{FOLDED_VAR} names up to {names} hosts, more than {WIRE_NAMES}"
+                "{} names up to {names} hosts, more than {WIRE_NAMES}",
+                vars::HOSTLIST_FOLDED
             ));
         }
-        let topo = Topology::from_hostlist(&folded, FOLDED_VAR)
-            .map_err(|e| format!("{FOLDED_VAR}: {e}"))?;
+        let topo = Topology::from_hostlist(&folded, vars::HOSTLIST_FOLDED)
+            .map_err(|e| format!("{}: {e}", vars::HOSTLIST_FOLDED))?;
         let lists = Lists::new(&topo);
         let mut file = None;
         let rendered = write_out(&topo, &lists.folded, Room::EachVariable, |topo| {
@@ -491,7 +496,7 @@ impl WireCache {
     /// may call it.
     pub(crate) fn expands_at_once(&self, env: &[(String, String)]) -> bool {
         env.iter()
-            .find(|(k, _)| k == FOLDED_VAR)
+            .find(|(k, _)| k == vars::HOSTLIST_FOLDED)
             .is_none_or(|(_, folded)| self.cached(folded).is_some())
     }
 
@@ -507,7 +512,7 @@ impl WireCache {
             && wire
                 .vars
                 .iter()
-                .all(|(k, v)| k != HOSTFILE_VAR || Path::new(v).is_file());
+                .all(|(k, v)| k != vars::HOSTFILE || Path::new(v).is_file());
         fresh.then(|| wire.clone())
     }
 }
@@ -605,7 +610,7 @@ mod tests {
             get(small_vars, "MULTINODE_HOSTLIST").map(str::len),
             Some(7649 * 17 - 1)
         );
-        assert_eq!(get(small_vars, HOSTFILE_VAR), None);
+        assert_eq!(get(small_vars, vars::HOSTFILE), None);
         assert_eq!(small.folded, "gpu-node-[00001-07649]:8");
         let big = Lists::new(&big_topo);
         let big_vars = big.vars(&big_topo);
@@ -615,31 +620,31 @@ mod tests {
         );
         // The list without slots (15 bytes a node) is a string of its own,
         // still written out: its commas count the nodes.
-        let noslots = get(big_vars, NOSLOTS_VAR).expect("set");
+        let noslots = get(big_vars, vars::HOSTLIST_NOSLOTS).expect("set");
         assert_eq!(noslots.split(',').count(), 7650);
         assert_eq!(noslots.split(',').nth(41), Some("gpu-node-00042"));
         assert_eq!(big.folded_note(&big_topo), None);
-        let file = get(big_vars, HOSTFILE_VAR).expect("a hostfile");
+        let file = get(big_vars, vars::HOSTFILE).expect("a hostfile");
         let text = std::fs::read_to_string(file).expect("readable");
         assert_eq!(text.lines().count(), 7650);
         assert_eq!(text.lines().nth(41), Some("gpu-node-00042 slots=8"));
         // The same list again: the same file.
         assert_eq!(
-            get(Lists::new(&big_topo).vars(&big_topo), HOSTFILE_VAR),
+            get(Lists::new(&big_topo).vars(&big_topo), vars::HOSTFILE),
             Some(file)
         );
         // 8,669 names fit in FULL_LIMIT; one more and that list is folded too.
         let last_topo = topo(8669);
         let last = Lists::new(&last_topo);
         assert_eq!(
-            get(last.vars(&last_topo), NOSLOTS_VAR).map(str::len),
+            get(last.vars(&last_topo), vars::HOSTLIST_NOSLOTS).map(str::len),
             Some(8669 * 15 - 1)
         );
         assert_eq!(last.folded_note(&last_topo), None);
         let past_topo = topo(8670);
         let past = Lists::new(&past_topo);
         assert_eq!(
-            get(past.vars(&past_topo), NOSLOTS_VAR),
+            get(past.vars(&past_topo), vars::HOSTLIST_NOSLOTS),
             Some("gpu-node-[00001-08670]")
         );
         assert_eq!(
@@ -672,11 +677,14 @@ mod tests {
             Some("gpu-node-[00001-03841]:8")
         );
         assert_eq!(
-            get(&one, NOSLOTS_VAR).map(|l| l.split(',').count()),
+            get(&one, vars::HOSTLIST_NOSLOTS).map(|l| l.split(',').count()),
             Some(3841)
         );
         let none = lists(8200);
-        assert_eq!(get(&none, NOSLOTS_VAR), Some("gpu-node-[00001-08200]"));
+        assert_eq!(
+            get(&none, vars::HOSTLIST_NOSLOTS),
+            Some("gpu-node-[00001-08200]")
+        );
         assert_eq!(none.len(), 2);
     }
 
@@ -725,7 +733,7 @@ mod tests {
         let cache = WireCache::new(Err("No such file or directory".into()));
         let folded = "gpu-node-[00001-09000]:8".to_string();
         for _ in 0..2 {
-            let mut env = vec![(FOLDED_VAR.to_string(), folded.clone())];
+            let mut env = vec![(vars::HOSTLIST_FOLDED.to_string(), folded.clone())];
             let warning = cache.expand_wire(&mut env).expect_err("told");
             assert_eq!(
                 warning,
@@ -733,7 +741,7 @@ mod tests {
                  or directory); MULTINODE_HOSTFILE is not set"
             );
             assert_eq!(get(&env, "MULTINODE_HOSTLIST"), Some(folded.as_str()));
-            assert_eq!(get(&env, HOSTFILE_VAR), None);
+            assert_eq!(get(&env, vars::HOSTFILE), None);
         }
     }
 
@@ -786,7 +794,7 @@ mod tests {
     #[test]
     fn an_agent_expands_a_folded_list_once_and_again_when_it_changes() {
         let cache = WireCache::new(Ok(std::env::temp_dir()));
-        let wire = |folded: &str| vec![(FOLDED_VAR.to_string(), folded.to_string())];
+        let wire = |folded: &str| vec![(vars::HOSTLIST_FOLDED.to_string(), folded.to_string())];
         let mut first = wire("gpu[01-03]:2");
         cache.expand_wire(&mut first).expect("expands");
         let (cached, _) = cache.expand("gpu[01-03]:2".to_string()).expect("cached");
@@ -815,14 +823,14 @@ mod tests {
         let folded = Topology::from_hostlist("gpu-node-[00001-09000]:8", "test")
             .expect("parses")
             .hostlist_folded();
-        let mut env = vec![(FOLDED_VAR.to_string(), folded.clone())];
+        let mut env = vec![(vars::HOSTLIST_FOLDED.to_string(), folded.clone())];
         let held = cache.expand_wire(&mut env).expect("expands");
-        let file = get(&env, HOSTFILE_VAR).expect("a hostfile").to_string();
+        let file = get(&env, vars::HOSTFILE).expect("a hostfile").to_string();
         std::fs::remove_file(&file).expect("removed");
         drop(held);
-        let mut again = vec![(FOLDED_VAR.to_string(), folded)];
+        let mut again = vec![(vars::HOSTLIST_FOLDED.to_string(), folded)];
         let _held = cache.expand_wire(&mut again).expect("expands");
-        let file = get(&again, HOSTFILE_VAR).expect("a hostfile");
+        let file = get(&again, vars::HOSTFILE).expect("a hostfile");
         let text = std::fs::read_to_string(file).expect("written again");
         assert_eq!(text.lines().count(), 9000);
     }
@@ -831,7 +839,10 @@ mod tests {
     fn the_agent_expands_the_wire_form() {
         let mut env = vec![
             ("A".to_string(), "1".to_string()),
-            (FOLDED_VAR.to_string(), "gpu[01-03]:2,cpu1:1".to_string()),
+            (
+                vars::HOSTLIST_FOLDED.to_string(),
+                "gpu[01-03]:2,cpu1:1".to_string(),
+            ),
             ("MULTINODE_HOSTLIST".to_string(), "stale".to_string()),
             ("B".to_string(), "2".to_string()),
         ];
@@ -849,7 +860,7 @@ mod tests {
             get(&env, "MULTINODE_HOSTLIST_NOSLOTS"),
             Some("gpu01,gpu02,gpu03,cpu1")
         );
-        let mut bad = vec![(FOLDED_VAR.to_string(), "gpu[3-1]".to_string())];
+        let mut bad = vec![(vars::HOSTLIST_FOLDED.to_string(), "gpu[3-1]".to_string())];
         assert!(
             expand_wire(&mut bad)
                 .expect_err("reversed")
@@ -866,12 +877,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = WireCache::new(Ok(dir.path().to_path_buf()));
         let expand = |list: &str| {
-            let mut env = vec![(FOLDED_VAR.to_string(), list.to_string())];
+            let mut env = vec![(vars::HOSTLIST_FOLDED.to_string(), list.to_string())];
             let held = cache
                 .expand_wire(&mut env)
                 .expect("expands")
                 .expect("a list");
-            let file = PathBuf::from(get(&env, HOSTFILE_VAR).expect("a hostfile"));
+            let file = PathBuf::from(get(&env, vars::HOSTFILE).expect("a hostfile"));
             (held, file)
         };
         let (running, first) = expand("a-[00001-20000]:8");
@@ -890,7 +901,7 @@ mod tests {
 
     #[test]
     fn a_folded_list_is_reckoned_before_it_is_expanded() {
-        let wire = |list: &str| vec![(FOLDED_VAR.to_string(), list.to_string())];
+        let wire = |list: &str| vec![(vars::HOSTLIST_FOLDED.to_string(), list.to_string())];
         assert_eq!(wire_cost(&[]), Ok(0));
         for (list, names, bytes) in [
             ("gpu01:8", 1, 10),

@@ -6,13 +6,12 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 
 use super::programs;
+use crate::defaults;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::topology::machine::System;
 use crate::topology::{Inputs, Placement, Topology, resolve_placement, shorten};
-
-/// The agents' port when `MULTINODE_AGENT_PORT` is not set.
-pub const DEFAULT_AGENT_PORT: u16 = 29922;
+use crate::vars;
 
 /// This node's job: the topology, which node this is, the addresses, the
 /// agents' port and the programs, resolved once.
@@ -30,7 +29,7 @@ pub struct Job {
     pub head_ip: IpAddr,
     /// This node's own address (`MULTINODE_LOCAL_IP`).
     pub local_ip: IpAddr,
-    /// The agents' port (`MULTINODE_AGENT_PORT`, default [`DEFAULT_AGENT_PORT`]).
+    /// The agents' port (`MULTINODE_AGENT_PORT`, default [`crate::defaults::AGENT_PORT`]).
     pub agent_port: u16,
     /// The remote-exec wrapper (`MULTINODE_SSH_WRAPPER`): the platform's, or
     /// the absolute path of `mn-ssh`.
@@ -80,12 +79,12 @@ pub(super) fn job_from(
     invocation: &programs::Invocation,
 ) -> Result<Job, Error> {
     let agent_port = agent_port(env)?;
-    let wrapper = match env.get("MULTINODE_SSH_WRAPPER") {
+    let wrapper = match env.get(vars::SSH_WRAPPER) {
         Some(w) => w.to_string(),
         None => invocation.mn_ssh()?,
     };
     let rsh_wrapper = env
-        .get("MULTINODE_RSH_WRAPPER")
+        .get(vars::RSH_WRAPPER)
         .map_or_else(|| wrapper.clone(), String::from);
     let bin = invocation.multinode_bin()?;
     Ok(Job {
@@ -135,16 +134,21 @@ impl Job {
     }
 }
 
-/// `MULTINODE_AGENT_PORT`, validated, else the default.
-/// The agents' port: `MULTINODE_AGENT_PORT`, else [`DEFAULT_AGENT_PORT`].
+/// The agents' port: `MULTINODE_AGENT_PORT`, else [`crate::defaults::AGENT_PORT`].
 pub fn agent_port(env: &EnvMap) -> Result<u16, Error> {
-    let Some(value) = env.get("MULTINODE_AGENT_PORT") else {
-        return Ok(DEFAULT_AGENT_PORT);
+    let Some(value) = env.get(vars::AGENT_PORT) else {
+        return Ok(defaults::AGENT_PORT);
     };
-    value.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-        Error::usage(format!(
-            "MULTINODE_AGENT_PORT='{}' is not a port number (1-65535); fix it, or unset it for the default {DEFAULT_AGENT_PORT}",
-            shorten(value)
-        ))
-    })
+    value
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "{}='{}' is not a port number (1-65535); fix it, or unset it for the default {}",
+                vars::AGENT_PORT,
+                shorten(value),
+                defaults::AGENT_PORT
+            ))
+        })
 }

@@ -13,4 +13,4 @@ pub(crate) mod programs;
 mod render;
 
 pub use contract::{Contract, cmd_env, contract, fill_reached_address};
-pub use job::{DEFAULT_AGENT_PORT, Job, agent_port, resolve_job, resolve_job_waiting};
+pub use job::{Job, agent_port, resolve_job, resolve_job_waiting};

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::one_launch::launch;
-use super::options::{MAX_RESTARTS_VAR, RESTART_COUNT_VAR, Restarts, RunOptions};
+use super::options::{Restarts, RunOptions};
 use super::record::{CancelReason, NodeOutcome, RunResult};
 use super::report::{self, AttemptReport, Excluded};
 use super::script::Script;
@@ -19,6 +19,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
 use crate::signals::Stops;
+use crate::vars;
 
 /// Runs `base` over the pool's nodes until success, a stop, or the
 /// restarts are spent, each attempt and health check a launch on the
@@ -105,11 +106,11 @@ pub(crate) async fn run(
 fn attempt_options(base: &RunOptions, restarts: &Restarts, attempt: u32) -> RunOptions {
     RunOptions {
         attempt_env: vec![
-            (RESTART_COUNT_VAR.into(), attempt.to_string()),
-            (MAX_RESTARTS_VAR.into(), restarts.max_restarts.to_string()),
+            (vars::RESTART_COUNT.into(), attempt.to_string()),
+            (vars::MAX_RESTARTS.into(), restarts.max_restarts.to_string()),
             // The attempt's lists hold no spare: `multinode env` on a
             // node must not split one off again.
-            (crate::topology::spares::SPARES_VAR.into(), "0".into()),
+            (vars::SPARES.into(), "0".into()),
         ],
         // Stdin is read once: later attempts get none.
         forward_stdin: base.forward_stdin && attempt == 0,

@@ -3,32 +3,23 @@
 //! an `Invocation` (`options.rs`): the job, the run's options, and the role
 //! (the head, or a relay a head runs for a group of its nodes: decided
 //! here, once); each flag that a variable may give instead is read by
-//! [`flag_or_var`], with its one message.
+//! `EnvMap::flag_or_var`, with its one message.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::options::{
-    DEFAULT_HEALTH_TIMEOUT, Head, Invocation, MAX_RESTARTS_VAR, Restarts, Role, RunOptions,
-};
-use super::procs::{DEFAULT_MASTER_PORT, MASTER_PORT_VAR, NPROC_VAR, PerNode, Procs};
+use super::options::{Head, Invocation, Restarts, Role, RunOptions};
+use super::procs::{PerNode, Procs};
 use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
 use crate::cli::ExecAllArgs;
+use crate::defaults;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::topology::nodeset;
-
-/// `MULTINODE_HANG_TIMEOUT`: `--hang-timeout`.
-pub(crate) const HANG_TIMEOUT_VAR: &str = "MULTINODE_HANG_TIMEOUT";
-/// `--min-nodes`.
-const MIN_NODES_VAR: &str = "MULTINODE_MIN_NODES";
-/// `--health-check`.
-const HEALTH_CHECK_VAR: &str = "MULTINODE_HEALTH_CHECK";
-/// `--health-timeout`.
-const HEALTH_TIMEOUT_VAR: &str = "MULTINODE_HEALTH_TIMEOUT";
+use crate::vars;
 
 /// `multinode exec-all`, `mn-exec-all`, the helper's `exec_all`: its
 /// command line read, then run.
@@ -84,10 +75,9 @@ fn run_options(
     // A relay's output reaches the head, which watches for hangs.
     let hang_timeout = match relay {
         true => None,
-        false => flag_or_var(
+        false => env.flag_or_var(
             args.hang_timeout,
-            env,
-            HANG_TIMEOUT_VAR,
+            vars::HANG_TIMEOUT,
             "a number of seconds > 0",
             |v| {
                 v.parse::<f64>()
@@ -125,7 +115,7 @@ fn run_options(
         timestamps: args.timestamps,
         group: args.group,
         snapshot_on_timeout: args.snapshot_on_timeout,
-        procs: procs(args, env)?,
+        procs: procs(args, env, relay)?,
         // A relay runs as its agent's command: that agent shows its node.
         show_local_to_agent: !relay,
         // A relay's verdict is not printed: its head's is.
@@ -137,7 +127,7 @@ fn run_options(
 /// `--nproc-per-node` and what goes with it (`--bind`, `--report-bindings`,
 /// `--master-port`), each else its variable; `None` without processes a
 /// node, where the others are refused.
-fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
+fn procs(args: &ExecAllArgs, env: &EnvMap, relay: bool) -> Result<Option<Procs>, Error> {
     let flag = args
         .nproc_per_node
         .as_deref()
@@ -146,10 +136,9 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
                 .map_err(|e| Error::usage(format!("--nproc-per-node: {e}")))
         })
         .transpose()?;
-    let per_node = flag_or_var(
+    let per_node = env.flag_or_var(
         flag,
-        env,
-        NPROC_VAR,
+        vars::NPROC_PER_NODE,
         "a number of processes a node (1, 2, ...), gpu or slots",
         |v| v.parse().ok(),
     )?;
@@ -162,10 +151,9 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
         }
         return Ok(None);
     };
-    let master_port = flag_or_var(
+    let master_port = env.flag_or_var(
         args.master_port,
-        env,
-        MASTER_PORT_VAR,
+        vars::MASTER_PORT,
         "a port number (1-65535)",
         |v| v.parse().ok().filter(|&p| p > 0),
     )?;
@@ -178,44 +166,46 @@ fn procs(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Procs>, Error> {
         per_node,
         bind: crate::binding::mode_from(args.bind, env)?,
         report_bindings: args.report_bindings,
-        master_port: master_port.unwrap_or(DEFAULT_MASTER_PORT),
-        head: !args.relay_report,
+        master_port: master_port.unwrap_or(defaults::MASTER_PORT),
+        head: !relay,
     }))
 }
 
 /// `--max-restarts`, `--min-nodes`, `--health-check`, `--health-timeout`,
 /// each else its variable; `None` when none is set.
 fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error> {
-    let number = |flag, name, what| flag_or_var(flag, env, name, what, |v| v.parse().ok());
+    let number = |flag, name, what| env.flag_or_var(flag, name, what, |v| v.parse().ok());
     let max_restarts = number(
         args.max_restarts,
-        MAX_RESTARTS_VAR,
+        vars::MAX_RESTARTS,
         "a number of restarts (0, 1, 2, ...)",
     )?;
-    let min_nodes = flag_or_var(
+    let min_nodes = env.flag_or_var(
         args.min_nodes,
-        env,
-        MIN_NODES_VAR,
+        vars::MIN_NODES,
         "a number of nodes (1, 2, ...)",
         |v| v.parse().ok(),
     )?;
-    let health_check = args
-        .health_check
-        .clone()
-        .or_else(|| env.get(HEALTH_CHECK_VAR).map(String::from))
+    let health_check = env
+        .flag_or_var(
+            args.health_check.clone(),
+            vars::HEALTH_CHECK,
+            "a command",
+            |v| Some(v.to_string()),
+        )?
         .filter(|c| !c.trim().is_empty());
-    let health_timeout = flag_or_var(
-        args.health_timeout,
-        env,
-        HEALTH_TIMEOUT_VAR,
-        "a number of seconds >= 0",
-        |v| {
-            v.parse::<f64>()
-                .ok()
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        },
-    )?
-    .unwrap_or(DEFAULT_HEALTH_TIMEOUT);
+    let health_timeout = env
+        .flag_or_var(
+            args.health_timeout,
+            vars::HEALTH_TIMEOUT,
+            "a number of seconds >= 0",
+            |v| {
+                v.parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            },
+        )?
+        .unwrap_or(defaults::HEALTH_TIMEOUT);
     if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
         return Ok(None);
     }
@@ -225,28 +215,6 @@ fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error>
         health_check,
         health_timeout,
     }))
-}
-
-/// A flag's value, else its variable's (`name`) read by `parse`; `None`
-/// when neither is set. A variable `parse` does not take is one line that
-/// says what it should be (`what`): fix it or unset it.
-pub(crate) fn flag_or_var<T>(
-    flag: Option<T>,
-    env: &EnvMap,
-    name: &str,
-    what: &str,
-    parse: impl FnOnce(&str) -> Option<T>,
-) -> Result<Option<T>, Error> {
-    if flag.is_some() {
-        return Ok(flag);
-    }
-    env.get(name)
-        .map(|v| {
-            parse(v).ok_or_else(|| {
-                Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
-            })
-        })
-        .transpose()
 }
 
 /// The script and its arguments from `SCRIPT | - | -c CMD` and what follows.
@@ -331,22 +299,94 @@ mod tests {
     }
 
     #[test]
-    fn a_flag_wins_over_its_variable_and_a_bad_variable_is_one_line() {
-        let env = crate::topology::machine::fake::env(&[("MULTINODE_X", "ten")]);
-        let parse = |v: &str| v.parse::<u32>().ok();
+    fn a_relay_command_line_parses_back_to_the_heads_options() {
+        use super::super::procs::{PerNode, Procs};
+        use crate::binding::Mode;
+        use clap::Parser;
+        let head = RunOptions {
+            args: vec!["a b".into(), "it's".into()],
+            label: true,
+            fail_fast: false,
+            grace: Duration::from_millis(1500),
+            connect_timeout: Duration::from_millis(7250),
+            fanout: 3,
+            max_connecting: 9,
+            output_dir: Some("/tmp/out dir".into()),
+            timestamps: true,
+            procs: Some(Procs {
+                per_node: PerNode::Counts(vec![2, 1, 3, 2]),
+                bind: Mode::Cores,
+                report_bindings: true,
+                master_port: 29600,
+                head: true,
+            }),
+            ..RunOptions::new(Script::Inline(b"echo \"$RANK\" 'x'".to_vec()))
+        };
+        let exported = [
+            ("A".to_string(), "1".to_string()),
+            ("B_2".to_string(), "x y".to_string()),
+        ];
+        let argv = super::super::relay::argv(&[3, 1, 2], &head, &exported);
+        let words = ["multinode", crate::cli::exec_all_flags::COMMAND]
+            .map(OsString::from)
+            .into_iter()
+            .chain(argv);
+        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
+            .expect("clap takes it")
+            .command
+        else {
+            panic!("not exec-all");
+        };
+        assert!(args.relay_report, "a relay");
+        let relay = run_options(&args, &EnvMap::default(), 4, true).expect("valid");
+        assert_eq!(relay.ranks, Some(BTreeSet::from([1, 2, 3])));
+        assert_eq!(relay.script, head.script);
+        assert_eq!(relay.args, head.args);
         assert_eq!(
-            flag_or_var(Some(3), &env, "MULTINODE_X", "a number", parse).unwrap(),
-            Some(3)
+            (relay.label, relay.fail_fast, relay.timestamps),
+            (head.label, head.fail_fast, head.timestamps)
         );
         assert_eq!(
-            flag_or_var(None, &env, "MULTINODE_X", "a number", parse)
-                .unwrap_err()
-                .to_string(),
-            "MULTINODE_X='ten' is not a number; fix it or unset it"
+            (relay.grace, relay.connect_timeout),
+            (head.grace, head.connect_timeout)
         );
         assert_eq!(
-            flag_or_var(None, &env, "MULTINODE_Y", "a number", parse).unwrap(),
-            None
+            (relay.fanout, relay.max_connecting),
+            (head.fanout, head.max_connecting)
         );
+        assert_eq!(relay.output_dir, head.output_dir);
+        assert_eq!(
+            relay.export,
+            Export::parse("A,B_2").expect("names"),
+            "the names alone: the relay has the values"
+        );
+        let procs = relay.procs.expect("--nproc-per-node");
+        assert_eq!(
+            procs,
+            Procs {
+                head: false,
+                ..head.procs.clone().expect("procs")
+            }
+        );
+        // The defaults travel as well.
+        let plain = RunOptions::new(Script::Stdin(b"true".to_vec()));
+        let argv = super::super::relay::argv(&[1], &plain, &[]);
+        let words = ["multinode", "exec-all"]
+            .map(OsString::from)
+            .into_iter()
+            .chain(argv);
+        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
+            .expect("clap takes it")
+            .command
+        else {
+            panic!("not exec-all");
+        };
+        assert_eq!(args.script_and_args, [OsString::from("-")]);
+        assert!(!args.label && !args.no_fail_fast && args.nproc_per_node.is_none());
+        assert_eq!(
+            (args.grace, args.connect_timeout, args.fanout),
+            (plain.grace, plain.connect_timeout, plain.fanout)
+        );
+        assert_eq!(args.export, "NONE");
     }
 }

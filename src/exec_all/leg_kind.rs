@@ -16,7 +16,7 @@ use bytes::Bytes;
 use super::options::RunOptions;
 use super::script::{Script, wrapped_command};
 use crate::env::Contract;
-use crate::protocol::{CWD_VAR, exit_info, heartbeat};
+use crate::vars;
 
 /// How a node's command is started and its messages come back (see `leg`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,10 +89,10 @@ impl LegKind {
     ) -> ChannelRequest {
         match self {
             LegKind::Agent => {
-                vars.push((CWD_VAR.to_string(), cwd.to_string()));
-                vars.push((exit_info::REQUEST_VAR.to_string(), "1".to_string()));
+                vars.push((vars::CWD.to_string(), cwd.to_string()));
+                vars.push((vars::EXIT_INFO.to_string(), "1".to_string()));
                 if heartbeats {
-                    vars.push((heartbeat::REQUEST_VAR.to_string(), "1".to_string()));
+                    vars.push((vars::HEARTBEAT.to_string(), "1".to_string()));
                 }
                 ChannelRequest {
                     command: command.to_vec(),

@@ -19,6 +19,7 @@ use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::signals::Stops;
+use crate::vars;
 
 /// Runs `options.script` on the selected nodes of `job`; a stop signal
 /// that comes meanwhile (from `stops`) is passed on to every node.
@@ -41,7 +42,7 @@ pub(crate) async fn launch(
     // -- JOB`, whose agents end with JOB.
     let agents_stay = options.shell_hint
         && reach.agent_connector().is_some()
-        && env.get(crate::protocol::mux::SOCKET_VAR).is_none();
+        && env.get(vars::MUX_SOCKET).is_none();
     let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here, env));
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
@@ -143,10 +144,7 @@ async fn processes(
                 .and_then(|(_, v)| v.parse().ok())
                 .unwrap_or(0)
         };
-        let restart = (
-            attempt(super::options::RESTART_COUNT_VAR),
-            attempt(super::options::MAX_RESTARTS_VAR),
-        );
+        let restart = (attempt(vars::RESTART_COUNT), attempt(vars::MAX_RESTARTS));
         if restart.0 > 0 && job.rank == 0 {
             procs.master_port = free_port(procs.master_port);
         }

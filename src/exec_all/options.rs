@@ -8,15 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::script::{Export, Script};
-
-/// Up to this many other nodes, exec_all talks to every node itself (`--fanout`).
-pub const DEFAULT_FANOUT: usize = 256;
-/// Connections being set up at once (`--max-connecting`).
-pub const DEFAULT_MAX_CONNECTING: usize = 256;
-/// Between SIGTERM and SIGKILL when ending nodes (`--grace`).
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
-/// For a node to connect (`--connect-timeout`).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::defaults;
 
 /// The validated options of a run. Build it with [`RunOptions::new`] and
 /// change only what differs: `RunOptions { label: true, ..RunOptions::new(script) }`.
@@ -74,15 +66,15 @@ impl RunOptions {
             args: Vec::new(),
             label: false,
             fail_fast: true,
-            grace: DEFAULT_GRACE,
+            grace: defaults::GRACE.duration,
             timeout: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            connect_timeout: defaults::CONNECT_TIMEOUT.duration,
             ranks: None,
             exclude: BTreeSet::new(),
             export: Export::All,
-            max_connecting: DEFAULT_MAX_CONNECTING,
+            max_connecting: defaults::MAX_CONNECTING,
             forward_output: true,
-            fanout: DEFAULT_FANOUT,
+            fanout: defaults::FANOUT,
             forward_stdin: false,
             output_dir: None,
             timestamps: false,
@@ -123,14 +115,6 @@ pub(crate) struct Head {
     /// `--group`: identical outputs printed once, at the end.
     pub group: bool,
 }
-
-/// `MULTINODE_RESTART_COUNT`: 0 on the first attempt.
-pub(crate) const RESTART_COUNT_VAR: &str = "MULTINODE_RESTART_COUNT";
-/// `MULTINODE_MAX_RESTARTS`: `--max-restarts`.
-pub(crate) const MAX_RESTARTS_VAR: &str = "MULTINODE_MAX_RESTARTS";
-
-/// How long a health check may take on a node, unless `--health-timeout` says.
-pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The restart options of a run, validated.
 #[derive(Debug, Clone, Default)]

@@ -19,6 +19,7 @@ use super::sink::SinkSettings;
 use crate::env::{Contract, Job};
 use crate::env_map::EnvMap;
 use crate::error::Error;
+use crate::vars;
 
 /// What one task runs: a node's command, or with several processes a node
 /// (`--nproc-per-node`) one process's.
@@ -252,7 +253,7 @@ pub fn plan(
             options.fanout
         )));
     }
-    let forward_all = head_env.get("MULTINODE_WRAPPER_FORWARD_STREAMS") != Some("0");
+    let forward_all = head_env.get(vars::WRAPPER_FORWARD_STREAMS) != Some("0");
     let layout = counts.map(Layout::new);
     let units = layout.as_ref().map_or(ranks.len(), Layout::total);
     let planner = Planner {

@@ -25,6 +25,7 @@ use crate::heartbeat::{self, HeartbeatFile};
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};
 use crate::snapshot::survey::{ShownGroup, show_in_agent};
 use crate::snapshot::watch::OutputTap;
+use crate::vars;
 
 /// Chunks a pump may have read ahead of the node's sink.
 const PUMP_QUEUE: usize = 4;
@@ -103,7 +104,7 @@ impl ProcessLeg {
             cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         }
         if let Some(file) = &heartbeat {
-            cmd.env(crate::protocol::heartbeat::FILE_VAR, file.path());
+            cmd.env(vars::HEARTBEAT_FILE, file.path());
         }
         cmd.stdio(Stdio::Piped);
         let mut child = GroupChild::spawn(&cmd).map_err(|e| {

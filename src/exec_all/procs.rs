@@ -10,12 +10,6 @@ use std::str::FromStr;
 
 use crate::binding::Mode;
 
-/// `MULTINODE_NPROC_PER_NODE`: `--nproc-per-node`.
-pub(crate) const NPROC_VAR: &str = "MULTINODE_NPROC_PER_NODE";
-/// `MULTINODE_MASTER_PORT`: `--master-port`.
-pub(crate) const MASTER_PORT_VAR: &str = "MULTINODE_MASTER_PORT";
-/// torchrun's default rendezvous port, rank 0's store.
-pub(crate) const DEFAULT_MASTER_PORT: u16 = 29500;
 /// What `ROLE_NAME` is, as torchrun's default role.
 const ROLE_NAME: &str = "default";
 
@@ -281,7 +275,7 @@ mod tests {
             per_node: PerNode::Count(2),
             bind,
             report_bindings,
-            master_port: DEFAULT_MASTER_PORT,
+            master_port: crate::defaults::MASTER_PORT,
             head: true,
         }
     }

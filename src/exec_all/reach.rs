@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use super::leg_kind::LegKind;
 use super::options::RunOptions;
 use super::script::Script;
+use crate::defaults;
 use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
@@ -18,10 +19,7 @@ use crate::snapshot::survey::{Ask, RunNodes};
 use crate::transport::choice::{ClientSpec, Requested, Route, TransportKind};
 use crate::transport::client::{Connector, Target};
 use crate::transport::mux::MuxClient;
-
-/// A snapshot's connection to an agent gets this long (the nodes are up:
-/// they run the script).
-const SNAPSHOT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::vars;
 
 /// How the other nodes are reached, decided once a run.
 pub(crate) enum Reach {
@@ -81,11 +79,12 @@ impl Reach {
             }),
             TransportKind::OpenSsh => Reach::Sshd(Ssh {
                 connector: route.connector,
-                port: match env.get("MULTINODE_SSH_PORT") {
+                port: match env.get(vars::SSH_PORT) {
                     None => route.port,
                     Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
                         Error::usage(format!(
-                            "MULTINODE_SSH_PORT={p:?} is not a port number; set it to 1..65535 or unset it for 22"
+                            "{}={p:?} is not a port number; set it to 1..65535 or unset it for 22",
+                            vars::SSH_PORT
                         ))
                     })?,
                 },
@@ -117,9 +116,10 @@ impl Reach {
     pub fn snapshot_nodes(&self, job: &Job, ranks: &[usize]) -> RunNodes {
         let host = |rank: usize| job.topology.nodes[rank].host.clone();
         RunNodes {
-            connector: self
-                .agent_connector()
-                .map(|c| c.clone().with_timeout(SNAPSHOT_CONNECT_TIMEOUT)),
+            connector: self.agent_connector().map(|c| {
+                c.clone()
+                    .with_timeout(defaults::SNAPSHOT_CONNECT_TIMEOUT.duration)
+            }),
             remote: ranks
                 .iter()
                 .filter(|&&r| r != job.rank)

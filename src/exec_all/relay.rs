@@ -5,13 +5,18 @@
 //! (`relay_record.rs`: its records, sent as they are), and that record
 //! back as the head's.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
 use super::event::Subtree;
 use super::options::RunOptions;
 use super::record::{NodeOutcome, NodeRecord, RunResult};
 use super::relay_record::RelayRecord;
 use super::script::{self, Script};
-use crate::sh::quote as sh_quote;
+use crate::cli::exec_all_flags as flags;
+use crate::sh;
 use crate::topology::nodeset::fold_ranks;
+use crate::vars;
 
 /// Ends this process's stderr with its record of its group, for the head
 /// that runs it as a relay.
@@ -51,22 +56,23 @@ pub fn plan_groups(selected: &[usize], local: usize, fanout: usize) -> Vec<Vec<u
 }
 
 /// What a relay runs: this binary's exec_all for its group, with this run's
-/// options; it ends its stderr with its report (`--relay-report`). It passes
-/// on exactly the variables this process exports (by name: the relay has their
-/// values from us), not those of its own agent.
+/// options ([`argv`]); it ends its stderr with its report (`--relay-report`).
 pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, String)]) -> Vec<u8> {
+    let mut cmd = format!("exec \"${{{}:-multinode}}\" {}", vars::BIN, flags::COMMAND).into_bytes();
+    for word in argv(group, options, exported) {
+        cmd.push(b' ');
+        cmd.extend_from_slice(&sh::word(word.as_bytes()));
+    }
+    cmd
+}
+
+/// A relay's arguments after `exec-all`, with the flag names the clap
+/// definitions use (`cli::exec_all_flags`). It passes on exactly the variables
+/// this process exports (by name: the relay has their values from us), not
+/// those of its own agent.
+pub fn argv(group: &[usize], options: &RunOptions, exported: &[(String, String)]) -> Vec<OsString> {
     let mut sorted = group.to_vec();
     sorted.sort_unstable();
-    let mut cmd = format!(
-        "exec \"${{MULTINODE_BIN:-multinode}}\" exec-all --relay-report --nodes {} --grace {:.3} \
-         --connect-timeout {:.3} --fanout {} --max-connecting {} --export ",
-        fold_ranks(&sorted),
-        options.grace.as_secs_f64(),
-        options.connect_timeout.as_secs_f64(),
-        options.fanout,
-        options.max_connecting,
-    )
-    .into_bytes();
     let names: Vec<&str> = exported
         .iter()
         .map(|(k, _)| k.as_str())
@@ -77,49 +83,58 @@ pub fn command(group: &[usize], options: &RunOptions, exported: &[(String, Strin
     } else {
         names.join(",")
     };
-    cmd.extend_from_slice(&sh_quote(export.as_bytes()));
+    let mut argv: Vec<OsString> = Vec::new();
+    let mut flag = |name: &str, value: Option<OsString>| {
+        argv.push(format!("--{name}").into());
+        argv.extend(value);
+    };
+    let secs = |d: std::time::Duration| Some(OsString::from(d.as_secs_f64().to_string()));
+    flag(flags::RELAY_REPORT, None);
+    flag(flags::NODES, Some(fold_ranks(&sorted).into()));
+    flag(flags::GRACE, secs(options.grace));
+    flag(flags::CONNECT_TIMEOUT, secs(options.connect_timeout));
+    flag(flags::FANOUT, Some(options.fanout.to_string().into()));
+    flag(
+        flags::MAX_CONNECTING,
+        Some(options.max_connecting.to_string().into()),
+    );
+    flag(flags::EXPORT, Some(export.into()));
     if options.label {
-        cmd.extend_from_slice(b" --label");
+        flag(flags::LABEL, None);
     }
     if options.timestamps {
-        cmd.extend_from_slice(b" --timestamps");
+        flag(flags::TIMESTAMPS, None);
     }
     if let Some(dir) = &options.output_dir {
-        cmd.extend_from_slice(b" --output ");
-        cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
-            dir.as_os_str(),
-        )));
+        flag(flags::OUTPUT, Some(dir.clone().into()));
     }
     if !options.fail_fast {
-        cmd.extend_from_slice(b" --no-fail-fast");
+        flag(flags::NO_FAIL_FAST, None);
     }
     if let Some(procs) = &options.procs {
         // Counted by the head: the relay starts its nodes' share.
-        cmd.extend_from_slice(
-            format!(
-                " --nproc-per-node {} --bind {} --master-port {}",
-                procs.per_node, procs.bind, procs.master_port
-            )
-            .as_bytes(),
+        flag(
+            flags::NPROC_PER_NODE,
+            Some(procs.per_node.to_string().into()),
+        );
+        flag(flags::BIND, Some(procs.bind.to_string().into()));
+        flag(
+            flags::MASTER_PORT,
+            Some(procs.master_port.to_string().into()),
         );
         if procs.report_bindings {
-            cmd.extend_from_slice(b" --report-bindings");
+            flag(flags::REPORT_BINDINGS, None);
         }
     }
     match &options.script {
-        Script::Stdin(_) => cmd.extend_from_slice(b" -"),
+        Script::Stdin(_) => argv.push("-".into()),
         Script::Inline(text) => {
-            cmd.extend_from_slice(b" -c ");
-            cmd.extend_from_slice(&sh_quote(text));
+            argv.push(format!("-{}", flags::INLINE).into());
+            argv.push(OsString::from_vec(text.clone()));
         }
     }
-    for arg in &options.args {
-        cmd.push(b' ');
-        cmd.extend_from_slice(&sh_quote(std::os::unix::ffi::OsStrExt::as_bytes(
-            arg.as_os_str(),
-        )));
-    }
-    cmd
+    argv.extend(options.args.iter().cloned());
+    argv
 }
 
 /// What a relay's task knows of its group when it ends: the relay's own
@@ -156,5 +171,59 @@ pub fn subtree(
                 })
                 .collect(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `sh` makes of [`command`]: the arguments the program it execs
+    /// gets, read back through a script that prints them.
+    fn through_sh(command: &[u8]) -> Vec<OsString> {
+        let dir = std::env::temp_dir().join(format!("mn-relay-argv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let printer = dir.join("print-args");
+        std::fs::write(&printer, "#!/bin/sh\nprintf '%s\\0' \"$@\"\n").unwrap();
+        std::fs::set_permissions(
+            &printer,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(OsString::from_vec(command.to_vec()))
+            .env(vars::BIN, &printer)
+            .output()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut words: Vec<OsString> = out
+            .stdout
+            .split(|&b| b == 0)
+            .map(|w| OsString::from_vec(w.to_vec()))
+            .collect();
+        assert_eq!(
+            words.pop(),
+            Some(OsString::new()),
+            "each word ends with a NUL"
+        );
+        words
+    }
+
+    #[test]
+    fn the_shell_gives_a_relay_exactly_its_arguments() {
+        let options = RunOptions {
+            output_dir: Some("/tmp/out dir/it's".into()),
+            args: vec!["a b".into(), "$HOME".into(), "".into()],
+            label: true,
+            ..RunOptions::new(Script::Inline(b"echo \"$RANK\" 'x'".to_vec()))
+        };
+        let exported = [("A".to_string(), "1".to_string())];
+        let argv = argv(&[3, 1, 2], &options, &exported);
+        let mut want = vec![OsString::from(flags::COMMAND)];
+        want.extend(argv.iter().cloned());
+        assert_eq!(through_sh(&command(&[3, 1, 2], &options, &exported)), want);
+        assert!(argv.contains(&OsString::new()), "an empty argument is kept");
     }
 }

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
 use crate::error::Error;
+use crate::vars;
 
 /// Variables that describe one host or one process and are never copied from
 /// the head to the other nodes. Documented in docs/exec-all.md.
@@ -26,7 +27,7 @@ pub const PER_HOST_VARS: &[&str] = &[
     "XDG_RUNTIME_DIR",
     "XDG_SESSION_ID",
     // The head agent's socket for sharing its connections: a path on the head.
-    crate::protocol::mux::SOCKET_VAR,
+    vars::MUX_SOCKET,
     // Devices given to this host's processes.
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
@@ -38,8 +39,8 @@ pub const PER_HOST_VARS: &[&str] = &[
     "RANK",
     "LOCAL_RANK",
     "GROUP_RANK",
-    "MULTINODE_NODE_RANK",
-    "MULTINODE_LOCAL_IP",
+    vars::NODE_RANK,
+    vars::LOCAL_IP,
     "SLURM_NODEID",
     "SLURM_PROCID",
     "SLURM_LOCALID",
@@ -58,10 +59,10 @@ pub const PER_HOST_VARS: &[&str] = &[
     "PET_NODE_RANK",
     "K_MPI_JOB_ROLE",
     // A file of the command run on this node (its heartbeat): a path here.
-    crate::protocol::heartbeat::FILE_VAR,
+    vars::HEARTBEAT_FILE,
     // The job secret stays where it is: every agent already has its own.
-    "MULTINODE_SECRET",
-    "MULTINODE_SECRET_FILE",
+    vars::SECRET,
+    vars::SECRET_FILE,
 ];
 
 /// Which of the head's variables go to the other nodes (`--export`).
@@ -126,7 +127,7 @@ pub fn is_name(name: &str) -> bool {
 }
 
 /// How the script reaches the nodes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Script {
     /// `-`: the script was read from exec_all's stdin and goes to each node's
     /// `sh -s` on stdin.
@@ -240,6 +241,11 @@ pub fn wrapped_command(shell_command: &[u8], cwd: &[u8], env: &[(String, String)
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn the_default_export_is_every_variable() {
+        assert_eq!(Export::parse(crate::defaults::EXPORT).unwrap(), Export::All);
+    }
 
     fn vars(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter()

@@ -1,13 +1,10 @@
 //! A node's variables in one `env` request: an SSH message a variable costs
 //! both ends a packet, a wake-up and a few microseconds, and a node's
 //! environment is often a hundred variables or more. Our clients send agents
-//! of their job one request named [`NAME`] whose value is every `NAME=VALUE`
+//! of their job one request named [`crate::vars::ENV_PACK`] whose value is every `NAME=VALUE`
 //! pair, each ended by a NUL (which no variable can hold); an environment
 //! over [`MAX_PACK`] goes in several, as an SSH packet is bounded. An agent
 //! that does not know it drops it (a value with a NUL is no variable).
-
-/// The name of the packed request.
-pub const NAME: &str = "MULTINODE_ENV_PACK";
 
 /// The most bytes one packed value holds (a larger variable goes alone): an
 /// SSH packet holds at most 256 KiB (russh drops the connection past it).

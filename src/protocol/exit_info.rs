@@ -1,6 +1,6 @@
 //! What a node tells a client of its command's end, beyond the exit status
 //! (OOM kills, a core file; measured by `crate::exit_info`): asked for with
-//! the `env` request [`REQUEST_VAR`], sent by the agent as one JSON message on
+//! the `env` request [`crate::vars::EXIT_INFO`], sent by the agent as one JSON message on
 //! extended data stream [`EXT_EXIT_INFO`], after the output and before the
 //! exit status. An extended data stream, because russh's client drops
 //! channel requests it does not know; asked for, because OpenSSH's `ssh`
@@ -8,9 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The `env` request a client sends before `exec` to ask the agent for the
-/// command's [`ExitInfo`]. It is not passed on to the command.
-pub const REQUEST_VAR: &str = "MULTINODE_EXIT_INFO";
 /// The extended data type code that carries the [`ExitInfo`] (stderr is 1;
 /// RFC 4254 leaves the others to implementations).
 pub const EXT_EXIT_INFO: u32 = 0x6d6e_0001;

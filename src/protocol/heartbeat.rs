@@ -1,6 +1,6 @@
 //! A command's heartbeat: progress without output. A client that wants it
-//! sends the `env` request [`REQUEST_VAR`]; the agent then gives the command
-//! a file of its own, named by [`FILE_VAR`], watches its modification time
+//! sends the `env` request [`crate::vars::HEARTBEAT`]; the agent then gives the command
+//! a file of its own, named by [`crate::vars::HEARTBEAT_FILE`], watches its modification time
 //! (`crate::heartbeat`), and after each look that finds it touched sends one
 //! message on extended data stream [`EXT_HEARTBEAT`] (its bytes say nothing).
 //!
@@ -15,12 +15,6 @@
 //! OpenSSH's `ssh` logs "bad ext data" for a stream it does not know: hence
 //! only when asked, which OpenSSH's `ssh`, `mn-ssh` and mpirun never do.
 
-/// The `env` request a client sends before `exec` to ask for heartbeats.
-/// It is not passed on to the command.
-pub const REQUEST_VAR: &str = "MULTINODE_HEARTBEAT";
-/// The variable that names the command's heartbeat file: set only where
-/// something watches it.
-pub const FILE_VAR: &str = "MULTINODE_HEARTBEAT_FILE";
 /// The extended data type code of a heartbeat (stderr is 1, exit info
 /// `0x6d6e_0001`).
 pub const EXT_HEARTBEAT: u32 = 0x6d6e_0002;

@@ -23,9 +23,6 @@ pub mod terminal;
 
 use std::time::Duration;
 
-/// Environment variable a client sets to choose the command's working directory.
-pub const CWD_VAR: &str = "MULTINODE_CWD";
-
 /// SSH keepalive from the agent: every 3 s of silence, at most 3 unanswered.
 pub const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
 /// Unanswered keepalives before the agent gives a client up. (A client

@@ -1,6 +1,6 @@
 //! Connection sharing, like OpenSSH's ControlMaster: inside `multinode agent
 //! -- JOB`, the head's agent keeps its logged-in connections to the workers
-//! and listens on a Unix socket named by [`SOCKET_VAR`]. A client of the job
+//! and listens on a Unix socket named by [`crate::vars::MUX_SOCKET`]. A client of the job
 //! (exec_all) opens one Unix connection per remote command; the head's agent
 //! opens a channel on its connection to that node and relays it. No key
 //! exchange, no login, no TCP handshake per command.
@@ -24,9 +24,6 @@
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-/// Set by the head's agent for JOB: the path of its Unix socket.
-pub const SOCKET_VAR: &str = "MULTINODE_MUX_SOCKET";
 
 /// Client → head: the target ([`Open`], JSON).
 pub const OPEN: u8 = 1;

@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
+use crate::defaults;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tracing::debug;
 
-/// NCCL's default (`NCCL_RAS_CLIENT_PORT`).
-pub(crate) const DEFAULT_ADDR: &str = "localhost:28028";
 /// The variable that moves it.
 pub(crate) const ADDR_VAR: &str = "NCCL_RAS_ADDR";
 /// The whole exchange, connection included.
@@ -72,7 +71,7 @@ pub(crate) fn address<'a>(vars: impl IntoIterator<Item = Option<&'a str>>) -> St
         .flatten()
         .map(str::trim)
         .find(|a| !a.is_empty())
-        .unwrap_or(DEFAULT_ADDR)
+        .unwrap_or(defaults::NCCL_RAS_ADDR)
         .to_string()
 }
 
@@ -131,6 +130,6 @@ mod tests {
             address([None, Some(""), Some("10.0.0.1:2000")]),
             "10.0.0.1:2000"
         );
-        assert_eq!(address([None]), DEFAULT_ADDR);
+        assert_eq!(address([None]), defaults::NCCL_RAS_ADDR);
     }
 }

@@ -22,6 +22,7 @@ use super::kernel_routes::{default_ifaces_v4, default_ifaces_v6};
 use super::machine::{Interface, Machine};
 use super::nccl::NcclList;
 use crate::env_map::EnvMap;
+use crate::vars;
 
 /// How this machine's own address is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +45,7 @@ impl IfaceChoice {
         let named = iface
             .filter(|s| !s.is_empty())
             .map(|s| ("--iface", s))
-            .or_else(|| env.get("MULTINODE_IFNAME").map(|s| ("MULTINODE_IFNAME", s)))
+            .or_else(|| env.get(vars::IFNAME).map(|s| (vars::IFNAME, s)))
             .or_else(|| {
                 env.get("NCCL_SOCKET_IFNAME")
                     .map(|s| ("NCCL_SOCKET_IFNAME", s))
@@ -193,13 +194,13 @@ pub(crate) fn local_address(
     choice: &IfaceChoice,
     machine: &dyn Machine,
 ) -> Result<IpAddr, TopologyError> {
-    if let Some(ip) = ip_var(env, "MULTINODE_LOCAL_IP")? {
+    if let Some(ip) = ip_var(env, vars::LOCAL_IP)? {
         return Ok(ip);
     }
     if let Some(ip) = topology.nodes.get(rank).and_then(|n| n.host.parse().ok()) {
         return Ok(ip);
     }
-    interface_address(topology, choice, machine, "MULTINODE_LOCAL_IP")
+    interface_address(topology, choice, machine, vars::LOCAL_IP)
 }
 
 /// `MULTINODE_NODE_IP`: the head's address. `rank` is this node's, if known;
@@ -211,7 +212,7 @@ pub(crate) fn head_address(
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<IpAddr, TopologyError> {
-    if let Some(ip) = ip_var(env, "MULTINODE_NODE_IP")? {
+    if let Some(ip) = ip_var(env, vars::NODE_IP)? {
         return Ok(ip);
     }
     let head = topology

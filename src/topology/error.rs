@@ -4,6 +4,7 @@
 //! that names the input.
 
 use crate::error::Error;
+use crate::vars;
 
 /// Inputs quoted in messages are cut to this many characters.
 const QUOTE_MAX: usize = 120;
@@ -124,11 +125,14 @@ pub enum TopologyError {
         origin: String,
     },
     #[error(
-        "MULTINODE_SPARE_HOSTLIST names {host}, which the hostlist from {origin} has too; a spare is not a node of the job: remove it from one of them"
+        "{spare_hostlist} names {host}, which the hostlist from {origin} has too; a spare is not a node of the job: remove it from one of them",
+        spare_hostlist = vars::SPARE_HOSTLIST
     )]
     SpareInHostlist { host: String, origin: String },
     #[error(
-        "MULTINODE_HOSTLIST names {hostlist} but MULTINODE_HOSTLIST_NOSLOTS names {noslots}; set one of them, or make them agree"
+        "{hostlist_var} names {hostlist} but {noslots_var} names {noslots}; set one of them, or make them agree",
+        hostlist_var = vars::HOSTLIST,
+        noslots_var = vars::HOSTLIST_NOSLOTS
     )]
     HostlistsDisagree { hostlist: String, noslots: String },
     #[error("{name}='{value}' is not {what}; fix it or unset it")]

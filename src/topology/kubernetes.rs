@@ -26,6 +26,7 @@ use super::hostlist::{MAX_HOSTS, validate_host};
 use super::machine::{Machine, local_slots};
 use super::{Node, Topology};
 use crate::env_map::EnvMap;
+use crate::vars;
 
 /// Where the MPI Operator mounts its hostfile in the launcher.
 pub(crate) const MPI_OPERATOR_HOSTFILE: &str = "/etc/mpi/hostfile";
@@ -139,7 +140,7 @@ fn indexed_job(
 ) -> Result<Topology, TopologyError> {
     const SOURCE: &str = "JOB_COMPLETION_INDEX";
     let index = number(SOURCE, index, "a completion index (0, 1, 2, ...)")?;
-    let counts: Vec<(&'static str, &str)> = ["MULTINODE_NNODES", "PET_NNODES"]
+    let counts: Vec<(&'static str, &str)> = [vars::NNODES, "PET_NNODES"]
         .into_iter()
         .filter_map(|name| env.get(name).map(|v| (name, v)))
         .collect();
@@ -170,7 +171,7 @@ fn indexed_job(
         env,
         SOURCE,
         index,
-        &["MULTINODE_NODE_RANK", "RANK", "PET_NODE_RANK"],
+        &[vars::NODE_RANK, "RANK", "PET_NODE_RANK"],
     )?;
 
     let hostname = machine
@@ -289,8 +290,8 @@ fn pytorch_job(
 
 /// The MPI Operator's hostfile, when there is one.
 fn mpi_hostfile(env: &EnvMap, machine: &dyn Machine) -> Result<Option<Topology>, TopologyError> {
-    let (origin, path, required) = match env.get("MULTINODE_MPI_HOSTFILE") {
-        Some(path) => (format!("MULTINODE_MPI_HOSTFILE '{path}'"), path, true),
+    let (origin, path, required) = match env.get(vars::MPI_HOSTFILE) {
+        Some(path) => (format!("{} '{path}'", vars::MPI_HOSTFILE), path, true),
         None => (
             format!("the MPI Operator's hostfile '{MPI_OPERATOR_HOSTFILE}'"),
             MPI_OPERATOR_HOSTFILE,

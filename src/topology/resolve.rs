@@ -19,16 +19,17 @@ use super::machine::{Machine, local_slots};
 use super::tasks_per_node::parse_tasks_per_node;
 use super::{Inputs, Node, Topology};
 use crate::env_map::EnvMap;
+use crate::vars;
 
 /// The variables that describe the environment's topology.
 pub(crate) const TOPOLOGY_VARS: [&str; 7] = [
-    "MULTINODE_HOSTLIST",
-    "MULTINODE_HOSTLIST_NOSLOTS",
-    "MULTINODE_TOTAL_SLOTS",
-    "MULTINODE_NNODES",
-    "MULTINODE_HEAD",
-    "MULTINODE_NODE_IP",
-    "MULTINODE_LOCAL_IP",
+    vars::HOSTLIST,
+    vars::HOSTLIST_NOSLOTS,
+    vars::TOTAL_SLOTS,
+    vars::NNODES,
+    vars::HEAD,
+    vars::NODE_IP,
+    vars::LOCAL_IP,
 ];
 
 /// Whether the topology comes from command-line flags rather than the environment.
@@ -144,13 +145,13 @@ fn from_hostfile(
 }
 
 fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Option<Topology>, TopologyError> {
-    let hostlist = env.get("MULTINODE_HOSTLIST");
-    let noslots = env.get("MULTINODE_HOSTLIST_NOSLOTS");
+    let hostlist = env.get(vars::HOSTLIST);
+    let noslots = env.get(vars::HOSTLIST_NOSLOTS);
     if let Some(list) = hostlist {
-        let topo = topology("MULTINODE_HOSTLIST".into(), parse_host_slots(list), |n| n)?;
+        let topo = topology(vars::HOSTLIST.into(), parse_host_slots(list), |n| n)?;
         if let Some(names) = noslots {
             let other = topology(
-                "MULTINODE_HOSTLIST_NOSLOTS".into(),
+                vars::HOSTLIST_NOSLOTS.into(),
                 parse_noslots(names),
                 with_one_slot,
             )?;
@@ -171,7 +172,7 @@ fn from_env(env: &EnvMap, machine: &dyn Machine) -> Result<Option<Topology>, Top
     }
     if let Some(names) = noslots {
         return topology(
-            "MULTINODE_HOSTLIST_NOSLOTS".into(),
+            vars::HOSTLIST_NOSLOTS.into(),
             parse_noslots(names),
             with_one_slot,
         )
@@ -263,30 +264,26 @@ fn check_against_env(topology: &Topology, env: &EnvMap) -> Result<(), TopologyEr
         origin: topology.source.clone(),
     };
     let total = topology.total_slots();
-    if let Some((n, v)) = number("MULTINODE_TOTAL_SLOTS")?
+    if let Some((n, v)) = number(vars::TOTAL_SLOTS)?
         && n != total
     {
         return Err(contradiction(
-            "MULTINODE_TOTAL_SLOTS",
+            vars::TOTAL_SLOTS,
             v,
             format!("{total} slot(s)"),
         ));
     }
     let count = topology.nodes.len();
-    if let Some((n, v)) = number("MULTINODE_NNODES")?
+    if let Some((n, v)) = number(vars::NNODES)?
         && usize::try_from(n).ok() != Some(count)
     {
-        return Err(contradiction(
-            "MULTINODE_NNODES",
-            v,
-            format!("{count} node(s)"),
-        ));
+        return Err(contradiction(vars::NNODES, v, format!("{count} node(s)")));
     }
-    if let (Some(v), Some(head)) = (env.get("MULTINODE_HEAD"), topology.nodes.first()) {
+    if let (Some(v), Some(head)) = (env.get(vars::HEAD), topology.nodes.first()) {
         let v_host = v.trim_start_matches('[').trim_end_matches(']');
         if !v_host.eq_ignore_ascii_case(&head.host) {
             return Err(contradiction(
-                "MULTINODE_HEAD",
+                vars::HEAD,
                 v,
                 format!("head '{}'", head.host),
             ));

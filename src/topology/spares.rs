@@ -8,11 +8,7 @@ use super::error::{ParseError, TopologyError};
 use super::host_slots::parse_host_slots;
 use super::{Node, Topology};
 use crate::env_map::EnvMap;
-
-/// How many of the hostlist's last nodes are spares.
-pub(crate) const SPARES_VAR: &str = "MULTINODE_SPARES";
-/// The spares, `host:slots,...`, as `multinode env` exports them.
-pub(crate) const SPARE_HOSTLIST_VAR: &str = "MULTINODE_SPARE_HOSTLIST";
+use crate::vars;
 
 /// Puts the spares `MULTINODE_SPARE_HOSTLIST` lists behind the job's nodes
 /// (unless the topology comes from `--hosts`/`--hostfile`, which say it all)
@@ -25,15 +21,15 @@ pub(crate) fn apply(
     env: &EnvMap,
     asked: Option<usize>,
 ) -> Result<usize, TopologyError> {
-    let from_env = match env.get(SPARES_VAR) {
+    let from_env = match env.get(vars::SPARES) {
         None => None,
         Some(v) => Some(v.parse::<usize>().map_err(|_| TopologyError::BadVar {
-            name: SPARES_VAR.into(),
+            name: vars::SPARES.into(),
             value: v.into(),
             what: "a number of spare nodes (0, 1, 2, ...)",
         })?),
     };
-    let listed = match env.get(SPARE_HOSTLIST_VAR).filter(|_| !from_flags) {
+    let listed = match env.get(vars::SPARE_HOSTLIST).filter(|_| !from_flags) {
         None => None,
         Some(list) => Some(append(topology, list)?),
     };
@@ -41,13 +37,13 @@ pub(crate) fn apply(
         (Some(k), Some(n)) if k != n => {
             let (name, value) = match asked {
                 Some(_) => ("--spares", k.to_string()),
-                None => (SPARES_VAR, k.to_string()),
+                None => (vars::SPARES, k.to_string()),
             };
             return Err(TopologyError::Contradiction {
                 name,
                 value,
                 actual: format!("{n} spare(s)"),
-                origin: SPARE_HOSTLIST_VAR.into(),
+                origin: vars::SPARE_HOSTLIST.into(),
             });
         }
         (k, n) => k.or(n).unwrap_or(0),
@@ -67,7 +63,7 @@ pub(crate) fn apply(
 fn append(topology: &mut Topology, list: &str) -> Result<usize, TopologyError> {
     let spares: Vec<Node> =
         parse_host_slots(list).map_err(|error: ParseError| TopologyError::Parse {
-            origin: SPARE_HOSTLIST_VAR.into(),
+            origin: vars::SPARE_HOSTLIST.into(),
             error,
         })?;
     if let Some(twice) = spares
@@ -101,17 +97,17 @@ mod tests {
         let mut t = topo("a:2,b:2,c:2");
         assert_eq!(apply(&mut t, false, &env(&[]), None).unwrap(), 0);
         assert_eq!(
-            apply(&mut t, false, &env(&[(SPARES_VAR, "1")]), None).unwrap(),
+            apply(&mut t, false, &env(&[(vars::SPARES, "1")]), None).unwrap(),
             1
         );
         assert_eq!(
-            apply(&mut t, false, &env(&[(SPARES_VAR, "1")]), Some(2)).unwrap(),
+            apply(&mut t, false, &env(&[(vars::SPARES, "1")]), Some(2)).unwrap(),
             2
         );
         assert_eq!(t.nodes.len(), 3, "a number keeps the nodes as they are");
 
         // As `multinode env` exports them: the job's nodes, then the spares.
-        let vars = env(&[(SPARES_VAR, "2"), (SPARE_HOSTLIST_VAR, "d:2,e:2")]);
+        let vars = env(&[(vars::SPARES, "2"), (vars::SPARE_HOSTLIST, "d:2,e:2")]);
         assert_eq!(apply(&mut t, false, &vars, None).unwrap(), 2);
         let hosts: Vec<&str> = t.nodes.iter().map(|n| n.host.as_str()).collect();
         assert_eq!(hosts, ["a", "b", "c", "d", "e"]);
@@ -120,7 +116,7 @@ mod tests {
     #[test]
     fn a_spare_list_is_ignored_when_flags_give_the_topology() {
         let mut t = topo("a:1,b:1");
-        let vars = env(&[(SPARE_HOSTLIST_VAR, "d:1")]);
+        let vars = env(&[(vars::SPARE_HOSTLIST, "d:1")]);
         assert_eq!(apply(&mut t, true, &vars, None).unwrap(), 0);
         assert_eq!(t.nodes.len(), 2);
     }
@@ -128,19 +124,19 @@ mod tests {
     #[test]
     fn contradictions_and_impossible_counts_are_one_line_each() {
         let mut t = topo("a:1,b:1");
-        let e = apply(&mut t, false, &env(&[(SPARES_VAR, "two")]), None).unwrap_err();
+        let e = apply(&mut t, false, &env(&[(vars::SPARES, "two")]), None).unwrap_err();
         assert_eq!(
             e.to_string(),
             "MULTINODE_SPARES='two' is not a number of spare nodes (0, 1, 2, ...); fix it or unset it"
         );
-        let e = apply(&mut t, false, &env(&[(SPARES_VAR, "2")]), None).unwrap_err();
+        let e = apply(&mut t, false, &env(&[(vars::SPARES, "2")]), None).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("2 spare node(s) leave no node for the job"),
             "{e}"
         );
         let mut t = topo("a:1,b:1");
-        let vars = env(&[(SPARES_VAR, "2"), (SPARE_HOSTLIST_VAR, "c:1")]);
+        let vars = env(&[(vars::SPARES, "2"), (vars::SPARE_HOSTLIST, "c:1")]);
         let e = apply(&mut t, false, &vars, None).unwrap_err();
         assert!(
             e.to_string().starts_with(
@@ -149,9 +145,9 @@ mod tests {
             "{e}"
         );
         let mut t = topo("a:1,b:1");
-        let e = apply(&mut t, false, &env(&[(SPARE_HOSTLIST_VAR, "b:1")]), None).unwrap_err();
+        let e = apply(&mut t, false, &env(&[(vars::SPARE_HOSTLIST, "b:1")]), None).unwrap_err();
         assert!(e.to_string().contains("b"), "{e}");
-        let e = apply(&mut t, false, &env(&[(SPARE_HOSTLIST_VAR, "c:x")]), None).unwrap_err();
+        let e = apply(&mut t, false, &env(&[(vars::SPARE_HOSTLIST, "c:x")]), None).unwrap_err();
         assert!(
             e.to_string().starts_with("MULTINODE_SPARE_HOSTLIST: "),
             "{e}"

@@ -14,6 +14,7 @@ use super::error::{TopologyError, shorten};
 use super::machine::Machine;
 use super::{Node, Topology};
 use crate::env_map::EnvMap;
+use crate::vars;
 
 /// What this machine is called and where it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,9 +90,9 @@ pub(crate) fn find_rank(
     env: &EnvMap,
     machine: &dyn Machine,
 ) -> Result<usize, TopologyError> {
-    let explicit = match (node_rank_flag, env.get("MULTINODE_NODE_RANK")) {
+    let explicit = match (node_rank_flag, env.get(vars::NODE_RANK)) {
         (Some(rank), _) => Some(("--node-rank", rank)),
-        (None, Some(v)) => Some(("MULTINODE_NODE_RANK", parse_rank("MULTINODE_NODE_RANK", v)?)),
+        (None, Some(v)) => Some((vars::NODE_RANK, parse_rank(vars::NODE_RANK, v)?)),
         (None, None) => None,
     };
     let env_rank = env.get("RANK").map(|v| parse_rank("RANK", v)).transpose()?;

@@ -17,14 +17,11 @@ use tracing::debug;
 
 use super::client::{Auth, Connector, HostKeyPolicy, OpenSshAuth, lost_after};
 use super::mux::MuxClient;
+use crate::defaults;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
-use crate::protocol::mux;
-
-/// Without `-o ConnectTimeout` (or exec_all's `--connect-timeout`), a
-/// connection must be up within this time.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::vars;
 
 /// Which server a client talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,12 +41,13 @@ pub enum Requested {
 impl Requested {
     /// `MULTINODE_TRANSPORT`: `agent`, `openssh` or unset.
     pub fn from_env(env: &EnvMap) -> Result<Self, Error> {
-        match env.get("MULTINODE_TRANSPORT") {
+        match env.get(vars::TRANSPORT) {
             None => Ok(Requested::Auto),
             Some("agent") => Ok(Requested::Exactly(TransportKind::Agent)),
             Some("openssh") => Ok(Requested::Exactly(TransportKind::OpenSsh)),
             Some(other) => Err(Error::usage(format!(
-                "MULTINODE_TRANSPORT={other:?} is not 'agent' or 'openssh'"
+                "{}={other:?} is not 'agent' or 'openssh'",
+                vars::TRANSPORT
             ))),
         }
     }
@@ -65,7 +63,7 @@ pub struct ClientSpec {
     pub port: Option<u16>,
     /// `-i KEY`s for OpenSSH; default: `~/.ssh/id_ed25519`, `id_ecdsa`, `id_rsa`.
     pub identities: Vec<PathBuf>,
-    /// Default: [`DEFAULT_CONNECT_TIMEOUT`].
+    /// Default: [`crate::defaults::CONNECT_TIMEOUT`].
     pub connect_timeout: Option<Duration>,
     /// `-b ADDR`: the source address; default: the system's choice.
     pub bind_address: Option<std::net::IpAddr>,
@@ -92,7 +90,9 @@ impl Route {
     /// Chooses the transport from the environment (`MULTINODE_TRANSPORT`,
     /// the job secret, `MULTINODE_AGENT_PORT`, `USER`, `HOME`) and `spec`.
     pub fn from_env(spec: &ClientSpec, env: &EnvMap) -> Result<Route, Error> {
-        let timeout = spec.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let timeout = spec
+            .connect_timeout
+            .unwrap_or(defaults::CONNECT_TIMEOUT.duration);
         let secret = Secret::find(None, env)?;
         let requested = Requested::from_env(env)?;
         // OpenSSH for want of a secret: a failure then says so.
@@ -106,9 +106,12 @@ impl Route {
         match kind {
             TransportKind::Agent => {
                 let secret = secret.ok_or_else(|| {
-                    Error::usage(
-                        "MULTINODE_TRANSPORT=agent needs the job secret: set MULTINODE_SECRET or MULTINODE_SECRET_FILE",
-                    )
+                    Error::usage(format!(
+                        "{}=agent needs the job secret: set {} or {}",
+                        vars::TRANSPORT,
+                        vars::SECRET,
+                        vars::SECRET_FILE
+                    ))
                 })?;
                 let port = match spec.port {
                     Some(p) => p,
@@ -118,7 +121,7 @@ impl Route {
                 // A source address asks for a connection of this process's
                 // own: the head agent's shared ones come from its address.
                 let mux = env
-                    .get(mux::SOCKET_VAR)
+                    .get(vars::MUX_SOCKET)
                     .filter(|path| !path.is_empty() && spec.bind_address.is_none())
                     .map(|path| MuxClient::new(path.into(), &keys));
                 Ok(Route {

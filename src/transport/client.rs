@@ -17,11 +17,13 @@ use tracing::debug;
 
 pub use super::auth::{Auth, HostKeyPolicy, OpenSshAuth};
 use super::auth::{ClientHandler, OpenFailures, authenticate};
-pub use super::lost_after::{DEFAULT_LOST_AFTER, LOST_AFTER_VAR, lost_after};
+pub use super::lost_after::lost_after;
 pub use super::target::{ConnectError, Target};
 use super::tcp_health::{abort_on_close, liveness, socket_state};
 use super::tty::PtyRequest;
+use crate::defaults;
 use crate::protocol;
+use crate::vars;
 
 /// Keepalives sent to a silent server per `lost_after`.
 const PROBES: u32 = 4;
@@ -43,10 +45,10 @@ pub struct Connector {
 impl Connector {
     pub fn new(auth: Auth, connect_timeout: Duration) -> Self {
         Connector {
-            config: Arc::new(Self::config(&auth, Some(DEFAULT_LOST_AFTER))),
+            config: Arc::new(Self::config(&auth, Some(defaults::LOST_AFTER))),
             auth,
             connect_timeout,
-            lost_after: Some(DEFAULT_LOST_AFTER),
+            lost_after: Some(defaults::LOST_AFTER),
             bind_address: None,
         }
     }
@@ -378,7 +380,7 @@ impl Connection {
             // past 128 KiB.
             for packed in protocol::env_pack::pack(env) {
                 channel
-                    .set_env(false, protocol::env_pack::NAME, packed.as_str())
+                    .set_env(false, vars::ENV_PACK, packed.as_str())
                     .await?;
             }
         } else {

@@ -17,8 +17,9 @@ use super::client::Target;
 use super::mux_frames::MuxReader;
 use crate::keys::JobKeys;
 use crate::protocol::mux::{self as wire, read_frame, write_frame};
+use crate::vars;
 
-/// The head agent's socket, from [`wire::SOCKET_VAR`].
+/// The head agent's socket, from [`crate::vars::MUX_SOCKET`].
 #[derive(Debug, Clone)]
 pub struct MuxClient {
     path: PathBuf,
@@ -99,7 +100,7 @@ impl MuxClient {
                     warn!(
                         socket = %self.path.display(),
                         "not using {}: {why}; connecting to the nodes directly",
-                        wire::SOCKET_VAR
+                        vars::MUX_SOCKET
                     );
                 }
                 return Ok(None);

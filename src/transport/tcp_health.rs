@@ -64,7 +64,7 @@ pub(super) fn socket_state(fd: &std::os::fd::OwnedFd, lost_after: Duration) -> O
 
 /// Watches one connection until it is dropped or closed. When nothing has
 /// come from the server for `lost_after` while neither side waits on the
-/// other (see [`DEFAULT_LOST_AFTER`]), shuts the socket down: russh's session
+/// other (see [`crate::defaults::LOST_AFTER`]), shuts the socket down: russh's session
 /// then ends, and so does every channel (the node is lost).
 pub(super) async fn liveness(
     socket: Arc<std::os::fd::OwnedFd>,

@@ -296,7 +296,7 @@ fn bad_input_is_one_line_and_exit_2() {
     );
     assert_eq!(
         line,
-        "MULTINODE_BIND: unknown binding mode 'socket': give auto, numa, cores or none; fix it or unset it"
+        "MULTINODE_BIND='socket' is not a binding mode (auto, numa, cores or none); fix it or unset it"
     );
     let line = run_usage_error(&["bind", "--", "true"], &with(&[("LOCAL_RANK", "first")]));
     assert_eq!(

@@ -508,3 +508,113 @@ fn the_file_graph_finds_a_cycle_through_super_and_groups() {
     open[2].1 = "use super::y::{self, Y};\n".into();
     assert!(cycles(&file_graph(&open, &["a"])).is_empty());
 }
+
+/// The lines of a file outside its `#[cfg(test)]` items (a test module, a
+/// test-only function, `use` or field), comments left out, with their
+/// numbers; and the test-only files it declares (`#[cfg(test)] mod x;`).
+fn non_test_lines(text: &str) -> (Vec<(usize, &str)>, Vec<String>) {
+    let braces = |l: &str| {
+        l.chars().fold(0i32, |d, c| match c {
+            '{' => d + 1,
+            '}' => d - 1,
+            _ => d,
+        })
+    };
+    let (mut lines, mut test_mods) = (Vec::new(), Vec::new());
+    let mut it = text.lines().enumerate();
+    while let Some((i, line)) = it.next() {
+        let t = line.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        if !t.starts_with("#[cfg(test)]") {
+            lines.push((i + 1, line));
+            continue;
+        }
+        // The item: its other attributes, then up to its `;` or the end of
+        // its braces (a field ends where its struct does, at worst).
+        let (mut depth, mut opened) = (0, false);
+        for (_, l) in it.by_ref() {
+            let t = l.trim();
+            if !opened && t.starts_with("#[") {
+                continue;
+            }
+            if let Some(name) = t
+                .split_once("mod ")
+                .and_then(|(_, rest)| rest.strip_suffix(';'))
+                .filter(|_| !opened)
+            {
+                test_mods.push(name.trim().to_string());
+            }
+            depth += braces(l);
+            opened |= l.contains('{');
+            if depth < 0 || (depth == 0 && (opened || t.ends_with(';'))) {
+                break;
+            }
+        }
+    }
+    (lines, test_mods)
+}
+
+#[test]
+fn variable_names_are_written_only_in_vars_rs() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let mut test_only = BTreeSet::new();
+    let mut found = Vec::new();
+    let mut lines_read = 0;
+    let mut sources: Vec<(PathBuf, String)> = paths
+        .iter()
+        .map(|p| {
+            (
+                p.clone(),
+                std::fs::read_to_string(p).expect("readable source"),
+            )
+        })
+        .collect();
+    // Test-only files first, from every file's declarations.
+    for (path, text) in &sources {
+        let dir = match path.file_name().and_then(|n| n.to_str()) {
+            Some("mod.rs" | "lib.rs" | "main.rs") => path.parent().expect("a folder").to_path_buf(),
+            _ => path.with_extension(""),
+        };
+        for name in non_test_lines(text).1 {
+            test_only.insert(dir.join(format!("{name}.rs")));
+            test_only.insert(dir.join(name).join("mod.rs"));
+        }
+    }
+    sources.retain(|(p, _)| !test_only.contains(p) && !p.ends_with("src/vars.rs"));
+    for (path, text) in &sources {
+        for (n, line) in non_test_lines(text).0 {
+            lines_read += 1;
+            if line.contains("\"MULTINODE_") {
+                let rel = path.strip_prefix(&src).expect("under src");
+                found.push(format!("  src/{}:{n}: {}", rel.display(), line.trim()));
+            }
+        }
+    }
+    assert!(lines_read > 20_000, "too few lines read ({lines_read})");
+    assert!(
+        test_only.iter().any(|p| p.ends_with("binding/tests.rs")),
+        "the test-only files are not found: {test_only:?}"
+    );
+    assert!(
+        found.is_empty(),
+        "a MULTINODE_ name written outside src/vars.rs (name it with a constant there):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_test_sections_are_left_out_and_only_they() {
+    let text = "use a;\n#[cfg(test)]\nuse b;\nfn f(\n    x: u8,\n) {}\n#[cfg(test)]\n#[expect(x)]\nfn g(\n    y: u8,\n) {\n    h();\n}\nstruct S {\n    #[cfg(test)]\n    t: u8,\n    u: u8,\n}\n// c\n#[cfg(test)]\nmod fixtures;\n#[cfg(test)]\nmod tests {\n    fn i() {}\n}\n";
+    let (lines, mods) = non_test_lines(text);
+    let kept: Vec<&str> = lines.iter().map(|(_, l)| l.trim()).collect();
+    assert_eq!(
+        kept,
+        ["use a;", "fn f(", "x: u8,", ") {}", "struct S {"],
+        "a field takes the rest of its struct with it, at worst"
+    );
+    assert_eq!(mods, ["fixtures"]);
+}

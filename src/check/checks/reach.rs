@@ -8,6 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::{CheckResult, Inputs, Tally, list_or_none};
 use crate::check::facts::Resolution;
+use crate::vars;
 
 /// Clock difference to the head above which `clock` warns (ms): logs stop
 /// lining up, and timeouts computed from timestamps misfire.
@@ -70,8 +71,11 @@ pub(crate) fn environment(inputs: &Inputs) -> CheckResult {
         {
             t.fail(
                 n.rank,
-                format!("MULTINODE_NODE_IP is {ip} there, {head_ip} on the head"),
-                "set MULTINODE_NODE_IP to the same value on every node, or unset it",
+                format!("{} is {ip} there, {head_ip} on the head", vars::NODE_IP),
+                format!(
+                    "set {} to the same value on every node, or unset it",
+                    vars::NODE_IP
+                ),
             );
         } else {
             t.ok(n.rank);
@@ -102,7 +106,7 @@ pub(crate) fn head_address(inputs: &Inputs) -> CheckResult {
     } else {
         t.fail(
             0,
-            format!("MULTINODE_NODE_IP={ip} is loopback: the other nodes cannot reach it"),
+            format!("{}={ip} is loopback: the other nodes cannot reach it", vars::NODE_IP),
             "choose the nodes' interface (--iface, MULTINODE_IFNAME) or set MULTINODE_NODE_IP to the head's routable address; remove the head's `127.0.1.1 HOST` line from /etc/hosts",
         );
     }
