@@ -22,10 +22,10 @@ use std::borrow::Cow;
 
 mod address;
 mod error;
-mod fold;
 mod host_slots;
 mod hostfile;
 mod hostlist;
+mod hostlist_fold;
 mod hosts;
 mod kernel_routes;
 mod kubernetes;
@@ -116,12 +116,12 @@ impl Topology {
     /// [`Topology::hostlist`] folded as `nodeset -f` folds: `gpu[01-64]:8`.
     /// It parses back to the same nodes, in the same order.
     pub fn hostlist_folded(&self) -> String {
-        fold::fold(&self.nodes, true)
+        hostlist_fold::fold(&self.nodes, true)
     }
 
     /// [`Topology::hostlist_noslots`] folded: `gpu[01-64]`.
     pub fn hostlist_noslots_folded(&self) -> String {
-        fold::fold(&self.nodes, false)
+        hostlist_fold::fold(&self.nodes, false)
     }
 
     /// Parses a `MULTINODE_HOSTLIST` (full or folded) into a topology whose
