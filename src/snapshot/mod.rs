@@ -24,7 +24,7 @@
 //! runs (`agent/snapshot.rs`); `multinode ps`, `SIGUSR1` to `mn-exec-all` and
 //! `--snapshot-on-timeout` gather and print it.
 
-mod fold;
+mod alike;
 mod procfs;
 mod pystack;
 mod ranks;
@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::nvidia_smi::{GpuDevice, GpuUse};
 pub use samples::Samples;
 
-pub(crate) use fold::{fold, place};
+pub(crate) use alike::{fold, place};
 pub(crate) use procfs::pid_namespace;
 pub(crate) use ranks::Found;
 pub(crate) use render::{render_json, render_table};

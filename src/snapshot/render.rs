@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::fold::Group;
+use super::alike::Group;
 use super::ranks::Units;
 use super::{NodeSnapshot, Proc};
 use crate::table::printable;
@@ -53,7 +53,7 @@ pub(crate) fn headline(groups: &[Group], units: &Units) -> String {
                 "node {} ({}): {}",
                 s.rank,
                 s.host,
-                super::fold::signature(s)
+                super::alike::signature(s)
             )
         })
         .collect();

@@ -62,9 +62,9 @@ const OTHER_WAITS: [&str; 3] = ["wait", "recv", "acquire"];
 pub(crate) fn waits(frames: &[Frame]) -> bool {
     frames.iter().any(|f| {
         let name = f.function.to_ascii_lowercase();
-        super::fold::COLLECTIVES
+        super::alike::COLLECTIVES
             .iter()
-            .chain(super::fold::GPU_WAITS)
+            .chain(super::alike::GPU_WAITS)
             .chain(&OTHER_WAITS)
             .any(|w| name.contains(w))
     })
