@@ -57,7 +57,7 @@ fn write_report(
 /// A stdout that cannot be written is exit code 141, as for live output.
 fn print_groups(result: &RunResult) -> Result<(), i32> {
     use crate::stdio::{Fd, write_all};
-    let nodes = |err: bool| -> Vec<super::group::NodeOutput<'_>> {
+    let nodes = |err: bool| -> Vec<super::grouped_output::NodeOutput<'_>> {
         result
             .nodes
             .iter()
@@ -67,7 +67,7 @@ fn print_groups(result: &RunResult) -> Result<(), i32> {
                 } else {
                     (&n.stats.captured_out, n.stats.bytes_out)
                 };
-                super::group::NodeOutput {
+                super::grouped_output::NodeOutput {
                     rank: n.rank,
                     host: &n.host,
                     bytes,
@@ -78,11 +78,11 @@ fn print_groups(result: &RunResult) -> Result<(), i32> {
     };
     let out = write_all(
         Fd::Out,
-        &super::group::render(&nodes(false), super::sink::CAPTURE_MAX),
+        &super::grouped_output::render(&nodes(false), super::sink::CAPTURE_MAX),
     );
     let _ = write_all(
         Fd::Err,
-        &super::group::render(&nodes(true), super::sink::CAPTURE_MAX),
+        &super::grouped_output::render(&nodes(true), super::sink::CAPTURE_MAX),
     );
     out.map_err(|e| {
         if let Some(line) = crate::stdio::failure_line(crate::logging::program(), Fd::Out, &e) {

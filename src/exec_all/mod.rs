@@ -28,7 +28,7 @@
 //! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
 //! - `nccl_line`: which output lines are NCCL's warnings and errors, and its cause.
 //! - `error_line`: the program's own error in its output (a traceback's exception, ...).
-//! - `group`: `--group`, identical outputs printed once with their ranks.
+//! - `grouped_output`: `--group`, identical outputs printed once with their ranks.
 //! - `finish`: what the user reads at the end: groups, the table, `--report FILE`.
 
 mod attempts;
@@ -39,7 +39,7 @@ mod error_line;
 mod event;
 mod files;
 mod finish;
-mod group;
+mod grouped_output;
 mod invocation;
 mod leg;
 mod leg_kind;
