@@ -7,7 +7,7 @@
 //! fork and applies it in the child before exec.
 //!
 //! - `cpus`: CPU and node sets in the kernel's list format (pure).
-//! - `ranks`: the local rank and local size from each launcher's variables (pure).
+//! - `launcher_ranks`: the local rank and local size from each launcher's variables (pure).
 //! - `visible`: `CUDA_VISIBLE_DEVICES` against `nvidia-smi`'s list (pure).
 //! - `sysfs`: each GPU's NUMA node and CPUs, the nodes' CPUs, SMT siblings, under a root.
 //! - `plan`: the modes and the binding of one process (pure).
@@ -17,13 +17,13 @@
 //! A launcher that forks its own processes (exec_all's one process a GPU)
 //! reads the layout once ([`read_layout`]) and what it may use
 //! ([`allowed_cpus`], [`mems_allowed`]), plans each local rank ([`plan`]
-//! with its [`ranks::Ranks`]), makes each one's [`Prepared`] before the fork,
+//! with its [`launcher_ranks::Ranks`]), makes each one's [`Prepared`] before the fork,
 //! and calls [`Prepared::apply`] in the child (a `pre_exec` hook): it
 //! allocates nothing and makes two system calls.
 
 pub(crate) mod apply;
 mod cpus;
-pub(crate) mod ranks;
+pub(crate) mod launcher_ranks;
 mod rules;
 mod sysfs;
 mod visible;
@@ -88,7 +88,7 @@ pub(crate) fn read_layout(
 /// The binding of this process: its ranks from `env`, this machine's
 /// layout, what it may use now.
 pub(crate) fn this_process(mode: Mode, env: &EnvMap, node: &str) -> Result<Binding, Error> {
-    let ranks = ranks::from_env(env)?;
+    let ranks = launcher_ranks::from_env(env)?;
     let allowed = Allowed {
         cpus: allowed_cpus()
             .map_err(|e| Error::Failed(format!("cannot read this process's CPUs: {e}")))?,

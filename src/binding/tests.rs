@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::ranks::Ranks;
+use super::launcher_ranks::Ranks;
 use super::sysfs::sysfs_bus_id;
 use super::*;
 use crate::nvidia_smi::PciGpu;
