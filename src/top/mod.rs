@@ -9,13 +9,13 @@
 //! - `history`: what is kept between refreshes: steps for the rate, samples
 //!   for the wait share; `--progress`'s pattern (pure).
 //! - `straggler`: the rule that names the straggler (pure).
-//! - `ras`: NCCL's RAS status text, read (pure).
+//! - `ras_status`: NCCL's RAS status text, read (pure).
 //! - `render`: the table and the JSON (pure).
 //! - `session`: the refreshes: asked, judged, printed; `--once`, a pipe, a terminal.
 //! - `screen`: the terminal, full screen: raw mode, keys, restored on every exit.
 
 mod history;
-mod ras;
+mod ras_status;
 mod render;
 mod rows;
 mod screen;

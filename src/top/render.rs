@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::ras::RasFacts;
+use super::ras_status::RasFacts;
 use super::rows::Row;
 use super::straggler::Verdict;
 use crate::cli::TopSort;

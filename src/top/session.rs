@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::history::{History, Progress};
-use super::ras::{self, RasFacts};
+use super::ras_status::{self, RasFacts};
 use super::render::{self, Refresh};
 use super::rows::{self, Row};
 use super::screen::{self, Key, Screen};
@@ -68,7 +68,10 @@ impl Session {
             Some(&mut self.kept),
         )
         .await;
-        let ras = snaps.iter().find_map(|s| s.ras.as_deref()).map(ras::parse);
+        let ras = snaps
+            .iter()
+            .find_map(|s| s.ras.as_deref())
+            .map(ras_status::parse);
         let mut rows = rows::rows(&snaps);
         self.history.update(&mut rows, self.progress.as_ref());
         if let Some(facts) = &ras {
