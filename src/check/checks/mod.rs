@@ -6,7 +6,7 @@
 //! row: the worst status, the nodes that have it, their details grouped by
 //! text, and the fix. docs/check.md describes every check and its thresholds.
 //!
-//! - `reach`: the nodes answer, run one version, resolve the contract; the
+//! - `connectivity`: the nodes answer, run one version, resolve the contract; the
 //!   head's address, the rendezvous port, host names, clocks.
 //! - `limits`: `RLIMIT_MEMLOCK`.
 //! - `fabric`: InfiniBand/RoCE, `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME`.
@@ -17,11 +17,11 @@
 //!   its GPUs' NUMA nodes, OpenMP's affinity variables.
 
 mod affinity;
+mod connectivity;
 mod fabric;
 mod gpu;
 mod launch;
 mod limits;
-mod reach;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -153,14 +153,14 @@ impl Inputs {
 /// Runs every check, in the order of the report.
 pub(crate) fn evaluate(inputs: &Inputs) -> Vec<CheckResult> {
     vec![
-        reach::nodes(inputs),
-        reach::version(inputs),
-        reach::environment(inputs),
-        reach::head_address(inputs),
-        reach::rendezvous_port(inputs),
-        reach::rendezvous_connect(inputs),
-        reach::host_names(inputs),
-        reach::clock(inputs),
+        connectivity::nodes(inputs),
+        connectivity::version(inputs),
+        connectivity::environment(inputs),
+        connectivity::head_address(inputs),
+        connectivity::rendezvous_port(inputs),
+        connectivity::rendezvous_connect(inputs),
+        connectivity::host_names(inputs),
+        connectivity::clock(inputs),
         limits::memlock(inputs),
         fabric::infiniband(inputs),
         fabric::nccl_ib_hca(inputs),
