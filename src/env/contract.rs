@@ -4,9 +4,9 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+use super::format::{render_json, render_sh};
 use super::hostlists;
 use super::job::{Job, resolve_job};
-use super::render::{render_json, render_sh};
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::topology::spares::{SPARE_HOSTLIST_VAR, SPARES_VAR};
