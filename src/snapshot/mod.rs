@@ -6,9 +6,9 @@
 //!   wchan or the current syscall, elapsed time, command line.
 //! - `pystack`: Python stacks through `py-spy dump`, when py-spy is installed.
 //! - `take`: one node's snapshot, the three above at once, bounded in time.
-//! - `fold`: nodes whose processes do the same thing folded into one entry,
+//! - `alike`: nodes whose processes do the same thing folded into one entry,
 //!   the odd ones first (as `clush -b` folds output). Pure.
-//! - `render`: the table for people and the JSON for programs. Pure.
+//! - `ps_render`: the table for people and the JSON for programs. Pure.
 //! - `samples`: where a process's time goes, from several looks over the
 //!   window (its state; py-spy's stacks inside a collective or a wait).
 //! - `watch`: what a running command was started as (`RANK`) and has
@@ -26,10 +26,10 @@
 
 mod alike;
 mod procfs;
+mod ps_render;
 mod pystack;
 mod ranks;
 pub(crate) mod ras;
-mod render;
 mod samples;
 pub(crate) mod survey;
 mod take;
@@ -42,8 +42,8 @@ pub use samples::Samples;
 
 pub(crate) use alike::{fold, place};
 pub(crate) use procfs::pid_namespace;
+pub(crate) use ps_render::{render_json, render_table};
 pub(crate) use ranks::Found;
-pub(crate) use render::{render_json, render_table};
 pub(crate) use take::{Options, take};
 
 /// One node's snapshot, as its agent (or exec_all, for its own node) took it.
