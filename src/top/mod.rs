@@ -10,13 +10,13 @@
 //!   for the wait share; `--progress`'s pattern (pure).
 //! - `straggler`: the rule that names the straggler (pure).
 //! - `ras_status`: NCCL's RAS status text, read (pure).
-//! - `render`: the table and the JSON (pure).
+//! - `refresh_render`: the table and the JSON (pure).
 //! - `session`: the refreshes: asked, judged, printed; `--once`, a pipe, a terminal.
 //! - `screen`: the terminal, full screen: raw mode, keys, restored on every exit.
 
 mod history;
 mod ras_status;
-mod render;
+mod refresh_render;
 mod rows;
 mod screen;
 mod session;

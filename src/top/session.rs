@@ -12,7 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::history::{History, Progress};
 use super::ras_status::{self, RasFacts};
-use super::render::{self, Refresh};
+use super::refresh_render::{self, Refresh};
 use super::rows::{self, Row};
 use super::screen::{self, Key, Screen};
 use super::straggler::{self, Verdict};
@@ -91,7 +91,7 @@ impl Session {
 }
 
 fn text(judged: &mut Judged, sort: TopSort, interval: Duration, live: bool) -> (String, String) {
-    render::sort(&mut judged.rows, sort);
+    refresh_render::sort(&mut judged.rows, sort);
     let refresh = Refresh {
         time_ms: judged.time_ms,
         ranks: judged.rows.len(),
@@ -111,8 +111,8 @@ fn text(judged: &mut Judged, sort: TopSort, interval: Duration, live: bool) -> (
     );
     let ras_line = judged.ras.as_ref().and_then(RasFacts::line);
     (
-        render::table(&title, &refresh, ras_line.as_deref()),
-        render::json(&refresh),
+        refresh_render::table(&title, &refresh, ras_line.as_deref()),
+        refresh_render::json(&refresh),
     )
 }
 
