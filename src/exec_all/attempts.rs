@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::one_launch::launch;
 use super::options::{MAX_RESTARTS_VAR, RESTART_COUNT_VAR, Restarts, RunOptions};
 use super::record::{CancelReason, NodeOutcome, RunResult};
-use super::report::{self, AttemptReport, Excluded};
+use super::run_report::{self, AttemptReport, Excluded};
 use super::script::Script;
 use super::verdict::{self, Verdict};
 use crate::env::Job;
@@ -73,7 +73,7 @@ pub(crate) async fn run(
         match decision {
             Decision::Restart { excluded } => {
                 // What the user would have read had the run ended here.
-                crate::stdio::eprint(&report::table(&result));
+                crate::stdio::eprint(&run_report::table(&result));
                 say(&restart_line(job, attempt, &failure, &excluded, &pool));
                 // A signal since the attempt's end waited in `stops`: the
                 // next attempt does not start.

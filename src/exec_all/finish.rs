@@ -12,7 +12,7 @@ use crate::error::Error;
 /// Returns the exit code.
 pub(super) fn end(
     mut result: RunResult,
-    attempts: Option<Vec<super::report::AttemptReport>>,
+    attempts: Option<Vec<super::run_report::AttemptReport>>,
     role: &Role,
 ) -> Result<i32, Error> {
     let head = match role {
@@ -39,10 +39,10 @@ pub(super) fn end(
 /// `--report FILE`: the run's report as JSON.
 fn write_report(
     result: &RunResult,
-    attempts: Option<Vec<super::report::AttemptReport>>,
+    attempts: Option<Vec<super::run_report::AttemptReport>>,
     path: &Path,
 ) -> Result<(), Error> {
-    let mut report = super::report::build(result);
+    let mut report = super::run_report::build(result);
     report.attempts = attempts;
     let text = serde_json::to_string_pretty(&report).expect("the report serialises");
     std::fs::write(path, text + "\n").map_err(|e| {
@@ -104,6 +104,6 @@ pub(crate) fn finish_output(result: &RunResult) {
         }
     }
     if result.exit_code != 0 {
-        crate::stdio::eprint(&super::report::table(result));
+        crate::stdio::eprint(&super::run_report::table(result));
     }
 }

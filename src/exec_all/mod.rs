@@ -24,7 +24,7 @@
 //! - `record`: what a run keeps of each node, and how it ended.
 //! - `relay`: past `--fanout` nodes, groups of nodes run through one of theirs.
 //! - `relay_record`: a relay's records of its group, sent to its head on stderr.
-//! - `report`: the failure table and `--report FILE`.
+//! - `run_report`: the failure table and `--report FILE`.
 //! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
 //! - `nccl_line`: which output lines are NCCL's warnings and errors, and its cause.
 //! - `error_line`: the program's own error in its output (a traceback's exception, ...).
@@ -56,7 +56,7 @@ mod reach;
 mod record;
 mod relay;
 mod relay_record;
-mod report;
+mod run_report;
 pub mod script;
 mod sink;
 mod verdict;
