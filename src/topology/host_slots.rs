@@ -10,9 +10,9 @@
 use std::net::Ipv6Addr;
 
 use super::Node;
-use super::error::{ParseError, shorten};
 use super::hostlist::{self, MAX_HOSTS, empty_element, find_duplicate, split_top_level};
 use super::slots::parse_slots;
+use super::topology_error::{ParseError, shorten};
 
 /// The host part of one element of the list.
 #[derive(Debug, PartialEq, Eq)]

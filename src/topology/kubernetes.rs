@@ -20,10 +20,10 @@
 use std::io;
 use std::path::Path;
 
-use super::error::{KubeError, TopologyError, shorten};
 use super::hostfile::parse_hostfile;
 use super::hostlist::{MAX_HOSTS, validate_host};
 use super::machine::{Machine, local_slots};
+use super::topology_error::{KubeError, TopologyError, shorten};
 use super::{Node, Topology};
 use crate::env_map::EnvMap;
 

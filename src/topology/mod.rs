@@ -21,7 +21,6 @@
 use std::borrow::Cow;
 
 mod address;
-mod error;
 mod host_slots;
 mod hostfile;
 mod hostlist;
@@ -38,11 +37,12 @@ mod slots;
 pub(crate) mod spares;
 mod tasks_per_node;
 mod this_node;
+mod topology_error;
 
-pub use error::TopologyError;
-pub(crate) use error::shorten;
 pub use hosts::cmd_hosts;
 pub(crate) use placement::{Placement, resolve_placement};
+pub use topology_error::TopologyError;
+pub(crate) use topology_error::shorten;
 
 /// A topology that is set, parsed and checked against the environment
 /// (this machine need not be in it); no topology set is no error.
@@ -126,7 +126,7 @@ impl Topology {
 
     /// Parses a `MULTINODE_HOSTLIST` (full or folded) into a topology whose
     /// source is `source`.
-    pub fn from_hostlist(list: &str, source: &str) -> Result<Self, error::ParseError> {
+    pub fn from_hostlist(list: &str, source: &str) -> Result<Self, topology_error::ParseError> {
         Ok(Topology {
             nodes: host_slots::parse_host_slots(list)?,
             source: source.to_string(),

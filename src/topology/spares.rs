@@ -4,8 +4,8 @@
 //! nodes in `MULTINODE_HOSTLIST` and the spares in
 //! `MULTINODE_SPARE_HOSTLIST`, which are put back behind them here.
 
-use super::error::{ParseError, TopologyError};
 use super::host_slots::parse_host_slots;
+use super::topology_error::{ParseError, TopologyError};
 use super::{Node, Topology};
 use crate::env_map::EnvMap;
 

@@ -10,8 +10,8 @@ use std::net::IpAddr;
 
 use tracing::debug;
 
-use super::error::{TopologyError, shorten};
 use super::machine::Machine;
+use super::topology_error::{TopologyError, shorten};
 use super::{Node, Topology};
 use crate::env_map::EnvMap;
 
