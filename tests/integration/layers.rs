@@ -508,3 +508,90 @@ fn the_file_graph_finds_a_cycle_through_super_and_groups() {
     open[2].1 = "use super::y::{self, Y};\n".into();
     assert!(cycles(&file_graph(&open, &["a"])).is_empty());
 }
+
+/// The file names of `src/` that are in more than one folder, against the
+/// rule of docs/ARCHITECTURE.md ("File names"): a name says what its file
+/// holds, so it is in one folder only; but `mod.rs`, and the sides of one
+/// exchange: `protocol/X.rs` (the wire), `agent/X.rs` (the server's end),
+/// `transport/X.rs` (the client's end) and the top-level `X.rs` (the work
+/// behind it). `files` are paths under `src/`.
+fn duplicate_names(files: &[String]) -> Vec<String> {
+    let mut by_name: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for rel in files {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        by_name.entry(name).or_default().push(rel);
+    }
+    let mut problems = Vec::new();
+    for (name, paths) in by_name {
+        if paths.len() < 2 || name == "mod.rs" {
+            continue;
+        }
+        let sides = [
+            name.to_string(),
+            format!("protocol/{name}"),
+            format!("agent/{name}"),
+            format!("transport/{name}"),
+        ];
+        let pair = paths.iter().all(|p| sides.iter().any(|s| s == p));
+        if !pair {
+            problems.push(format!(
+                "{name} is in several folders: {}",
+                paths.join(", ")
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn a_file_name_is_in_one_folder_but_mod_rs_and_the_sides_of_a_protocol() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&src).expect("under src");
+            rel.to_string_lossy().into_owned()
+        })
+        .collect();
+    assert!(files.len() > 100, "too few files found: {}", files.len());
+    let problems = duplicate_names(&files);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_name_rule_allows_the_sides_of_a_protocol_only() {
+    let files = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let ok = files(&[
+        "a/mod.rs",
+        "b/mod.rs",
+        "protocol/mux.rs",
+        "agent/mux.rs",
+        "transport/mux.rs",
+        "signals.rs",
+        "protocol/signals.rs",
+        "agent/forward.rs",
+        "transport/forward.rs",
+    ]);
+    assert!(duplicate_names(&ok).is_empty());
+    let bad = files(&[
+        "snapshot/fold.rs",
+        "topology/fold.rs",
+        "agent/x.rs",
+        "top/x.rs",
+    ]);
+    assert_eq!(
+        duplicate_names(&bad),
+        [
+            "fold.rs is in several folders: snapshot/fold.rs, topology/fold.rs",
+            "x.rs is in several folders: agent/x.rs, top/x.rs",
+        ]
+    );
+    let strayed = files(&["protocol/mux.rs", "agent/mux.rs", "exec_all/mux.rs"]);
+    assert_eq!(
+        duplicate_names(&strayed).len(),
+        1,
+        "exec_all is no side of mux"
+    );
+}
