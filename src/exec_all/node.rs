@@ -142,7 +142,7 @@ struct Seen {
 }
 
 /// A run's node tasks, started.
-pub struct Started {
+pub struct StartedTasks {
     /// The dispatcher's handle on each task.
     pub handles: Vec<TaskHandle>,
     pub events: mpsc::UnboundedReceiver<(usize, Event)>,
@@ -160,7 +160,7 @@ pub fn start_all(
     writer: &Writer,
     output_dir: Option<&Path>,
     forward_stdin: bool,
-) -> Result<Started, Error> {
+) -> Result<StartedTasks, Error> {
     let (events_tx, events) = mpsc::unbounded_channel();
     let mut handles = Vec::new();
     let mut stdin_txs = Vec::new();
@@ -191,7 +191,7 @@ pub fn start_all(
         tasks.spawn(run(ctx.clone(), Box::new(task)));
     }
     let stdin = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));
-    Ok(Started {
+    Ok(StartedTasks {
         handles,
         events,
         tasks,

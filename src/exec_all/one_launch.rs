@@ -68,7 +68,7 @@ pub(crate) async fn launch(
         // head's to read, nor a health check's.
         start_line: options.forward_output && options.shell_hint,
     };
-    let node::Started {
+    let node::StartedTasks {
         handles,
         events,
         mut tasks,
