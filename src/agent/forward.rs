@@ -6,7 +6,7 @@
 //! (docs/security.md); anything else is refused, before any connection, with
 //! `administratively prohibited` and a description that names what is
 //! allowed. A connection holds at most [`MAX_PER_CONNECTION`] forwarded
-//! channels at once and the agent [`Bounds`] in all (a quarter of its
+//! channels at once and the agent [`ForwardBounds`] in all (a quarter of its
 //! open-file limit: each holds a socket); past either the channel is
 //! refused with `resource shortage` and the limit it met. Each connects
 //! within [`CONNECT_TIMEOUT`] and copies bytes both ways until either side
@@ -128,7 +128,7 @@ fn normalize(host: &str) -> String {
 }
 
 /// The forwarded channels of all the agent's connections.
-pub(crate) struct Bounds {
+pub(crate) struct ForwardBounds {
     /// Held by each forwarded channel: a quarter of the open-file limit
     /// (each holds a socket; the rest is for connections, commands, SFTP
     /// and logins).
@@ -136,7 +136,7 @@ pub(crate) struct Bounds {
     max: usize,
 }
 
-impl Bounds {
+impl ForwardBounds {
     /// From the open-file limit the agent runs with (after raising it).
     pub(crate) fn new() -> Self {
         let files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
@@ -147,7 +147,7 @@ impl Bounds {
 
     fn with_max(max: usize) -> Self {
         let max = max.min(Semaphore::MAX_PERMITS);
-        Bounds {
+        ForwardBounds {
             open: Arc::new(Semaphore::new(max)),
             max,
         }
@@ -191,7 +191,7 @@ pub(crate) struct Open {
 pub(crate) struct Scope<'a> {
     pub destinations: &'a Destinations,
     pub slots: &'a Arc<Semaphore>,
-    pub bounds: &'a Bounds,
+    pub bounds: &'a ForwardBounds,
     pub tracker: &'a TaskTracker,
     pub conn: &'a CancellationToken,
     pub shutdown: &'a CancellationToken,

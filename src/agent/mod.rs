@@ -81,15 +81,15 @@ pub(crate) struct Shared {
     /// Every connection and channel task, so shutdown can wait for them.
     pub tracker: TaskTracker,
     /// The bounds the `sftp` sessions share (handles, file operations at once).
-    pub sftp: sftp::Bounds,
+    pub sftp: sftp::SftpBounds,
     /// The environment bytes all connections' commands hold together.
     pub env: env_limit::AgentEnv,
     /// The terminals of all connections.
-    pub ptys: pty::Bounds,
+    pub ptys: pty::PtyBounds,
     /// Where `direct-tcpip` channels may go.
     pub destinations: forward::Destinations,
     /// The bound on forwarded channels of all connections together.
-    pub forwards: forward::Bounds,
+    pub forwards: forward::ForwardBounds,
     pub host: String,
     pub rank: Option<usize>,
     /// When a client of this job last authenticated (the head pinging a
@@ -235,11 +235,11 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             shutdown: CancellationToken::new(),
             released: CancellationToken::new(),
             tracker: TaskTracker::new(),
-            sftp: sftp::Bounds::new(),
+            sftp: sftp::SftpBounds::new(),
             env: env_limit::AgentEnv::default(),
-            ptys: pty::Bounds::new(),
+            ptys: pty::PtyBounds::new(),
             destinations,
-            forwards: forward::Bounds::new(),
+            forwards: forward::ForwardBounds::new(),
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),

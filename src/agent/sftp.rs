@@ -15,7 +15,7 @@
 //! writes at offsets, which a pipe has not), one request of a session runs
 //! at a time (the crate's protocol loop), file operations of all sessions
 //! together take at most [`IO_AT_ONCE`] threads, a session holds at most
-//! [`MAX_HANDLES`] handles and the agent [`Bounds::handles`] in all, and a
+//! [`MAX_HANDLES`] handles and the agent [`SftpBounds::handles`] in all, and a
 //! directory is read as READDIR asks (memory per handle, not per entry).
 //! When the channel ends, a request still waiting on the file system is
 //! answered at once, so the session's files close then.
@@ -70,7 +70,7 @@ const IO_AT_ONCE: usize = 64;
 
 /// What the sessions of one agent share: the bounds on handles and on file
 /// operations in flight.
-pub(crate) struct Bounds {
+pub(crate) struct SftpBounds {
     /// Handles open in all sessions: a quarter of the open-file limit (the
     /// rest is for connections, commands and logins).
     handles: Arc<Semaphore>,
@@ -78,7 +78,7 @@ pub(crate) struct Bounds {
     io: Arc<Semaphore>,
 }
 
-impl Bounds {
+impl SftpBounds {
     /// From the open-file limit the agent runs with (after raising it).
     pub(crate) fn new() -> Self {
         let files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
@@ -89,7 +89,7 @@ impl Bounds {
 
     fn with_handles(handles: usize) -> Self {
         let handles = handles.min(Semaphore::MAX_PERMITS);
-        Bounds {
+        SftpBounds {
             handles: Arc::new(Semaphore::new(handles)),
             handles_max: handles,
             io: Arc::new(Semaphore::new(IO_AT_ONCE)),
