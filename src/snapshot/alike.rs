@@ -45,7 +45,7 @@ const NO_SNAPSHOT: &str = "no snapshot: ";
 
 /// One folded entry: the ranks that do the same thing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Group {
+pub struct Alike {
     /// `0-6,8-15`.
     pub ranks: String,
     pub rank_list: Vec<usize>,
@@ -153,16 +153,16 @@ fn waiting(summary: &str) -> Waiting {
 /// out); between groups of one size, those waiting for nothing first, then
 /// those waiting for their GPU, then those in a named collective
 /// ([`Waiting`]); then by first rank. The last group is what most nodes do.
-pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Group> {
+pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Alike> {
     let mut by_sig: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for s in snaps {
         by_sig.entry(signature(s)).or_default().push(s.rank);
     }
-    let mut groups: Vec<Group> = by_sig
+    let mut groups: Vec<Alike> = by_sig
         .into_iter()
         .map(|(summary, mut ranks)| {
             ranks.sort_unstable();
-            Group {
+            Alike {
                 ranks: fold_ranks(&ranks),
                 rank_list: ranks,
                 summary,
