@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::checks::{HeadContext, Inputs, NodeReport, evaluate, failed};
+use super::checks::{CheckInputs, HeadContext, NodeReport, evaluate, failed};
 use super::facts::NodeFacts;
 use super::local::{JobView, gather};
 use super::probe::{SystemProbe, unix_ms};
@@ -67,7 +67,7 @@ pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
 
 /// Listens on the rendezvous port for the duration, gathers every node's
 /// report (in this process when the job is this node alone), then closes it.
-async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs, Error> {
+async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckInputs, Error> {
     let port = args.port;
     let stop = CancellationToken::new();
     let (server, bind_error) = match rendezvous::bind(job.head_ip, port).await {
@@ -114,7 +114,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs,
     if let Some(server) = server {
         let _ = server.await;
     }
-    Ok(Inputs {
+    Ok(CheckInputs {
         head: HeadContext {
             version: env!("CARGO_PKG_VERSION").to_string(),
             head_ip: job.head_ip,

@@ -94,12 +94,12 @@ pub(crate) struct HeadContext {
 
 /// Everything the checks look at. `nodes[i].rank == i`, for every node of the job.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Inputs {
+pub(crate) struct CheckInputs {
     pub head: HeadContext,
     pub nodes: Vec<NodeReport>,
 }
 
-impl Inputs {
+impl CheckInputs {
     /// The nodes that answered, with their facts.
     pub(crate) fn answered(&self) -> impl Iterator<Item = (&NodeReport, &NodeFacts)> {
         self.nodes
@@ -151,7 +151,7 @@ impl Inputs {
 }
 
 /// Runs every check, in the order of the report.
-pub(crate) fn evaluate(inputs: &Inputs) -> Vec<CheckResult> {
+pub(crate) fn evaluate(inputs: &CheckInputs) -> Vec<CheckResult> {
     vec![
         connectivity::nodes(inputs),
         connectivity::version(inputs),
@@ -195,14 +195,14 @@ struct Finding {
 
 /// The findings of one check, folded into its row by [`Tally::finish`].
 struct Tally<'a> {
-    inputs: &'a Inputs,
+    inputs: &'a CheckInputs,
     check: &'static str,
     checked: BTreeSet<usize>,
     findings: Vec<Finding>,
 }
 
 impl<'a> Tally<'a> {
-    fn new(inputs: &'a Inputs, check: &'static str) -> Self {
+    fn new(inputs: &'a CheckInputs, check: &'static str) -> Self {
         Tally {
             inputs,
             check,
