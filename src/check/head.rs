@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::checks::{CheckInputs, HeadContext, NodeReport, evaluate, failed};
+use super::checks::{CheckInputs, HeadContext, NodeReply, evaluate, failed};
 use super::facts::NodeFacts;
 use super::local::{JobView, gather};
 use super::probe::{SystemProbe, unix_ms};
@@ -92,7 +92,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckIn
             .await
             .map_err(|e| Error::Failed(format!("gathering this node's facts failed: {e}")));
         let node = &job.topology.nodes[0];
-        vec![NodeReport {
+        vec![NodeReply {
             rank: 0,
             host: node.host.clone(),
             slots: node.slots,
@@ -130,12 +130,12 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckIn
 
 /// One report per node of the topology, in rank order: a node missing from
 /// the captures has none.
-pub(crate) fn reports(topology: &Topology, captures: &[NodeCapture]) -> Vec<NodeReport> {
+pub(crate) fn reports(topology: &Topology, captures: &[NodeCapture]) -> Vec<NodeReply> {
     topology
         .nodes
         .iter()
         .enumerate()
-        .map(|(rank, node)| NodeReport {
+        .map(|(rank, node)| NodeReply {
             rank,
             host: node.host.clone(),
             slots: node.slots,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::{CheckInputs, HeadContext, NodeReport};
+use super::{CheckInputs, HeadContext, NodeReply};
 use crate::check::facts::*;
 use crate::nvidia_smi::{parse_header, parse_query};
 
@@ -191,7 +191,7 @@ pub(crate) fn cluster(n: usize) -> CheckInputs {
             nproc_per_node: None,
         },
         nodes: (0..n)
-            .map(|rank| NodeReport {
+            .map(|rank| NodeReply {
                 rank,
                 host: host(rank),
                 slots: 8,

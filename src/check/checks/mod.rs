@@ -67,7 +67,7 @@ pub(crate) struct CheckResult {
 /// One node as the head got it: its place in the hostlist and its report,
 /// or why there is none.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NodeReport {
+pub(crate) struct NodeReply {
     pub rank: usize,
     pub host: String,
     pub slots: u32,
@@ -96,12 +96,12 @@ pub(crate) struct HeadContext {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CheckInputs {
     pub head: HeadContext,
-    pub nodes: Vec<NodeReport>,
+    pub nodes: Vec<NodeReply>,
 }
 
 impl CheckInputs {
     /// The nodes that answered, with their facts.
-    pub(crate) fn answered(&self) -> impl Iterator<Item = (&NodeReport, &NodeFacts)> {
+    pub(crate) fn answered(&self) -> impl Iterator<Item = (&NodeReply, &NodeFacts)> {
         self.nodes
             .iter()
             .filter_map(|n| n.facts.as_ref().ok().map(|f| (n, f)))
