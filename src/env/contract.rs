@@ -253,8 +253,8 @@ mod tests {
         }
     }
 
-    fn invocation() -> programs::Invocation {
-        programs::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
+    fn invocation() -> programs::ThisBinary {
+        programs::ThisBinary::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
     }
 
     fn job(vars: &[(&str, &str)]) -> Result<Job, String> {
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_missing_mn_ssh_is_an_error_only_when_needed() {
-        let lonely = programs::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
+        let lonely = programs::ThisBinary::fixed("/nowhere/multinode", "/nowhere/absent");
         assert_eq!(
             job_from(placement(), &EnvMap::default(), &lonely).map_err(|e| e.to_string()).err(),
             Some("mn-ssh not found beside /nowhere/multinode; install it next to multinode or set MULTINODE_SSH_WRAPPER".to_string())
