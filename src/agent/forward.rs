@@ -180,7 +180,7 @@ pub(crate) fn slots() -> Arc<Semaphore> {
 }
 
 /// One `direct-tcpip` open request, as the client sent it.
-pub(crate) struct Open {
+pub(crate) struct DirectTcpip {
     pub channel: Channel<Msg>,
     pub host: String,
     pub port: u32,
@@ -200,8 +200,8 @@ pub(crate) struct Scope<'a> {
 /// Answers an open request: refused at once, or handed to a task that
 /// connects and then accepts (or fails the channel with the reason).
 /// Returns without waiting: russh calls it inside the connection's read loop.
-pub(crate) async fn open(open: Open, reply: ChannelOpenHandle, scope: Scope<'_>) {
-    let Open {
+pub(crate) async fn open(open: DirectTcpip, reply: ChannelOpenHandle, scope: Scope<'_>) {
+    let DirectTcpip {
         channel,
         host,
         port,

@@ -115,7 +115,7 @@ impl russh::server::Handler for ConnHandler {
         reply: ChannelOpenHandle,
         _session: &mut Session,
     ) -> Result<(), Self::Error> {
-        let open = forward::Open {
+        let open = forward::DirectTcpip {
             channel,
             host: host_to_connect.to_string(),
             port: port_to_connect,

@@ -175,11 +175,11 @@ struct Files {
 
 /// An open handle, and its place among the agent's handles.
 struct Held {
-    open: Open,
+    open: OpenHandle,
     _slot: OwnedSemaphorePermit,
 }
 
-enum Open {
+enum OpenHandle {
     File(Arc<File>),
     Dir(PathBuf, Arc<Mutex<Listing>>),
 }
@@ -243,20 +243,20 @@ impl Files {
         })
     }
 
-    fn insert(&mut self, open: Open, slot: OwnedSemaphorePermit) -> String {
+    fn insert(&mut self, open: OpenHandle, slot: OwnedSemaphorePermit) -> String {
         self.next += 1;
         let handle = self.next.to_string();
         self.open.insert(handle.clone(), Held { open, _slot: slot });
         handle
     }
 
-    fn get(&self, handle: &str) -> Option<&Open> {
+    fn get(&self, handle: &str) -> Option<&OpenHandle> {
         self.open.get(handle).map(|held| &held.open)
     }
 
     fn file(&self, handle: &str) -> Reply<Arc<File>> {
         match self.get(handle) {
-            Some(Open::File(f)) => Ok(f.clone()),
+            Some(OpenHandle::File(f)) => Ok(f.clone()),
             _ => Err(StatusCode::Failure.with_message("no such open file")),
         }
     }
@@ -301,7 +301,7 @@ impl russh_sftp::server::Handler for Files {
         let slot = self.slot()?;
         let mode = attrs.permissions.unwrap_or(0o666) & 0o7777;
         let file = self.io(move || open_file(&filename, pflags, mode)).await?;
-        let handle = self.insert(Open::File(Arc::new(file)), slot);
+        let handle = self.insert(OpenHandle::File(Arc::new(file)), slot);
         Ok(Handle { id, handle })
     }
 
@@ -359,11 +359,11 @@ impl russh_sftp::server::Handler for Files {
 
     async fn fstat(&mut self, id: u32, handle: String) -> Reply<Attrs> {
         let meta = match self.get(&handle) {
-            Some(Open::File(f)) => {
+            Some(OpenHandle::File(f)) => {
                 let f = f.clone();
                 self.io(move || f.metadata()).await?
             }
-            Some(Open::Dir(path, _)) => {
+            Some(OpenHandle::Dir(path, _)) => {
                 let path = path.clone();
                 self.io(move || fs::metadata(path)).await?
             }
@@ -393,12 +393,12 @@ impl russh_sftp::server::Handler for Files {
         let dir = PathBuf::from(&path);
         let entries = self.io(move || fs::read_dir(path)).await?;
         let listing = Listing { dots: 0, entries };
-        let handle = self.insert(Open::Dir(dir, Arc::new(Mutex::new(listing))), slot);
+        let handle = self.insert(OpenHandle::Dir(dir, Arc::new(Mutex::new(listing))), slot);
         Ok(Handle { id, handle })
     }
 
     async fn readdir(&mut self, id: u32, handle: String) -> Reply<Name> {
-        let Some(Open::Dir(dir, listing)) = self.get(&handle) else {
+        let Some(OpenHandle::Dir(dir, listing)) = self.get(&handle) else {
             return Err(StatusCode::Failure.with_message("no such open directory"));
         };
         let (dir, listing) = (dir.clone(), listing.clone());
