@@ -19,7 +19,7 @@ use nix::sys::signal::Signal;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::mux::Pool;
+use super::mux::ConnectionPool;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::{GroupChild, Spawn};
@@ -47,7 +47,7 @@ pub(crate) struct JobRun {
     pub idle_timeout: Duration,
     pub wait_timeout: Duration,
     /// On the head: the shared connections and their socket, for JOB.
-    pub mux: Option<(Arc<Pool>, PathBuf)>,
+    pub mux: Option<(Arc<ConnectionPool>, PathBuf)>,
 }
 
 /// Up to this many workers, the head keeps the connections it pinged them
@@ -245,7 +245,7 @@ async fn wait_for_workers(
     job: &Job,
     connector: &Connector,
     limit: Duration,
-    keep: Option<Arc<Pool>>,
+    keep: Option<Arc<ConnectionPool>>,
 ) -> Result<(), Error> {
     let started = tokio::time::Instant::now();
     let deadline = started + limit;

@@ -276,7 +276,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         }
         let (pool, sharing) = match socket {
             Some(mut socket) => {
-                let pool = Arc::new(mux::Pool::new(&shared.keys, lost_after));
+                let pool = Arc::new(mux::ConnectionPool::new(&shared.keys, lost_after));
                 let path = socket.path().to_path_buf();
                 let task = tokio::spawn({
                     let (pool, tracker, stop) =

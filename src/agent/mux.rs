@@ -1,5 +1,5 @@
 //! Connection sharing, the head's end ([`crate::protocol::mux`]): the head's
-//! agent keeps its logged-in connections to the nodes in a [`Pool`] and
+//! agent keeps its logged-in connections to the nodes in a [`ConnectionPool`] and
 //! relays channels on them for the job's clients, which reach it on a Unix
 //! socket in a directory only this user can enter.
 
@@ -33,7 +33,7 @@ const MAX_CONNECTING: usize = 256;
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
 /// Logged-in connections to the nodes, by target; made on first use.
-pub(crate) struct Pool {
+pub(crate) struct ConnectionPool {
     connector: Connector,
     job: String,
     /// What a client's challenge is signed with ([`wire::prove`]).
@@ -42,13 +42,13 @@ pub(crate) struct Pool {
     connecting: Semaphore,
 }
 
-impl Pool {
+impl ConnectionPool {
     /// `lost_after`: as exec_all's (`MULTINODE_LOST_AFTER`, `None`: never).
-    pub(crate) fn new(keys: &JobKeys, lost_after: Option<std::time::Duration>) -> Pool {
+    pub(crate) fn new(keys: &JobKeys, lost_after: Option<std::time::Duration>) -> ConnectionPool {
         let connector =
             Connector::new(Auth::Agent(Arc::new(keys.clone())), DEFAULT_CONNECT_TIMEOUT)
                 .with_lost_after(lost_after);
-        Pool {
+        ConnectionPool {
             connector,
             job: wire::job_id(keys.client_public()),
             host_key: keys.host.clone(),
@@ -194,7 +194,7 @@ impl Drop for Socket {
 /// Serves the socket until `stop`; each client connection is one channel.
 pub(crate) async fn serve(
     socket: &mut Socket,
-    pool: Arc<Pool>,
+    pool: Arc<ConnectionPool>,
     tracker: TaskTracker,
     stop: CancellationToken,
 ) {
@@ -265,7 +265,7 @@ async fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
 /// connection's commands (the stuck one, and any other that shares it:
 /// none of their input, signals or closes could pass), and the next client
 /// gets a new connection. Returns once the connection is reset, or closed.
-async fn unstick(pool: &Pool, target: &Target, conn: &Arc<Connection>) {
+async fn unstick(pool: &ConnectionPool, target: &Target, conn: &Arc<Connection>) {
     // Since when the connection has been stuck with the same bytes acknowledged.
     let mut stuck: Option<(tokio::time::Instant, u64)> = None;
     loop {
@@ -308,7 +308,7 @@ fn hung_up(stream: &UnixStream) -> bool {
 /// One client connection: open, start, then relay both ways until the
 /// channel closes or the client goes (which closes the channel: the node
 /// ends the command's group).
-async fn channel(stream: UnixStream, pool: &Pool) {
+async fn channel(stream: UnixStream, pool: &ConnectionPool) {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
     let open = match read_frame(&mut r).await {
