@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::history::{History, Progress};
+use super::history::{History, StepPattern};
 use super::ras_status::{self, RasFacts};
 use super::refresh_render::{self, Refresh};
 use super::rows::{self, Row};
@@ -47,7 +47,7 @@ struct Judged {
 struct Session {
     connector: Connector,
     nodes: Vec<Ask>,
-    progress: Option<Progress>,
+    progress: Option<StepPattern>,
     history: History,
     /// One connection a node, open from one refresh to the next.
     kept: Kept,
@@ -121,7 +121,7 @@ pub fn main(args: TopArgs) -> Result<i32, Error> {
     let progress = args
         .progress
         .as_deref()
-        .map(Progress::new)
+        .map(StepPattern::new)
         .transpose()
         .map_err(Error::Usage)?;
     let env = EnvMap::from_process();
