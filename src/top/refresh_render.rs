@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::ras_status::RasFacts;
 use super::rows::Row;
-use super::straggler::Verdict;
+use super::straggler::StragglerVerdict;
 use crate::cli::TopSort;
 use crate::table::printable;
 
@@ -17,7 +17,7 @@ pub struct Refresh<'a> {
     pub time_ms: u64,
     /// Ranks shown (rows).
     pub ranks: usize,
-    pub straggler: &'a Verdict,
+    pub straggler: &'a StragglerVerdict,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ras: Option<&'a RasFacts>,
     pub rows: &'a [Row],
@@ -196,7 +196,7 @@ mod tests {
                 ..Row::default()
             },
         ];
-        let verdict = Verdict {
+        let verdict = StragglerVerdict {
             stragglers: vec![],
             line: "no straggler (1 ranks even)".into(),
         };

@@ -15,7 +15,7 @@ use super::ras_status::{self, RasFacts};
 use super::refresh_render::{self, Refresh};
 use super::rows::{self, Row};
 use super::screen::{self, Key, Screen};
-use super::straggler::{self, Verdict};
+use super::straggler::{self, StragglerVerdict};
 use crate::cli::{TableFormat, TopArgs, TopSort};
 use crate::env::resolve_job;
 use crate::env_map::EnvMap;
@@ -37,7 +37,7 @@ const SORTS: [TopSort; 5] = [
 /// One refresh, judged.
 struct Judged {
     rows: Vec<Row>,
-    verdict: Verdict,
+    verdict: StragglerVerdict,
     ras: Option<RasFacts>,
     unanswered: usize,
     time_ms: u64,
