@@ -18,7 +18,7 @@
 //! having, as under `srun --pty bash` or `kubectl exec -it`.
 //!
 //! A terminal is asked for when stdin is one (`-t`: always, `-T`: never),
-//! then everything is `mn-ssh`'s relay (`transport::ssh::run`): raw mode,
+//! then everything is `mn-ssh`'s byte pipe (`transport::ssh::run`): raw mode,
 //! window changes, signals, the remote exit status as the exit status.
 
 use std::fmt::Write as _;

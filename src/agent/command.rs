@@ -1,5 +1,5 @@
 //! One exec request: `sh -c COMMAND` as a group leader, its stdin, stdout and
-//! stderr relayed over the channel, signals forwarded to its group, and the
+//! stderr passed on over the channel, signals forwarded to its group, and the
 //! exit status or signal sent back. Runs in its own task, never inside a
 //! russh handler method.
 //!
@@ -349,7 +349,7 @@ pub(crate) async fn run(
     drop(inbound);
 }
 
-/// The master's two ends for the relay (the command's output, its input:
+/// The master's two ends for the copies (the command's output, its input:
 /// non-blocking, as the reader makes their shared description) and a
 /// third copy to resize the terminal. A pty's master reads as a pipe does
 /// (`EIO`, not EOF, once every slave is closed, which ends the pump).

@@ -28,7 +28,7 @@ pub(crate) const CHANNEL_VARS: usize = 65_536;
 /// it ends ([`super::trim_heap`]).
 const TRIM_AFTER: usize = 1 << 20;
 /// Bytes of names and values the open channels of one connection may hold
-/// together (the head's agent relays many commands over one connection).
+/// together (the head's agent forwards many commands over one connection).
 pub(crate) const CONNECTION_BYTES: usize = 64 << 20;
 /// Bytes of names and values the open channels of all connections may hold
 /// together: two connections' worth. Logged-in connections are not

@@ -293,7 +293,7 @@ async fn forward(
     reply.accept().await;
     let (mut rx, tx) = channel.split();
     let mut up = Up::default();
-    let end = relay(&mut rx, &tx, &tcp, &mut up).await;
+    let end = copy_both_ways(&mut rx, &tx, &tcp, &mut up).await;
     slot.held_much = up.peak >= HELD_MAX;
     // What is still queued for this channel goes, and russh's read loop,
     // if it waits to queue more, goes on: its sends now fail at once.
@@ -342,7 +342,7 @@ struct Up {
 
 /// Copies both ways until both sides sent their EOF, the client closes
 /// the channel, a side fails, or the destination stalls.
-async fn relay(
+async fn copy_both_ways(
     rx: &mut ChannelReadHalf,
     tx: &ChannelWriteHalf<Msg>,
     tcp: &TcpStream,

@@ -1,6 +1,6 @@
 //! Connection sharing, the head's end ([`crate::protocol::mux`]): the head's
 //! agent keeps its logged-in connections to the nodes in a [`ConnectionPool`] and
-//! relays channels on them for the job's clients, which reach it on a Unix
+//! forwards channels on them for the job's clients, which reach it on a Unix
 //! socket in a directory only this user can enter.
 
 use std::collections::HashMap;
@@ -305,7 +305,7 @@ fn hung_up(stream: &UnixStream) -> bool {
             .is_some_and(|r| r.contains(PollFlags::POLLHUP))
 }
 
-/// One client connection: open, start, then relay both ways until the
+/// One client connection: open, start, then copy both ways until the
 /// channel closes or the client goes (which closes the channel: the node
 /// ends the command's group).
 async fn channel(stream: UnixStream, pool: &ConnectionPool) {

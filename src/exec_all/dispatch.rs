@@ -34,7 +34,7 @@ pub struct Dispatch {
     pub hang_timeout: Option<Duration>,
     pub progress_seen: std::sync::Arc<super::progress::Progress>,
     /// Say where the start went once every task printed (a run that
-    /// relays its output): on a terminal, or when it took `SLOW_START`.
+    /// passes its output on): on a terminal, or when it took `SLOW_START`.
     pub start_line: bool,
 }
 

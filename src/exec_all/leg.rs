@@ -101,7 +101,7 @@ impl Leg {
                 }
                 other => return other,
             };
-            self.queued = tap.take().map(LegMsg::Relayed);
+            self.queued = tap.take().map(LegMsg::RelayRecord);
             if !pass.is_empty() {
                 return Some(LegMsg::Err(Bytes::from(pass)));
             }

@@ -5,7 +5,7 @@
 //! without `NCCL_DEBUG`, the message PyTorch quotes after `Last error:`.
 //!
 //! Every block of output is scanned, so the scan is one SIMD search for
-//! `NCCL` (several GB/s, against the relay's ~170 MB/s), and only the lines
+//! `NCCL` (several GB/s, against the output path's ~170 MB/s), and only the lines
 //! of a block where it hits are looked at. A line that names NCCL
 //! only in lower case (`ncclSystemError: ...`) is not taken: PyTorch prints
 //! it after an `NCCL error in:` line, which is.

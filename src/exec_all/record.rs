@@ -284,7 +284,7 @@ pub struct RunResult {
 pub struct OutputStats {
     pub bytes_out: u64,
     pub bytes_err: u64,
-    /// Everything, when the sink captures instead of relaying (up to
+    /// Everything, when the sink captures instead of passing on (up to
     /// `output::CAPTURE_MAX`); a relay never captures, so it sends none.
     #[serde(skip)]
     pub captured_out: Vec<u8>,
