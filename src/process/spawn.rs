@@ -362,7 +362,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         // Default dispositions first, while everything is blocked; then the
         // empty mask the program starts with.
-        super::reset_signals();
+        super::child_setup::reset_signals();
         libc::execve(args.program, args.argv, args.envp);
         fail(args)
     }
