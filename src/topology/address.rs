@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use tracing::debug;
 
-use super::Topology;
+use super::job_nodes::Topology;
 use super::kernel_routes::{default_ifaces_v4, default_ifaces_v6};
 use super::machine::{Interface, Machine};
 use super::nccl::NcclList;

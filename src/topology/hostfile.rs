@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 
-use super::Node;
+use super::host_slots::Node;
 use super::host_slots::{HostPart, split_slots};
 use super::hostlist::{MAX_HOSTS, find_duplicate, validate_host};
 use super::slots::parse_slots;

@@ -10,9 +10,10 @@ use std::net::IpAddr;
 
 use tracing::debug;
 
+use super::host_slots::Node;
+use super::job_nodes::Topology;
 use super::machine::Machine;
 use super::topology_error::{TopologyError, shorten};
-use super::{Node, Topology};
 use crate::env_map::EnvMap;
 
 /// What this machine is called and where it is.
