@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::alike::Alike;
+use super::node_snapshot::{NodeSnapshot, Proc};
 use super::ranks::Units;
-use super::{NodeSnapshot, Proc};
 use crate::table::printable;
 use crate::topology::nodeset::fold_ranks;
 
@@ -352,7 +352,9 @@ pub(crate) fn render_table(groups: &[Alike], units: &Units) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Frame, GpuUse, fold};
+    use crate::nvidia_smi::GpuUse;
+    use crate::snapshot::fold;
+    use crate::snapshot::pystack::Frame;
 
     fn snap(rank: usize, frames: &[&str], util: u32) -> NodeSnapshot {
         NodeSnapshot {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CommandInfo, unix_ms};
+use super::node_snapshot::{CommandInfo, unix_ms};
 
 /// The bytes kept of each output stream of a command.
 pub(crate) const TAIL_BYTES: usize = 4096;
