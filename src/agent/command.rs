@@ -18,8 +18,9 @@ use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::plain;
 use super::pty::{self, Terminal};
-use super::{Shared, plain};
+use super::shared::Shared;
 use crate::exit_info;
 use crate::heartbeat::HeartbeatFile;
 use crate::process::{self, GroupChild, Outcome, Spawn, Stdio};

@@ -9,7 +9,7 @@ use russh::{ChannelReadHalf, ChannelWriteHalf};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::protocol::control::{Control, PingReply};
 use crate::snapshot::watch::{PASSED_ON_MAX, Watched};
 

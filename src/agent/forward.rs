@@ -169,7 +169,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         drop(self.all.take());
         if self.held_much || self.open.available_permits() == self.max {
-            super::trim_heap();
+            super::heap::trim_heap();
         }
     }
 }

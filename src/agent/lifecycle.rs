@@ -18,8 +18,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tracing::{debug, info, warn};
 
-use super::Shared;
 use super::mux::ConnectionPool;
+use super::shared::Shared;
 use crate::env::Job;
 use crate::error::Error;
 use crate::process::{GroupChild, Spawn};

@@ -13,7 +13,8 @@ use tracing::{debug, warn};
 use super::command::{self, Request};
 use super::env_limit::ChannelEnv;
 use super::pty::ConnectionPtys;
-use super::{Shared, control, pty, sftp};
+use super::shared::Shared;
+use super::{control, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
 
