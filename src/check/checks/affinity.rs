@@ -11,7 +11,8 @@
 //! - `omp-affinity`: `OMP_PROC_BIND` or `KMP_AFFINITY` set: `import torch`
 //!   then shrinks the process's CPUs to one core (llnl/mpibind#41). A warning.
 
-use super::{CheckInputs, CheckResult, Tally};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally};
 use crate::binding::CpuSet;
 
 /// Fewer CPUs than this a GPU is warned about: a rank's own thread and one

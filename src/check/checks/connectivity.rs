@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use super::{CheckInputs, CheckResult, Tally, list_or_none};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, list_or_none};
 use crate::check::facts::Resolution;
 
 /// Clock difference to the head above which `clock` warns (ms): logs stop

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::{CheckInputs, CheckResult, Tally, list_or_none};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, list_or_none};
 use crate::check::facts::{NetInterface, NodeFacts};
 use crate::topology::nccl::{NcclList, parse_gloo, sockets_forced};
 

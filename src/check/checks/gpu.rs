@@ -10,7 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CheckInputs, CheckResult, Tally};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally};
 use crate::check::cuda::{CudaVersion, Support, sm, supports};
 use crate::check::facts::{NodeFacts, SmiStatus};
 use crate::nvidia_smi::{TIMEOUT_S as SMI_TIMEOUT_S, parse_dotted};
@@ -112,7 +113,7 @@ pub(crate) fn gpu_count(inputs: &CheckInputs) -> CheckResult {
         counts
             .iter()
             .rev()
-            .map(|(n, hosts)| format!("{} on {}", gpus(*n), super::fold(hosts)))
+            .map(|(n, hosts)| format!("{} on {}", gpus(*n), crate::topology::nodeset::fold(hosts)))
             .collect::<Vec<_>>()
             .join("; ")
     };

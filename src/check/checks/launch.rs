@@ -16,7 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CheckInputs, CheckResult, Tally, bytes};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, bytes};
 use crate::check::facts::NodeFacts;
 use crate::topology::nccl::NcclList;
 

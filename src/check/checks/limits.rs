@@ -10,7 +10,8 @@
 //!   a warning on a CPU-only node without one (nothing pins memory there
 //!   yet, but Docker's default of 64 KiB or 8 MiB bites the day it does).
 
-use super::{CheckInputs, CheckResult, Tally, bytes};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, bytes};
 use crate::check::facts::{Limit, NodeFacts};
 use crate::topology::nccl::sockets_forced;
 
