@@ -260,22 +260,12 @@ fn expand_path(rest: &str) -> Vec<Vec<String>> {
 /// `src/`, its code), edges as file -> the files it names. Every path is
 /// read: `crate::`, `super::` (any depth), `self::`, and a child module's
 /// name in the file that declares it, grouped or inline; a path goes to the
-/// deepest file it names. A folder's `mod.rs` counts like any file when
-/// the folder is in `mod_rs_counted` ([`MOD_RS_COUNTED`]): its re-exports and calls into its
-/// own folder are edges (its `mod x;` lines are not paths), so a file that
-/// imports a name through `mod.rs` which `mod.rs` takes from that file is
-/// a cycle. Elsewhere, and in `lib.rs`, edges into the folder it declares
-/// do not count.
-/// The folders whose `mod.rs` holds declarations and re-exports alone, so
-/// that its edges count (issue 43): the others still hold work their files
-/// import (`agent/mod.rs`'s `Shared`, `topology/mod.rs`'s types, ...) and
-/// join as that moves into files of its own.
-const MOD_RS_COUNTED: &[&str] = &["exec_all", "env"];
-
-fn file_graph(
-    files: &[(String, String)],
-    mod_rs_counted: &[&str],
-) -> BTreeMap<String, BTreeSet<String>> {
+/// deepest file it names. A folder's `mod.rs` counts like any file: its
+/// re-exports and calls into its own folder are edges (its `mod x;` lines
+/// are not paths), so a file that imports a name through `mod.rs` which
+/// `mod.rs` takes from that file is a cycle. Only `lib.rs`'s edges into the
+/// modules it declares do not count.
+fn file_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
     let by_module: BTreeMap<Vec<String>, &str> = files
         .iter()
         .filter_map(|(rel, _)| Some((module_path(rel)?, rel.as_str())))
@@ -302,11 +292,8 @@ fn file_graph(
                 .map(|name| name.trim().to_string())
         };
         let children: BTreeSet<String> = code.lines().filter_map(declares).collect();
-        // The folder a mod.rs (or lib.rs) declares, when its edges into it do not count.
-        let declared = rel
-            .strip_suffix("mod.rs")
-            .filter(|folder| !mod_rs_counted.contains(&folder.trim_end_matches('/')))
-            .or_else(|| (rel == "lib.rs").then_some(""));
+        // lib.rs declares the top-level modules: its edges into them do not count.
+        let declared = (rel == "lib.rs").then_some("");
         let mut edges = BTreeSet::new();
         let bytes = code.as_bytes();
         let mut i = 0;
@@ -434,7 +421,7 @@ fn no_import_cycle_between_files() {
             )
         })
         .collect();
-    let graph = file_graph(&files, MOD_RS_COUNTED);
+    let graph = file_graph(&files);
     let edges: usize = graph.values().map(BTreeSet::len).sum();
     assert!(
         edges > 300,
@@ -477,12 +464,7 @@ fn the_file_graph_finds_a_cycle_through_super_and_groups() {
             "use crate::a::x::X; // crate::a::y\n#[cfg(test)]\nuse super::a::y;\n",
         ),
     ];
-    let declared_only = file_graph(&tree, &[]);
-    assert!(
-        declared_only["a/mod.rs"].is_empty(),
-        "a mod.rs not counted declares its folder"
-    );
-    let graph = file_graph(&tree, &["a"]);
+    let graph = file_graph(&tree);
     let edges = |f: &str| graph[f].iter().cloned().collect::<Vec<_>>();
     assert_eq!(
         edges("a/x.rs"),
@@ -506,7 +488,7 @@ fn the_file_graph_finds_a_cycle_through_super_and_groups() {
     let mut open = tree.clone();
     open[3].1 = "pub fn g() {}\n".into();
     open[2].1 = "use super::y::{self, Y};\n".into();
-    assert!(cycles(&file_graph(&open, &["a"])).is_empty());
+    assert!(cycles(&file_graph(&open)).is_empty());
 }
 
 /// The file names of `src/` that are in more than one folder, against the
@@ -594,4 +576,129 @@ fn the_name_rule_allows_the_sides_of_a_protocol_only() {
         1,
         "exec_all is no side of mux"
     );
+}
+
+/// The functions of `code` whose body (the lines between its braces) is
+/// longer than `max` lines, as `name: N lines`. A small lexer: comments,
+/// strings (raw ones included) and character literals are skipped, so a
+/// brace inside them does not count; a `fn` without a body (a trait's
+/// declaration) has none.
+fn long_bodies(code: &str, max: usize) -> Vec<String> {
+    let bytes = code.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = Vec::new();
+    // Open braces: the function each opens (if it is a body) and its line.
+    let mut stack: Vec<(Option<String>, usize)> = Vec::new();
+    // A `fn NAME` seen at this depth whose body has not opened yet.
+    let mut pending: Option<(String, usize)> = None;
+    let (mut i, mut line) = (0, 1);
+    while i < bytes.len() {
+        let c = bytes[i];
+        let prev_ident = i > 0 && is_ident(bytes[i - 1]);
+        let rest = &code[i..];
+        if c == b'\n' {
+            line += 1;
+            i += 1;
+        } else if rest.starts_with("//") {
+            i += rest.find('\n').unwrap_or(rest.len());
+        } else if rest.starts_with("/*") {
+            let end = rest.find("*/").map_or(rest.len(), |e| e + 2);
+            line += rest[..end].matches('\n').count();
+            i += end;
+        } else if !prev_ident && c == b'r' && rest[1..].trim_start_matches('#').starts_with('"') {
+            let hashes = rest[1..].len() - rest[1..].trim_start_matches('#').len();
+            let close = format!("\"{}", "#".repeat(hashes));
+            let start = 2 + hashes;
+            let end = rest[start..]
+                .find(&close)
+                .map_or(rest.len(), |e| start + e + close.len());
+            line += rest[..end].matches('\n').count();
+            i += end;
+        } else if c == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest.as_bytes()[j] != b'"' {
+                j += if rest.as_bytes()[j] == b'\\' { 2 } else { 1 };
+            }
+            line += rest[..j.min(rest.len())].matches('\n').count();
+            i += j + 1;
+        } else if c == b'\'' {
+            // A character literal ('{', '\n', '\''), else a lifetime.
+            let lit = rest.as_bytes();
+            let len = if lit.get(1) == Some(&b'\\') {
+                rest[2..].find('\'').map(|e| e + 3)
+            } else {
+                rest[1..].chars().next().and_then(|ch| {
+                    let n = 1 + ch.len_utf8();
+                    (lit.get(n) == Some(&b'\'')).then_some(n + 1)
+                })
+            };
+            i += len.unwrap_or(1);
+        } else if !prev_ident
+            && rest.starts_with("fn")
+            && rest[2..].starts_with(char::is_whitespace)
+        {
+            let name: String = rest[2..]
+                .trim_start()
+                .chars()
+                .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '_')
+                .collect();
+            pending = Some((name, stack.len()));
+            i += 2;
+        } else {
+            match c {
+                b';' if pending.as_ref().is_some_and(|p| p.1 == stack.len()) => pending = None,
+                b'{' => {
+                    let opens = pending.take_if(|p| p.1 == stack.len()).map(|p| p.0);
+                    stack.push((opens, line));
+                }
+                b'}' => {
+                    if let Some((Some(name), start)) = stack.pop() {
+                        let lines = line.saturating_sub(start + 1);
+                        if lines > max {
+                            out.push(format!("{name}: {lines} lines"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A `mod.rs` holds declarations and re-exports: its work is in files
+/// named for it (docs/ARCHITECTURE.md), so no function of one (outside its
+/// tests) has a body of more than 10 lines.
+#[test]
+fn a_mod_rs_has_no_function_body_over_10_lines() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for path in paths.iter().filter(|p| p.ends_with("mod.rs")) {
+        checked += 1;
+        let text = std::fs::read_to_string(path).expect("readable source");
+        let text = match text.find("\n#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text,
+        };
+        for long in long_bodies(text, 10) {
+            let rel = path.strip_prefix(&src).expect("under src");
+            problems.push(format!("src/{}: {long}", rel.display()));
+        }
+    }
+    assert!(checked > 10, "too few mod.rs files found: {checked}");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_body_scan_counts_lines_between_a_functions_braces() {
+    let code = "fn short() {\n    1\n}\n\
+                trait T {\n    fn declared(&self);\n}\n\
+                impl X {\n    pub(crate) fn long(&self) -> u8 {\n        let s = \"}\";\n        let c = '{';\n        // }\n        let r = r#\"{\"#;\n        match 1 {\n            _ => 2,\n        }\n    }\n}\n";
+    assert!(long_bodies(code, 7).is_empty());
+    assert_eq!(long_bodies(code, 6), ["long: 7 lines"]);
+    assert_eq!(long_bodies(code, 0), ["short: 1 lines", "long: 7 lines"]);
 }
