@@ -12,6 +12,7 @@
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `env_limit`: how much environment a channel, a connection and the agent may hold.
 //! - `forward`: `direct-tcpip` channels (`ssh -L`), to the node's loopback and the job's nodes.
+//!   `forward_copy`: a forward's bytes, both ways.
 //! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`);
 //!   `sftp_handler` its requests as file operations, `sftp_bounds` its bounds.
 //! - `running`: the process groups of the running commands, with their records.
@@ -26,6 +27,7 @@ mod command;
 mod control;
 mod env_limit;
 mod forward;
+mod forward_copy;
 mod handler;
 mod heap;
 mod init;
