@@ -18,7 +18,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tracing::{debug, info, warn};
 
-use super::mux::ConnectionPool;
+use super::mux_pool::ConnectionPool;
 use super::shared::Shared;
 use crate::env::Job;
 use crate::error::Error;

@@ -20,6 +20,7 @@
 //! - `heap`: freed memory given back to the system.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
 //! - `mux`: the head's connections to the nodes, shared with JOB's clients on a Unix socket.
+//!   `mux_pool`: those connections, kept or made on first use.
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
 
@@ -36,6 +37,7 @@ mod lifecycle;
 mod login;
 mod login_limits;
 mod mux;
+mod mux_pool;
 mod plain;
 mod pty;
 mod running;

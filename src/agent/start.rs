@@ -15,7 +15,7 @@ use tracing::info;
 use super::sftp_bounds::SftpBounds;
 use super::shared::Shared;
 use super::{
-    env_limit, forward, init, keeper, lifecycle, login, mux, pty, running, server, shards,
+    env_limit, forward, init, keeper, lifecycle, login, mux, mux_pool, pty, running, server, shards,
 };
 use crate::cli::AgentArgs;
 use crate::env::hostlists;
@@ -178,7 +178,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
         }
         let (pool, sharing) = match socket {
             Some(mut socket) => {
-                let pool = Arc::new(mux::ConnectionPool::new(&shared.keys, lost_after));
+                let pool = Arc::new(mux_pool::ConnectionPool::new(&shared.keys, lost_after));
                 let path = socket.path().to_path_buf();
                 let task = tokio::spawn({
                     let (pool, tracker, stop) =
