@@ -23,6 +23,7 @@
 //!   `mux_pool`: those connections, kept or made on first use.
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
+//! - `head_wait`: the head's wait for its workers.
 
 mod command;
 mod control;
@@ -30,6 +31,7 @@ mod env_limit;
 mod forward;
 mod forward_copy;
 mod handler;
+mod head_wait;
 mod heap;
 mod init;
 mod keeper;
