@@ -9,6 +9,7 @@
 //! - `login`: the login deadline, limits on connections not logged in yet, penalties.
 //! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
+//!   `command_reply`: what its channel is told (output, heartbeats, exit).
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `env_limit`: how much environment a channel, a connection and the agent may hold.
 //! - `forward`: `direct-tcpip` channels (`ssh -L`), to the node's loopback and the job's nodes.
@@ -26,6 +27,7 @@
 //! - `head_wait`: the head's wait for its workers.
 
 mod command;
+mod command_reply;
 mod control;
 mod env_limit;
 mod forward;
