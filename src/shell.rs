@@ -41,7 +41,7 @@ use crate::topology::Node;
 use crate::topology::machine::{Machine, System, lookup_all};
 use crate::topology::nodeset::fold;
 use crate::transport::client::{Auth, Connector, Target};
-use crate::transport::ssh_args::{RequestTty, SshInvocation};
+use crate::transport::ssh_invocation::{RequestTty, SshInvocation};
 use crate::transport::{ssh, tty};
 
 /// Without CMD: the user's shell where the node has it, interactive when
