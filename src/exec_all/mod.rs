@@ -19,6 +19,7 @@
 //! - `files`: `--output DIR`, a file per rank and stream.
 //! - `attempts`: restarts: a run as attempts over the nodes the restart policy gives.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
+//! - `dispatch_loop`: the dispatcher's loop: its sources, one wake at a time.
 //! - `live`: what a run says while it runs (progress line, snapshots).
 //! - `event`: what node tasks and the dispatcher tell each other.
 //! - `record`: what a run keeps of each node, and how it ended.
@@ -34,6 +35,7 @@
 mod attempts;
 mod channel_leg;
 mod dispatch;
+mod dispatch_loop;
 mod entry;
 mod error_line;
 mod event;

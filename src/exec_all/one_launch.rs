@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::dispatch::{self, Dispatch};
+use super::dispatch_loop;
 use super::options::RunOptions;
 use super::procs::{self, PerNode};
 use super::reach::{Reach, RunCtx};
@@ -78,7 +79,7 @@ pub(crate) async fn launch(
         events,
         output_closed: closed_rx,
     };
-    let mut result = dispatch::run(&spec, records, handles, channels, writer, stops).await;
+    let mut result = dispatch_loop::run(&spec, records, handles, channels, writer, stops).await;
     while tasks.join_next().await.is_some() {}
     if let Some(reader) = stdin {
         reader.abort();
