@@ -18,6 +18,7 @@
 //! - `sink`: a node's output cut into lines; `writer`: the one writer thread.
 //! - `files`: `--output DIR`, a file per rank and stream.
 //! - `attempts`: restarts: a run as attempts over the nodes the restart policy gives.
+//!   `health_check`: the check before each; `attempt_lines`: what they say on stderr.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
 //! - `dispatch_loop`: the dispatcher's loop: its sources, one wake at a time.
 //! - `live`: what a run says while it runs (progress line, snapshots).
@@ -32,6 +33,7 @@
 //! - `grouped_output`: `--group`, identical outputs printed once with their ranks.
 //! - `finish`: what the user reads at the end: groups, the table, `--report FILE`.
 
+mod attempt_lines;
 mod attempts;
 mod channel_leg;
 mod dispatch;
@@ -42,6 +44,7 @@ mod event;
 mod files;
 mod finish;
 mod grouped_output;
+mod health_check;
 mod invocation;
 mod leg;
 mod leg_kind;
