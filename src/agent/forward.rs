@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
-use super::forward_copy::{End, HELD_MAX, STALL_LIMIT, Up, copy_both_ways, reset_on_close};
+use super::forward_copy::{ForwardEnd, HELD_MAX, STALL_LIMIT, Up, copy_both_ways, reset_on_close};
 
 /// Forwarded channels one SSH connection may hold at once (a browser on a
 /// dashboard opens a few dozen at most).
@@ -280,10 +280,12 @@ async fn forward(
     // if it waits to queue more, goes on: its sends now fail at once.
     drop(rx);
     match end {
-        End::Done => debug!(%destination, up = up.total, "forward ended"),
-        End::ClientClosed => debug!(%destination, up = up.total, "forward closed by the client"),
-        End::Failed(e) => debug!(%destination, error = %e, "forward ended with an error"),
-        End::Stalled => {
+        ForwardEnd::Done => debug!(%destination, up = up.total, "forward ended"),
+        ForwardEnd::ClientClosed => {
+            debug!(%destination, up = up.total, "forward closed by the client")
+        }
+        ForwardEnd::Failed(e) => debug!(%destination, error = %e, "forward ended with an error"),
+        ForwardEnd::Stalled => {
             info!(
                 %destination,
                 "forward ended: its destination took nothing for {} s while {} KiB waited \

@@ -33,7 +33,7 @@ const READ_MIN_ROOM: usize = 512;
 /// Buffers written to a destination in one system call.
 const WRITE_SLICES: usize = 16;
 /// How a forward ended.
-pub(super) enum End {
+pub(super) enum ForwardEnd {
     /// Both sides sent their EOF and everything was delivered.
     Done,
     /// The client closed the channel.
@@ -62,7 +62,7 @@ pub(super) async fn copy_both_ways(
     tx: &ChannelWriteHalf<Msg>,
     tcp: &TcpStream,
     counts: &mut Up,
-) -> End {
+) -> ForwardEnd {
     let down = to_client(tx, tcp);
     tokio::pin!(down);
     let mut down_done = false;
@@ -92,12 +92,12 @@ pub(super) async fn copy_both_ways(
             },
             msg = rx.wait() => {
                 if matches!(msg, Some(ChannelMsg::Close) | None) {
-                    return End::ClientClosed;
+                    return ForwardEnd::ClientClosed;
                 }
             }
         }
     }
-    End::Done
+    ForwardEnd::Done
 }
 
 /// The client's bytes to the destination, as russh hands them over (no
@@ -108,7 +108,7 @@ async fn to_destination(
     rx: &mut ChannelReadHalf,
     tcp: &TcpStream,
     counts: &mut Up,
-) -> Result<(), End> {
+) -> Result<(), ForwardEnd> {
     let mut held: VecDeque<Bytes> = VecDeque::new();
     let mut eof = false;
     // Since when the forward has held `HELD_MAX` bytes with none written.
@@ -129,7 +129,7 @@ async fn to_destination(
             biased;
             ready = tcp.writable(), if !held.is_empty() => {
                 if let Err(e) = ready {
-                    return Err(End::Failed(e.to_string()));
+                    return Err(ForwardEnd::Failed(e.to_string()));
                 }
                 match write_held(tcp, &mut held) {
                     Ok(n) => {
@@ -140,7 +140,7 @@ async fn to_destination(
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(End::Failed(e.to_string())),
+                    Err(e) => return Err(ForwardEnd::Failed(e.to_string())),
                 }
             }
             msg = rx.wait(), if taking => {
@@ -154,7 +154,7 @@ async fn to_destination(
                     }
                 }
             }
-            () = stall => return Err(End::Stalled),
+            () = stall => return Err(ForwardEnd::Stalled),
         }
         // After the client's EOF nothing more comes: the connection does
         // not wait for this forward, however slow its destination.
@@ -172,7 +172,7 @@ fn take(
     held: &mut VecDeque<Bytes>,
     eof: &mut bool,
     counts: &mut Up,
-) -> Result<(), End> {
+) -> Result<(), ForwardEnd> {
     match msg {
         Some(ChannelMsg::Data { data }) => {
             counts.held += data.len();
@@ -180,7 +180,7 @@ fn take(
             held.push_back(data);
         }
         Some(ChannelMsg::Eof) => *eof = true,
-        Some(ChannelMsg::Close) | None => return Err(End::ClientClosed),
+        Some(ChannelMsg::Close) | None => return Err(ForwardEnd::ClientClosed),
         Some(_) => {}
     }
     Ok(())
@@ -227,11 +227,11 @@ fn write_held(tcp: &TcpStream, held: &mut VecDeque<Bytes>) -> std::io::Result<us
 /// [`READ_CHUNK`]) into a buffer of that size, handed to russh whole: an
 /// idle forward holds no buffer. Sending waits for the client's window on
 /// this channel alone.
-async fn to_client(tx: &ChannelWriteHalf<Msg>, tcp: &TcpStream) -> Result<(), End> {
+async fn to_client(tx: &ChannelWriteHalf<Msg>, tcp: &TcpStream) -> Result<(), ForwardEnd> {
     let mut buf = BytesMut::new();
     loop {
         if let Err(e) = tcp.readable().await {
-            return Err(End::Failed(e.to_string()));
+            return Err(ForwardEnd::Failed(e.to_string()));
         }
         let unread = bytes_unread(tcp).min(READ_CHUNK);
         if buf.capacity() < unread {
@@ -247,11 +247,11 @@ async fn to_client(tx: &ChannelWriteHalf<Msg>, tcp: &TcpStream) -> Result<(), En
             }
             Ok(_) => {
                 if let Err(e) = tx.data_bytes(buf.split().freeze()).await {
-                    return Err(End::Failed(e.to_string()));
+                    return Err(ForwardEnd::Failed(e.to_string()));
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(End::Failed(e.to_string())),
+            Err(e) => return Err(ForwardEnd::Failed(e.to_string())),
         }
     }
 }
