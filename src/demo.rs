@@ -67,7 +67,7 @@ pub fn main(args: DemoArgs) -> Result<i32, Error> {
     // `cargo run -- demo` builds `multinode` alone: without `mn-ssh` beside
     // it, the job's MULTINODE_SSH_WRAPPER is a link to this binary (which
     // acts as mn-ssh by that name) in a folder of the demo's own.
-    let _wrapper_dir = match crate::env::programs::Invocation::current().mn_ssh() {
+    let _wrapper_dir = match crate::env::programs::ThisBinary::current().mn_ssh() {
         Ok(_) => None,
         Err(_) => {
             let dir = WrapperDir::create(&bin)?;

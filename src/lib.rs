@@ -9,7 +9,7 @@
 //! - `agent`: the per-node SSH server, process-group supervision and the job lifecycle.
 //! - [`transport`]: `mn-ssh` (russh client to an agent or an OpenSSH server), ssh option parsing.
 //! - `protocol`: what an agent and its clients agree on: control requests, shared variables, keepalives, signal names.
-//! - `exec_all`: one script on every node: fan-out, output relay, fail-fast, report.
+//! - `exec_all`: one script on every node: fan-out, output passed on, fail-fast, report.
 //! - `demo`: `multinode demo`, agents on 127.0.0.x and a real run on them.
 //! - `helper`: `multinode install-helper`, the generic-helper built into the binary.
 //! - `check`: `multinode check`, the preflight of every node for multi-node pitfalls.

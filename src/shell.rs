@@ -18,7 +18,7 @@
 //! having, as under `srun --pty bash` or `kubectl exec -it`.
 //!
 //! A terminal is asked for when stdin is one (`-t`: always, `-T`: never),
-//! then everything is `mn-ssh`'s relay (`transport::ssh::run`): raw mode,
+//! then everything is `mn-ssh`'s byte pipe (`transport::ssh::run`): raw mode,
 //! window changes, signals, the remote exit status as the exit status.
 
 use std::fmt::Write as _;
@@ -41,7 +41,7 @@ use crate::topology::Node;
 use crate::topology::machine::{Machine, System, lookup_all};
 use crate::topology::nodeset::fold;
 use crate::transport::client::{Auth, Connector, Target};
-use crate::transport::ssh_args::{RequestTty, SshInvocation};
+use crate::transport::ssh_invocation::{RequestTty, SshInvocation};
 use crate::transport::{ssh, tty};
 use crate::vars;
 

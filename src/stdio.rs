@@ -1,8 +1,8 @@
-//! This process's stdout and stderr, for relayed bytes and for messages:
+//! This process's stdout and stderr, for bytes passed on and for messages:
 //! unbuffered writes to fds 1 and 2 that never panic (std's `print!` panics
 //! on a closed pipe), and the one rule for what a failed write means.
 //!
-//! A write that fails ends the relay that made it: a closed pipe (`| head`)
+//! A write that fails ends the copy that made it: a closed pipe (`| head`)
 //! is the reader's choice and ends it quietly with 141 (128 + SIGPIPE, as a
 //! process killed by SIGPIPE), any other failure (`> /dev/full`) the same,
 //! with one line saying why when stderr can still take it.
@@ -273,7 +273,7 @@ pub(crate) fn failure_line(program: &str, fd: Fd, e: &io::Error) -> Option<Strin
     (!is_closed_pipe(e)).then(|| format!("{program}: error: cannot write to {}: {e}\n", fd.name()))
 }
 
-/// The exit code of a relay ended by a failed write: 141, as a process
+/// The exit code of a copy ended by a failed write: 141, as a process
 /// killed by SIGPIPE.
 pub(crate) fn failure_code() -> i32 {
     crate::exit_code::from_signal(libc::SIGPIPE)

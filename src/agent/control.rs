@@ -9,9 +9,9 @@ use russh::{ChannelReadHalf, ChannelWriteHalf};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::protocol::control::{Control, PingReply};
-use crate::snapshot::watch::{RELAYED_MAX, Watched};
+use crate::snapshot::watch::{PASSED_ON_MAX, Watched};
 
 pub(crate) async fn run(
     control: Control,
@@ -81,11 +81,11 @@ pub(crate) async fn run(
                 });
                 // Shown while the client holds the channel; never signalled:
                 // the client owns that group. What it tells of the group's
-                // output comes as lines of JSON (`watch::Relayed`).
+                // output comes as lines of JSON (`watch::PassedOn`).
                 tokio::select! {
                     () = shared.shutdown.cancelled() => {}
                     () = conn.cancelled() => {}
-                    () = take_relayed(&mut rx, &watched) => {}
+                    () = take_passed_on(&mut rx, &watched) => {}
                 }
                 shared.running.remove(pgid);
                 debug!(
@@ -113,9 +113,9 @@ pub(crate) async fn run(
 }
 
 /// Reads a show-group channel to its end: each line of JSON is what the
-/// client tells of the group's output. At most [`RELAYED_MAX`] bytes are
+/// client tells of the group's output. At most [`PASSED_ON_MAX`] bytes are
 /// held: a longer line is dropped whole.
-async fn take_relayed(rx: &mut ChannelReadHalf, watched: &Watched) {
+async fn take_passed_on(rx: &mut ChannelReadHalf, watched: &Watched) {
     let mut pending: Vec<u8> = Vec::new();
     let mut skipping = false;
     while let Some(msg) = rx.wait().await {
@@ -127,7 +127,7 @@ async fn take_relayed(rx: &mut ChannelReadHalf, watched: &Watched) {
             if !skipping {
                 pending.extend_from_slice(part);
             }
-            if pending.len() > RELAYED_MAX {
+            if pending.len() > PASSED_ON_MAX {
                 pending.clear();
                 skipping = !whole;
                 continue;
@@ -135,7 +135,7 @@ async fn take_relayed(rx: &mut ChannelReadHalf, watched: &Watched) {
             if whole {
                 if !skipping {
                     match serde_json::from_slice(&pending) {
-                        Ok(relayed) => watched.take_relayed(relayed),
+                        Ok(passed_on) => watched.take_passed_on(passed_on),
                         Err(e) => debug!(error = %e, "an unreadable show-group line"),
                     }
                 }

@@ -25,10 +25,10 @@ pub(crate) const CHANNEL_BYTES: usize = 8 << 20;
 /// Variables one channel may send (each costs ~100 bytes beyond its text).
 pub(crate) const CHANNEL_VARS: usize = 65_536;
 /// A channel that held this much gives the memory back to the system when
-/// it ends ([`super::trim_heap`]).
+/// it ends ([`super::heap::trim_heap`]).
 const TRIM_AFTER: usize = 1 << 20;
 /// Bytes of names and values the open channels of one connection may hold
-/// together (the head's agent relays many commands over one connection).
+/// together (the head's agent forwards many commands over one connection).
 pub(crate) const CONNECTION_BYTES: usize = 64 << 20;
 /// Bytes of names and values the open channels of all connections may hold
 /// together: two connections' worth. Logged-in connections are not
@@ -181,7 +181,7 @@ impl Drop for ChannelEnv {
         self.conn.held.fetch_sub(self.bytes, Ordering::Relaxed);
         self.conn.agent.0.fetch_sub(self.bytes, Ordering::Relaxed);
         if self.bytes >= TRIM_AFTER || self.refused.is_some() {
-            super::trim_heap();
+            super::heap::trim_heap();
         }
     }
 }

@@ -6,7 +6,7 @@
 //! (docs/security.md); anything else is refused, before any connection, with
 //! `administratively prohibited` and a description that names what is
 //! allowed. A connection holds at most [`MAX_PER_CONNECTION`] forwarded
-//! channels at once and the agent [`Bounds`] in all (a quarter of its
+//! channels at once and the agent [`ForwardBounds`] in all (a quarter of its
 //! open-file limit: each holds a socket); past either the channel is
 //! refused with `resource shortage` and the limit it met. Each connects
 //! within [`CONNECT_TIMEOUT`] and copies bytes both ways until either side
@@ -35,44 +35,25 @@
 //! longer than that. No byte is dropped while the forward lasts; what a
 //! forward ended so held dies with it, as when a destination resets.
 
-use std::collections::VecDeque;
-use std::io::IoSlice;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
 use russh::server::{ChannelOpenHandle, Msg};
-use russh::{Channel, ChannelMsg, ChannelOpenFailure, ChannelReadHalf, ChannelWriteHalf};
+use russh::{Channel, ChannelOpenFailure};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
+
+use super::forward_copy::{ForwardEnd, HELD_MAX, STALL_LIMIT, Up, copy_both_ways, reset_on_close};
 
 /// Forwarded channels one SSH connection may hold at once (a browser on a
 /// dashboard opens a few dozen at most).
 pub(crate) const MAX_PER_CONNECTION: usize = 256;
 /// How long the agent tries to reach a destination before the channel fails.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes from the client a forward holds for a destination that has not
-/// taken them yet (past the socket's own buffers): what one forward's copy
-/// buffer was. Past it the forward stops taking from the connection.
-pub(crate) const HELD_MAX: usize = 256 * 1024;
-/// How long a forward that stopped taking from the connection (its
-/// destination does not read) may hold the connection's read loop with
-/// no byte taken, before it is ended.
-pub(crate) const STALL_LIMIT: Duration = Duration::from_secs(5);
-/// Bytes read from a destination at once (what the copy buffer was): at
-/// most what it has sent (its unread count), so an idle forward holds no
-/// buffer.
-const READ_CHUNK: usize = 256 * 1024;
-/// The least room a read is given.
-const READ_MIN_ROOM: usize = 512;
-/// Buffers written to a destination in one system call.
-const WRITE_SLICES: usize = 16;
 /// RFC 4254's reason codes, with a description of ours.
 const PROHIBITED: u32 = 1;
 const CONNECT_FAILED: u32 = 2;
@@ -128,7 +109,7 @@ fn normalize(host: &str) -> String {
 }
 
 /// The forwarded channels of all the agent's connections.
-pub(crate) struct Bounds {
+pub(crate) struct ForwardBounds {
     /// Held by each forwarded channel: a quarter of the open-file limit
     /// (each holds a socket; the rest is for connections, commands, SFTP
     /// and logins).
@@ -136,7 +117,7 @@ pub(crate) struct Bounds {
     max: usize,
 }
 
-impl Bounds {
+impl ForwardBounds {
     /// From the open-file limit the agent runs with (after raising it).
     pub(crate) fn new() -> Self {
         let files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
@@ -147,7 +128,7 @@ impl Bounds {
 
     fn with_max(max: usize) -> Self {
         let max = max.min(Semaphore::MAX_PERMITS);
-        Bounds {
+        ForwardBounds {
             open: Arc::new(Semaphore::new(max)),
             max,
         }
@@ -169,7 +150,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         drop(self.all.take());
         if self.held_much || self.open.available_permits() == self.max {
-            super::trim_heap();
+            super::heap::trim_heap();
         }
     }
 }
@@ -180,7 +161,7 @@ pub(crate) fn slots() -> Arc<Semaphore> {
 }
 
 /// One `direct-tcpip` open request, as the client sent it.
-pub(crate) struct Open {
+pub(crate) struct DirectTcpip {
     pub channel: Channel<Msg>,
     pub host: String,
     pub port: u32,
@@ -191,7 +172,7 @@ pub(crate) struct Open {
 pub(crate) struct Scope<'a> {
     pub destinations: &'a Destinations,
     pub slots: &'a Arc<Semaphore>,
-    pub bounds: &'a Bounds,
+    pub bounds: &'a ForwardBounds,
     pub tracker: &'a TaskTracker,
     pub conn: &'a CancellationToken,
     pub shutdown: &'a CancellationToken,
@@ -200,8 +181,8 @@ pub(crate) struct Scope<'a> {
 /// Answers an open request: refused at once, or handed to a task that
 /// connects and then accepts (or fails the channel with the reason).
 /// Returns without waiting: russh calls it inside the connection's read loop.
-pub(crate) async fn open(open: Open, reply: ChannelOpenHandle, scope: Scope<'_>) {
-    let Open {
+pub(crate) async fn open(open: DirectTcpip, reply: ChannelOpenHandle, scope: Scope<'_>) {
+    let DirectTcpip {
         channel,
         host,
         port,
@@ -293,16 +274,18 @@ async fn forward(
     reply.accept().await;
     let (mut rx, tx) = channel.split();
     let mut up = Up::default();
-    let end = relay(&mut rx, &tx, &tcp, &mut up).await;
+    let end = copy_both_ways(&mut rx, &tx, &tcp, &mut up).await;
     slot.held_much = up.peak >= HELD_MAX;
     // What is still queued for this channel goes, and russh's read loop,
     // if it waits to queue more, goes on: its sends now fail at once.
     drop(rx);
     match end {
-        End::Done => debug!(%destination, up = up.total, "forward ended"),
-        End::ClientClosed => debug!(%destination, up = up.total, "forward closed by the client"),
-        End::Failed(e) => debug!(%destination, error = %e, "forward ended with an error"),
-        End::Stalled => {
+        ForwardEnd::Done => debug!(%destination, up = up.total, "forward ended"),
+        ForwardEnd::ClientClosed => {
+            debug!(%destination, up = up.total, "forward closed by the client")
+        }
+        ForwardEnd::Failed(e) => debug!(%destination, error = %e, "forward ended with an error"),
+        ForwardEnd::Stalled => {
             info!(
                 %destination,
                 "forward ended: its destination took nothing for {} s while {} KiB waited \
@@ -315,253 +298,6 @@ async fn forward(
         }
     }
     let _ = tx.close().await;
-}
-
-/// How a forward ended.
-enum End {
-    /// Both sides sent their EOF and everything was delivered.
-    Done,
-    /// The client closed the channel.
-    ClientClosed,
-    /// The destination took nothing for [`STALL_LIMIT`] while the
-    /// forward held [`HELD_MAX`] bytes for it.
-    Stalled,
-    /// A socket or the session failed.
-    Failed(String),
-}
-
-/// The client-to-destination way's counts.
-#[derive(Default)]
-struct Up {
-    /// Bytes written to the destination.
-    total: u64,
-    /// Bytes held for it now, and at most.
-    held: usize,
-    peak: usize,
-}
-
-/// Copies both ways until both sides sent their EOF, the client closes
-/// the channel, a side fails, or the destination stalls.
-async fn relay(
-    rx: &mut ChannelReadHalf,
-    tx: &ChannelWriteHalf<Msg>,
-    tcp: &TcpStream,
-    counts: &mut Up,
-) -> End {
-    let down = to_client(tx, tcp);
-    tokio::pin!(down);
-    let mut down_done = false;
-    {
-        let up = to_destination(rx, tcp, counts);
-        tokio::pin!(up);
-        loop {
-            tokio::select! {
-                ended = &mut up => match ended {
-                    Ok(()) => break,
-                    Err(end) => return end,
-                },
-                ended = &mut down, if !down_done => match ended {
-                    Ok(()) => down_done = true,
-                    Err(end) => return end,
-                },
-            }
-        }
-    }
-    // The client's EOF went to the destination: its bytes until its own
-    // EOF, and the channel read on (never held), for a close.
-    while !down_done {
-        tokio::select! {
-            ended = &mut down => match ended {
-                Ok(()) => down_done = true,
-                Err(end) => return end,
-            },
-            msg = rx.wait() => {
-                if matches!(msg, Some(ChannelMsg::Close) | None) {
-                    return End::ClientClosed;
-                }
-            }
-        }
-    }
-    End::Done
-}
-
-/// The client's bytes to the destination, as russh hands them over (no
-/// copy), until the client's EOF (then the socket's write side is shut
-/// down). At most [`HELD_MAX`] bytes wait here; past that the channel is
-/// not read, and [`STALL_LIMIT`] with nothing written ends the forward.
-async fn to_destination(
-    rx: &mut ChannelReadHalf,
-    tcp: &TcpStream,
-    counts: &mut Up,
-) -> Result<(), End> {
-    let mut held: VecDeque<Bytes> = VecDeque::new();
-    let mut eof = false;
-    // Since when the forward has held `HELD_MAX` bytes with none written.
-    let mut stalled_since: Option<Instant> = None;
-    loop {
-        if eof && held.is_empty() {
-            let _ = nix::sys::socket::shutdown(tcp.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-            return Ok(());
-        }
-        let taking = !eof && counts.held < HELD_MAX;
-        let stall = async {
-            match stalled_since {
-                Some(since) => tokio::time::sleep_until(since + STALL_LIMIT).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            ready = tcp.writable(), if !held.is_empty() => {
-                if let Err(e) = ready {
-                    return Err(End::Failed(e.to_string()));
-                }
-                match write_held(tcp, &mut held) {
-                    Ok(n) => {
-                        counts.held -= n;
-                        counts.total += n as u64;
-                        if n > 0 && stalled_since.is_some() {
-                            stalled_since = Some(Instant::now());
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(End::Failed(e.to_string())),
-                }
-            }
-            msg = rx.wait(), if taking => {
-                take(msg, &mut held, &mut eof, counts)?;
-                // And what else is queued already: one write for several
-                // packets.
-                while !eof && counts.held < HELD_MAX {
-                    match queued(rx).await {
-                        Some(msg) => take(msg, &mut held, &mut eof, counts)?,
-                        None => break,
-                    }
-                }
-            }
-            () = stall => return Err(End::Stalled),
-        }
-        // After the client's EOF nothing more comes: the connection does
-        // not wait for this forward, however slow its destination.
-        if counts.held < HELD_MAX || eof {
-            stalled_since = None;
-        } else if stalled_since.is_none() {
-            stalled_since = Some(Instant::now());
-        }
-    }
-}
-
-/// One message of the channel, for the destination: its data held.
-fn take(
-    msg: Option<ChannelMsg>,
-    held: &mut VecDeque<Bytes>,
-    eof: &mut bool,
-    counts: &mut Up,
-) -> Result<(), End> {
-    match msg {
-        Some(ChannelMsg::Data { data }) => {
-            counts.held += data.len();
-            counts.peak = counts.peak.max(counts.held);
-            held.push_back(data);
-        }
-        Some(ChannelMsg::Eof) => *eof = true,
-        Some(ChannelMsg::Close) | None => return Err(End::ClientClosed),
-        Some(_) => {}
-    }
-    Ok(())
-}
-
-/// The channel's next message if one is queued now (`None` if none is):
-/// never waits.
-async fn queued(rx: &mut ChannelReadHalf) -> Option<Option<ChannelMsg>> {
-    tokio::select! {
-        biased;
-        msg = rx.wait() => Some(msg),
-        () = std::future::ready(()) => None,
-    }
-}
-
-/// Writes what `held` holds, as much as the socket takes now without
-/// waiting, in one system call; drops what was written.
-fn write_held(tcp: &TcpStream, held: &mut VecDeque<Bytes>) -> std::io::Result<usize> {
-    let written = {
-        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-        let n = held
-            .iter()
-            .zip(slices.iter_mut())
-            .map(|(b, s)| *s = IoSlice::new(b))
-            .count();
-        tcp.try_write_vectored(&slices[..n])?
-    };
-    let mut left = written;
-    while left > 0 {
-        let Some(front) = held.front_mut() else { break };
-        if front.len() <= left {
-            left -= front.len();
-            held.pop_front();
-        } else {
-            front.advance(left);
-            left = 0;
-        }
-    }
-    Ok(written)
-}
-
-/// The destination's bytes to the client until its EOF (then the
-/// channel's). Each read takes what the socket holds (at most
-/// [`READ_CHUNK`]) into a buffer of that size, handed to russh whole: an
-/// idle forward holds no buffer. Sending waits for the client's window on
-/// this channel alone.
-async fn to_client(tx: &ChannelWriteHalf<Msg>, tcp: &TcpStream) -> Result<(), End> {
-    let mut buf = BytesMut::new();
-    loop {
-        if let Err(e) = tcp.readable().await {
-            return Err(End::Failed(e.to_string()));
-        }
-        let unread = bytes_unread(tcp).min(READ_CHUNK);
-        if buf.capacity() < unread {
-            buf.reserve(unread.max(READ_MIN_ROOM));
-        }
-        // With nothing unread and no room, this reads into the 64 bytes
-        // `BytesMut` reserves itself: the end of the stream, or bytes
-        // that came just now.
-        match tcp.try_read_buf(&mut buf) {
-            Ok(0) => {
-                let _ = tx.eof().await;
-                return Ok(());
-            }
-            Ok(_) => {
-                if let Err(e) = tx.data_bytes(buf.split().freeze()).await {
-                    return Err(End::Failed(e.to_string()));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(End::Failed(e.to_string())),
-        }
-    }
-}
-
-/// How many bytes `tcp` holds unread (`FIONREAD`; 0 when it cannot tell).
-fn bytes_unread(tcp: &TcpStream) -> usize {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int through the pointer, which is valid.
-    let rc = unsafe { libc::ioctl(tcp.as_raw_fd(), libc::FIONREAD, &mut n) };
-    if rc == 0 {
-        usize::try_from(n).unwrap_or(0)
-    } else {
-        0
-    }
-}
-
-/// The socket's close resets the connection (`SO_LINGER` 0).
-fn reset_on_close(tcp: &TcpStream) {
-    let abort = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    if let Err(e) = nix::sys::socket::setsockopt(tcp, nix::sys::socket::sockopt::Linger, &abort) {
-        debug!(error = %e, "SO_LINGER not set: the close sends a FIN");
-    }
 }
 
 fn failure(code: u32, reason: String) -> ChannelOpenFailure {
@@ -615,55 +351,6 @@ mod tests {
         assert!(why.ends_with("(this agent was given no hostlist)"), "{why}");
         assert!(d.check("127.0.0.1", 0).is_err());
         assert!(d.check("127.0.0.1", 70000).is_err());
-    }
-
-    /// Held buffers go out whole and in order whatever each write takes:
-    /// a small send buffer and a slow reader make the writes partial.
-    #[tokio::test]
-    async fn held_bytes_are_written_in_order_across_partial_writes() {
-        use tokio::io::AsyncReadExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let tcp = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let _ = nix::sys::socket::setsockopt(&tcp, nix::sys::socket::sockopt::SndBuf, &4096);
-        let (mut peer, _) = listener.accept().await.unwrap();
-        let parts: Vec<Vec<u8>> = (0..40u8)
-            .map(|i| vec![i; 1000 + 997 * usize::from(i)])
-            .collect();
-        let expected: Vec<u8> = parts.concat();
-        let mut held: VecDeque<Bytes> = parts.into_iter().map(Bytes::from).collect();
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            let mut buf = [0u8; 1500];
-            loop {
-                tokio::time::sleep(Duration::from_micros(100)).await;
-                match peer.read(&mut buf).await.unwrap() {
-                    0 => return got,
-                    n => got.extend_from_slice(&buf[..n]),
-                }
-            }
-        });
-        let mut total = 0;
-        let mut writes = 0;
-        while !held.is_empty() {
-            tcp.writable().await.unwrap();
-            match write_held(&tcp, &mut held) {
-                Ok(n) => {
-                    total += n;
-                    writes += 1;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
-        assert_eq!(total, expected.len());
-        assert!(writes > 1, "one write took it all: nothing was partial");
-        nix::sys::socket::shutdown(tcp.as_raw_fd(), nix::sys::socket::Shutdown::Write).unwrap();
-        assert!(
-            reader.await.unwrap() == expected,
-            "bytes lost or out of order"
-        );
     }
 
     #[test]

@@ -18,7 +18,8 @@ use super::env_limit::ConnectionEnv;
 use super::login::Login;
 use super::pty::ConnectionPtys;
 use super::session_channel::serve_channel;
-use super::{Shared, forward, sftp};
+use super::shared::Shared;
+use super::{forward, sftp};
 
 /// One per connection. Its methods only answer requests and hand channels to
 /// tasks: russh awaits them inside the connection's read loop.
@@ -115,7 +116,7 @@ impl russh::server::Handler for ConnHandler {
         reply: ChannelOpenHandle,
         _session: &mut Session,
     ) -> Result<(), Self::Error> {
-        let open = forward::Open {
+        let open = forward::DirectTcpip {
             channel,
             host: host_to_connect.to_string(),
             port: port_to_connect,

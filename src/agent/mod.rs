@@ -1,339 +1,60 @@
 //! The per-node agent: an SSH server on russh that runs the job's commands in
 //! their own process groups, and the job lifecycle around it.
 //!
+//! - `start`: `multinode agent`: its options, the shared state, the server, the lifecycle, the end.
+//! - `shared`: what every connection and command of an agent shares.
 //! - `server`: accepting connections, their login deadline and TCP watch.
 //! - `handler`: a connection's russh handler: logins, channels, requests.
 //! - `session_channel`: a session channel's requests, then its command.
 //! - `login`: the login deadline, limits on connections not logged in yet, penalties.
 //! - `keeper`: the group keeper, which ends the commands' groups if the agent dies.
 //! - `command`: one exec request, from spawn to exit status, with no orphans.
+//!   `command_reply`: what its channel is told (output, heartbeats, exit).
 //! - `control`: the agent's own requests (`#multinode:ping`, `release`, ...).
 //! - `env_limit`: how much environment a channel, a connection and the agent may hold.
 //! - `forward`: `direct-tcpip` channels (`ssh -L`), to the node's loopback and the job's nodes.
-//! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`).
+//!   `forward_copy`: a forward's bytes, both ways.
+//! - `sftp`: the `sftp` subsystem, in-process (scp, sftp, `mn-ssh -s HOST sftp`);
+//!   `sftp_handler` its requests as file operations, `sftp_bounds` its bounds.
+//! - `running`: the process groups of the running commands, with their records.
 //! - `snapshot`: `#multinode:snapshot`, what the running commands do now.
+//! - `heap`: freed memory given back to the system.
 //! - `init`: acting as PID 1 in a container (reaping, forwarding signals).
 //! - `mux`: the head's connections to the nodes, shared with JOB's clients on a Unix socket.
+//!   `mux_pool`: those connections, kept or made on first use.
 //! - `lifecycle`: `multinode agent -- JOB`: the head waits for the workers,
 //!   runs JOB and releases them; a worker serves until released.
+//! - `head_wait`: the head's wait for its workers.
 
 mod command;
+mod command_reply;
 mod control;
 mod env_limit;
 mod forward;
+mod forward_copy;
 mod handler;
+mod head_wait;
+mod heap;
 mod init;
 mod keeper;
 mod lifecycle;
 mod login;
 mod login_limits;
 mod mux;
+mod mux_pool;
 mod plain;
 mod pty;
+mod running;
 mod server;
 mod session_channel;
 mod sftp;
+mod sftp_bounds;
 mod sftp_fs;
+mod sftp_handler;
 mod shards;
+mod shared;
 mod snapshot;
-
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::info;
+mod start;
 
 pub use keeper::keep_groups;
-
-use crate::cli::AgentArgs;
-use crate::defaults;
-use crate::env::hostlists;
-use crate::env_map::EnvMap;
-use crate::error::Error;
-use crate::keys::{JobKeys, Secret};
-use crate::vars;
-
-/// What every connection and command of an agent shares.
-pub(crate) struct Shared {
-    pub keys: JobKeys,
-    /// This program, for `multinode supervise`.
-    pub bin: std::path::PathBuf,
-    /// Ends the commands' groups if this agent dies.
-    pub keeper: keeper::Keeper,
-    /// The process groups of the running commands, for snapshots.
-    pub running: snapshot::Running,
-    /// Admits connections and holds them to the login deadline.
-    pub gate: Arc<login::Gate>,
-    /// Between SIGTERM and SIGKILL when a command's group is ended.
-    pub grace: Duration,
-    /// Variables every command gets on top of the agent's own environment.
-    pub base_env: Vec<(String, String)>,
-    /// The hostlists of the last command, written out (exec_all sends them folded).
-    pub wire: hostlists::WireCache,
-    /// Cancelled when the agent ends: every command's group is ended.
-    pub shutdown: CancellationToken,
-    /// Cancelled when the head released this agent (or, on the head, the job ended).
-    pub released: CancellationToken,
-    /// Every connection and channel task, so shutdown can wait for them.
-    pub tracker: TaskTracker,
-    /// The bounds the `sftp` sessions share (handles, file operations at once).
-    pub sftp: sftp::Bounds,
-    /// The environment bytes all connections' commands hold together.
-    pub env: env_limit::AgentEnv,
-    /// The terminals of all connections.
-    pub ptys: pty::Bounds,
-    /// Where `direct-tcpip` channels may go.
-    pub destinations: forward::Destinations,
-    /// The bound on forwarded channels of all connections together.
-    pub forwards: forward::Bounds,
-    pub host: String,
-    pub rank: Option<usize>,
-    /// When a client of this job last authenticated (the head pinging a
-    /// worker counts): a worker's wait for its head starts from there.
-    pub last_contact: std::sync::Mutex<Option<tokio::time::Instant>>,
-}
-
-impl Shared {
-    pub(crate) fn touch(&self) {
-        *self
-            .last_contact
-            .lock()
-            .expect("not poisoned: no panics while held") = Some(tokio::time::Instant::now());
-    }
-
-    pub(crate) fn last_contact(&self) -> Option<tokio::time::Instant> {
-        *self
-            .last_contact
-            .lock()
-            .expect("not poisoned: no panics while held")
-    }
-}
-
-/// Gives the memory freed by a large request back to the system: glibc
-/// keeps freed small blocks in its heaps, so a burst of a few MiB (an SFTP
-/// session's listings, an environment) would stay in the agent's RSS.
-pub(crate) fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks and releases the allocator's free memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-fn listen_addr(args: &AgentArgs, env: &EnvMap) -> Result<SocketAddr, Error> {
-    let Some(listen) = args.listen.as_deref() else {
-        return Ok(SocketAddr::from((
-            [0, 0, 0, 0],
-            crate::env::agent_port(env)?,
-        )));
-    };
-    if let Ok(port) = listen.parse::<u16>() {
-        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
-    }
-    listen.parse::<SocketAddr>().map_err(|_| {
-        Error::usage(format!(
-            "--listen {listen:?} is not ADDR:PORT; use for example 0.0.0.0:{port}, \
-             127.0.0.2:{port} or [::]:{port}",
-            port = defaults::AGENT_PORT
-        ))
-    })
-}
-
-/// `multinode agent [OPTIONS] [-- JOB...]`
-pub fn main(args: AgentArgs) -> Result<i32, Error> {
-    let env = EnvMap::from_process();
-    let secret = Secret::require(args.secret_file.as_deref(), &env, "multinode agent")?;
-    let listen = listen_addr(&args, &env)?;
-    if args.login_timeout.is_zero() {
-        return Err(Error::usage(
-            "--login-timeout 0 would close every connection before it logs in; give seconds > 0 (default 30)",
-        ));
-    }
-    let secret_file = args
-        .secret_file
-        .as_deref()
-        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
-        .map(|p| p.to_string_lossy().into_owned());
-    let (grace, idle_timeout, wait_timeout) = (args.grace, args.idle_timeout, args.wait_timeout);
-    let mux_socket = args.mux_socket.clone();
-    let lost_after = crate::transport::client::lost_after(&env)?;
-    // The job's topology is only needed for the lifecycle; a plain agent
-    // serves alone, but says at once that a topology it was given is broken
-    // (its commands would find out later, one by one).
-    let mut set_topology = None;
-    let job = if args.job.is_empty() {
-        set_topology = crate::topology::check_topology(&args.topology.inputs(), &env)?;
-        None
-    } else {
-        // The head may be starting too: wait for its name as long as it waits for us.
-        Some(crate::env::resolve_job_waiting(
-            &args.topology.inputs(),
-            &env,
-            args.wait_timeout,
-        )?)
-    };
-
-    // Forwarded ports reach the job's nodes, as far as this agent knows them.
-    let destinations = {
-        let topology = job.as_ref().map(|j| &j.topology).or(set_topology.as_ref());
-        let hosts = topology.map(|t| t.nodes.as_slice()).unwrap_or_default();
-        forward::Destinations::new(hosts.iter().map(|n| n.host.as_str()))
-    };
-    let bin = std::env::current_exe()
-        .map_err(|e| Error::Failed(format!("cannot find this program's path: {e}")))?;
-    // In a container the agent is often PID 1: keep a small init in front of it.
-    init::become_init_if_pid1()?;
-    // One descriptor per connection and three per running command.
-    crate::process::raise_fd_limit();
-    let limits = login::Limits::new(args.login_timeout);
-    tracing::debug!(?limits, "login limits");
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
-    // Connections run on threads of their own (the runtime above runs the
-    // rest: the job, the shared connections); they stop after it.
-    let shards = Arc::new(shards::Shards::per_cpu());
-    let outcome = runtime.block_on(async move {
-        let listener = TcpListener::bind(listen).await.map_err(|e| {
-            Error::usage(format!(
-                "cannot listen on {listen}: {e}; is another agent running there? \
-                 choose another with --listen or MULTINODE_AGENT_PORT"
-            ))
-        })?;
-        info!(%listen, "agent listening");
-        let (keeper, keeper_child) = keeper::Keeper::start(&bin, grace)?;
-        // Where the hostfiles of folded hostlists go: a directory of this
-        // agent's own, which its keeper removes if it is killed.
-        let hostfiles = hostlists::private_dir(&env);
-        match &hostfiles {
-            Ok(dir) => keeper.remove_on_death(dir),
-            Err(e) => tracing::warn!(
-                "cannot make a directory for the hostfiles of large jobs: {e}; commands that need one are told"
-            ),
-        }
-        let shared = Arc::new(Shared {
-            keys: JobKeys::derive(&secret),
-            bin: bin.clone(),
-            keeper,
-            running: snapshot::Running::default(),
-            gate: login::Gate::new(limits),
-            grace,
-            base_env: {
-                let mut vars = job.as_ref().map(crate::env::contract).unwrap_or_default();
-                // Commands (mn-ssh, exec_all in the job) find the secret the way the agent did.
-                if let Some(path) = &secret_file {
-                    vars.push((vars::SECRET_FILE.into(), path.clone()));
-                }
-                vars
-            },
-            wire: hostlists::WireCache::new(hostfiles),
-            shutdown: CancellationToken::new(),
-            released: CancellationToken::new(),
-            tracker: TaskTracker::new(),
-            sftp: sftp::Bounds::new(),
-            env: env_limit::AgentEnv::default(),
-            ptys: pty::Bounds::new(),
-            destinations,
-            forwards: forward::Bounds::new(),
-            host: hostname::get()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            rank: job.as_ref().map(|j| j.rank),
-            last_contact: std::sync::Mutex::new(None),
-        });
-        let configs = server::Configs::new(&shared);
-        let server = tokio::spawn(server::serve(listener, shared.clone(), configs, shards.clone()));
-        // The head of a job (or an agent asked to) shares its connections.
-        let is_head = job.as_ref().is_some_and(|j| j.rank == 0);
-        let socket = match &mux_socket {
-            Some(path) => Some(mux::Socket::bind_path(path).map_err(|e| {
-                Error::usage(format!(
-                    "cannot listen on --mux-socket {}: {e}; choose a path in a directory you own",
-                    path.display()
-                ))
-            })?),
-            None if is_head => match mux::Socket::bind() {
-                Ok(socket) => Some(socket),
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot share connections with the job (exec_all connects itself): {e}"
-                    );
-                    None
-                }
-            },
-            None => None,
-        };
-        let stop_mux = CancellationToken::new();
-        // A head killed outright leaves no socket behind: its keeper removes it.
-        let socket_paths = socket.as_ref().map(mux::Socket::paths).unwrap_or_default();
-        for path in &socket_paths {
-            shared.keeper.remove_on_death(path);
-        }
-        let (pool, sharing) = match socket {
-            Some(mut socket) => {
-                let pool = Arc::new(mux::Pool::new(&shared.keys, lost_after));
-                let path = socket.path().to_path_buf();
-                let task = tokio::spawn({
-                    let (pool, tracker, stop) =
-                        (pool.clone(), shared.tracker.clone(), stop_mux.clone());
-                    async move {
-                        mux::serve(&mut socket, pool, tracker, stop).await;
-                        socket
-                    }
-                });
-                (Some((pool, path)), Some(task))
-            }
-            None => (None, None),
-        };
-        let serving = async {
-            match job {
-                None => lifecycle::serve_until_stopped(&shared).await,
-                Some(job) => {
-                    let plan = lifecycle::JobRun {
-                        job,
-                        argv: args.job,
-                        idle_timeout,
-                        wait_timeout,
-                        mux: pool.clone(),
-                    };
-                    lifecycle::run(&shared, plan).await
-                }
-            }
-        };
-        let result = tokio::select! {
-            result = serving => result,
-            // Without a keeper the no-orphan guarantee is gone: stop serving.
-            error = shared.keeper.watch(keeper_child) => Err(error),
-        };
-        // No more shared channels; the kept connections close (their nodes
-        // end what is left of those channels' commands), the socket goes.
-        stop_mux.cancel();
-        if let Some(task) = sharing {
-            drop(task.await);
-        }
-        if let Some((pool, _)) = &pool {
-            pool.close().await;
-        }
-        for path in &socket_paths {
-            shared.keeper.forget_path(path);
-        }
-        // End every command (their groups get SIGTERM, grace, SIGKILL), then wait for them.
-        shared.shutdown.cancel();
-        let _ = server.await;
-        shared.tracker.close();
-        shared.tracker.wait().await;
-        if let Some(dir) = shared.wire.dir() {
-            keeper::remove_path(dir);
-            shared.keeper.forget_path(dir);
-        }
-        result
-    });
-    // Reader threads (none expected) must not keep the process alive.
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    outcome
-}
+pub use start::main;

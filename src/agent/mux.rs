@@ -1,9 +1,8 @@
 //! Connection sharing, the head's end ([`crate::protocol::mux`]): the head's
-//! agent keeps its logged-in connections to the nodes in a [`Pool`] and
-//! relays channels on them for the job's clients, which reach it on a Unix
+//! agent keeps its logged-in connections to the nodes in a [`ConnectionPool`] and
+//! forwards channels on them for the job's clients, which reach it on a Unix
 //! socket in a directory only this user can enter.
 
-use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,115 +10,19 @@ use std::sync::Arc;
 use russh::ChannelMsg;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use crate::defaults;
-use crate::keys::JobKeys;
+use super::mux_pool::ConnectionPool;
 use crate::protocol::mux::{self as wire, read_frame, write_data, write_frame};
 use crate::protocol::signals::sig_from_name;
-use crate::transport::client::{Auth, ConnectError, Connection, Connector, Target};
+use crate::transport::client::{Connection, Target};
 
 /// How long a connection may stay stuck after a client went away.
 const STUCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often it is looked at meanwhile.
 const STUCK_POLL: std::time::Duration = std::time::Duration::from_millis(250);
-/// Connections being set up at once by the pool (as exec_all's default).
-const MAX_CONNECTING: usize = 256;
-
-/// One slot a target: the connection, once made.
-type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
-
-/// Logged-in connections to the nodes, by target; made on first use.
-pub(crate) struct Pool {
-    connector: Connector,
-    job: String,
-    /// What a client's challenge is signed with ([`wire::prove`]).
-    host_key: russh::keys::PrivateKey,
-    slots: std::sync::Mutex<HashMap<String, Slot>>,
-    connecting: Semaphore,
-}
-
-impl Pool {
-    /// `lost_after`: as exec_all's (`MULTINODE_LOST_AFTER`, `None`: never).
-    pub(crate) fn new(keys: &JobKeys, lost_after: Option<std::time::Duration>) -> Pool {
-        let connector = Connector::new(
-            Auth::Agent(Arc::new(keys.clone())),
-            defaults::CONNECT_TIMEOUT.duration,
-        )
-        .with_lost_after(lost_after);
-        Pool {
-            connector,
-            job: wire::job_id(keys.client_public()),
-            host_key: keys.host.clone(),
-            slots: std::sync::Mutex::new(HashMap::new()),
-            connecting: Semaphore::new(MAX_CONNECTING),
-        }
-    }
-
-    fn slot(&self, target: &Target) -> Slot {
-        self.slots
-            .lock()
-            .expect("not poisoned: no panics while held")
-            .entry(target.to_string())
-            .or_default()
-            .clone()
-    }
-
-    /// Keeps `conn` (made elsewhere, by the head's ping) for later use.
-    pub(crate) async fn keep(&self, target: &Target, conn: Connection) {
-        *self.slot(target).lock().await = Some(Arc::new(conn));
-    }
-
-    /// The connection to `target`: the kept one while it lives, else a new
-    /// one (a first use, or the last one was lost). One handshake at a time
-    /// a target.
-    async fn get(&self, target: &Target) -> Result<Arc<Connection>, ConnectError> {
-        let slot = self.slot(target);
-        let mut slot = slot.lock().await;
-        if let Some(conn) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(conn.clone());
-        }
-        let _permit = self
-            .connecting
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
-        let conn = Arc::new(self.connector.connect(target).await?);
-        *slot = Some(conn.clone());
-        Ok(conn)
-    }
-
-    /// Forgets `conn` if it is still the one kept for `target`.
-    async fn forget(&self, target: &Target, conn: &Arc<Connection>) {
-        let slot = self.slot(target);
-        let mut slot = slot.lock().await;
-        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-            *slot = None;
-        }
-    }
-
-    /// Closes every kept connection.
-    pub(crate) async fn close(&self) {
-        let slots: Vec<Slot> = self
-            .slots
-            .lock()
-            .expect("not poisoned: no panics while held")
-            .drain()
-            .map(|(_, slot)| slot)
-            .collect();
-        for slot in slots {
-            if let Some(conn) = slot.lock().await.take()
-                && let Ok(conn) = Arc::try_unwrap(conn)
-            {
-                conn.close().await;
-            }
-        }
-    }
-}
-
 /// The Unix socket and its private directory, removed when dropped.
 pub(crate) struct Socket {
     dir: PathBuf,
@@ -196,7 +99,7 @@ impl Drop for Socket {
 /// Serves the socket until `stop`; each client connection is one channel.
 pub(crate) async fn serve(
     socket: &mut Socket,
-    pool: Arc<Pool>,
+    pool: Arc<ConnectionPool>,
     tracker: TaskTracker,
     stop: CancellationToken,
 ) {
@@ -267,7 +170,7 @@ async fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
 /// connection's commands (the stuck one, and any other that shares it:
 /// none of their input, signals or closes could pass), and the next client
 /// gets a new connection. Returns once the connection is reset, or closed.
-async fn unstick(pool: &Pool, target: &Target, conn: &Arc<Connection>) {
+async fn unstick(pool: &ConnectionPool, target: &Target, conn: &Arc<Connection>) {
     // Since when the connection has been stuck with the same bytes acknowledged.
     let mut stuck: Option<(tokio::time::Instant, u64)> = None;
     loop {
@@ -307,10 +210,10 @@ fn hung_up(stream: &UnixStream) -> bool {
             .is_some_and(|r| r.contains(PollFlags::POLLHUP))
 }
 
-/// One client connection: open, start, then relay both ways until the
+/// One client connection: open, start, then copy both ways until the
 /// channel closes or the client goes (which closes the channel: the node
 /// ends the command's group).
-async fn channel(stream: UnixStream, pool: &Pool) {
+async fn channel(stream: UnixStream, pool: &ConnectionPool) {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
     let open = match read_frame(&mut r).await {

@@ -8,7 +8,7 @@
 //!
 //! Terminals are bounded: [`PER_CONNECTION`] a connection, and in all a
 //! share of the machine's ptys and of the agent's open-file limit
-//! ([`Bounds`]); past either the command is refused with a message.
+//! ([`PtyBounds`]); past either the command is refused with a message.
 
 use std::ffi::OsString;
 use std::io;
@@ -32,7 +32,7 @@ pub(crate) const PER_CONNECTION: usize = 64;
 const PTY_MAX: usize = 4096;
 
 /// The bound on terminals in all connections of an agent (in `Shared`).
-pub(crate) struct Bounds {
+pub(crate) struct PtyBounds {
     all: Arc<Semaphore>,
     max: usize,
 }
@@ -52,7 +52,7 @@ pub(crate) struct Slot {
     _all: OwnedSemaphorePermit,
 }
 
-impl Bounds {
+impl PtyBounds {
     /// A quarter of the machine's ptys (other users and jobs need theirs)
     /// and an eighth of the open-file limit the agent runs with (each
     /// terminal holds three descriptors of its master; SFTP and logins take
@@ -70,7 +70,7 @@ impl Bounds {
 
     fn with_max(max: usize) -> Self {
         let max = max.min(Semaphore::MAX_PERMITS);
-        Bounds {
+        PtyBounds {
             all: Arc::new(Semaphore::new(max)),
             max,
         }
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn terminals_are_bounded_per_connection_and_in_all() {
-        let bounds = Bounds::with_max(PER_CONNECTION + 10);
+        let bounds = PtyBounds::with_max(PER_CONNECTION + 10);
         let (a, b) = (bounds.connection(), bounds.connection());
         let mut held: Vec<Slot> = (0..PER_CONNECTION)
             .map(|_| a.slot().expect("room"))
@@ -242,7 +242,7 @@ mod tests {
             .trim()
             .parse()
             .expect("a number");
-        let bounds = Bounds::new();
+        let bounds = PtyBounds::new();
         assert!(
             (16..=(ptys / 4).max(16)).contains(&bounds.max),
             "{}",

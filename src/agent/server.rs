@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::forward;
 use super::handler::ConnHandler;
 use super::login::{Login, MAX_AUTH_TRIES};
 use super::shards::Shards;
-use super::{Shared, forward};
+use super::shared::Shared;
 use crate::protocol;
 use crate::tcp_state;
 

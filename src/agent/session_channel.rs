@@ -13,7 +13,8 @@ use tracing::{debug, warn};
 use super::command::{self, Request};
 use super::env_limit::ChannelEnv;
 use super::pty::ConnectionPtys;
-use super::{Shared, control, pty, sftp};
+use super::shared::Shared;
+use super::{command_reply, control, pty, sftp};
 use crate::protocol;
 use crate::protocol::env_pack;
 use crate::vars;
@@ -119,7 +120,7 @@ pub(super) async fn serve_channel(
     }
     if let Some(Err(message)) = &pty_slot {
         warn!(channel = %id, "{}", message.trim_end());
-        command::end_unrun(&tx, message.clone(), crate::exit_code::USAGE).await;
+        command_reply::end_unrun(&tx, message.clone(), crate::exit_code::USAGE).await;
         return;
     }
     if let Some(request) = command.as_deref().and_then(protocol::control::parse) {
@@ -141,7 +142,7 @@ async fn refuse(budget: &ChannelEnv, tx: &russh::ChannelWriteHalf<Msg>) -> bool 
         return false;
     };
     warn!(channel = %tx.id(), "{}", message.trim_end());
-    command::end_unrun(tx, message, crate::exit_code::USAGE).await;
+    command_reply::end_unrun(tx, message, crate::exit_code::USAGE).await;
     true
 }
 

@@ -3,7 +3,7 @@
 //! accepted connection runs wholly on one of them.
 //!
 //! A keystroke's echo passes four tasks of a connection (russh's session,
-//! the channel's inbound relay, the command's output pump, russh's session
+//! the channel's inbound copy, the command's output pump, russh's session
 //! again). On one multi-threaded runtime each wakeup may land on another
 //! worker; on a connection's own thread the woken task runs next, on the
 //! same CPU. Connections still spread over every CPU.

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::cpus::CpuSet;
-use super::ranks::{LOCAL_RANK_VARS, Ranks};
+use super::launcher_ranks::{LOCAL_RANK_VARS, Ranks};
 use super::sysfs::{GpuPlace, Host};
 use crate::error::Error;
 

@@ -4,9 +4,12 @@
 
 use std::path::Path;
 
-use super::ranks::Ranks;
-use super::sysfs::sysfs_bus_id;
+use super::launcher_ranks::Ranks;
+use super::rules::{Allowed, plan};
+use super::sysfs::{Host, read_host, sysfs_bus_id};
+use super::visible::visible;
 use super::*;
+use crate::env_map::EnvMap;
 use crate::nvidia_smi::PciGpu;
 use crate::process::RunOutput;
 use crate::vars;

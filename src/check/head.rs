@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::checks::{HeadContext, Inputs, NodeReport, evaluate, failed};
+use super::checks::{CheckInputs, HeadContext, NodeReply, evaluate, failed};
 use super::facts::NodeFacts;
 use super::local::{JobView, gather};
 use super::probe::{SystemProbe, unix_ms};
@@ -67,7 +67,7 @@ pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
 
 /// Listens on the rendezvous port for the duration, gathers every node's
 /// report (in this process when the job is this node alone), then closes it.
-async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs, Error> {
+async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckInputs, Error> {
     let port = args.port;
     let stop = CancellationToken::new();
     let (server, bind_error) = match rendezvous::bind(job.head_ip, port).await {
@@ -92,7 +92,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs,
             .await
             .map_err(|e| Error::Failed(format!("gathering this node's facts failed: {e}")));
         let node = &job.topology.nodes[0];
-        vec![NodeReport {
+        vec![NodeReply {
             rank: 0,
             host: node.host.clone(),
             slots: node.slots,
@@ -114,7 +114,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs,
     if let Some(server) = server {
         let _ = server.await;
     }
-    Ok(Inputs {
+    Ok(CheckInputs {
         head: HeadContext {
             version: env!("CARGO_PKG_VERSION").to_string(),
             head_ip: job.head_ip,
@@ -130,12 +130,12 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<Inputs,
 
 /// One report per node of the topology, in rank order: a node missing from
 /// the captures has none.
-pub(crate) fn reports(topology: &Topology, captures: &[NodeCapture]) -> Vec<NodeReport> {
+pub(crate) fn reports(topology: &Topology, captures: &[NodeCapture]) -> Vec<NodeReply> {
     topology
         .nodes
         .iter()
         .enumerate()
-        .map(|(rank, node)| NodeReport {
+        .map(|(rank, node)| NodeReply {
             rank,
             host: node.host.clone(),
             slots: node.slots,

@@ -150,14 +150,14 @@ pub(crate) fn group_interfaces(addrs: Vec<Interface>) -> Vec<NetInterface> {
     out
 }
 
-type Lookup = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>, String> + Send + Sync>;
+type LookupFn = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>, String> + Send + Sync>;
 
 /// Resolves `hosts` through topology's lookup pool ([`lookup_each`]) on a
 /// thread of its own; what is not resolved within `deadline` is left out
 /// (its lookups finish in the background: getaddrinfo cannot be cancelled).
 pub(crate) fn resolve_within(
     hosts: &[String],
-    lookup: Lookup,
+    lookup: LookupFn,
     deadline: Duration,
 ) -> BTreeMap<String, Resolution> {
     let end = Instant::now() + deadline;
@@ -402,7 +402,7 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let lookup: Lookup = Arc::new(|h: &str| {
+        let lookup: LookupFn = Arc::new(|h: &str| {
             if h == "slow" {
                 std::thread::sleep(Duration::from_secs(3));
             }

@@ -4,9 +4,9 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
+use super::format::{render_json, render_sh};
 use super::hostlists;
 use super::job::{Job, resolve_job};
-use super::render::{render_json, render_sh};
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::topology::{Inputs, Topology};
@@ -236,8 +236,8 @@ mod tests {
         }
     }
 
-    fn invocation() -> programs::Invocation {
-        programs::Invocation::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
+    fn invocation() -> programs::ThisBinary {
+        programs::ThisBinary::fixed("/opt/mn/bin/multinode", "/opt/mn/bin/mn-ssh")
     }
 
     fn job(vars: &[(&str, &str)]) -> Result<Job, String> {
@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_missing_mn_ssh_is_an_error_only_when_needed() {
-        let lonely = programs::Invocation::fixed("/nowhere/multinode", "/nowhere/absent");
+        let lonely = programs::ThisBinary::fixed("/nowhere/multinode", "/nowhere/absent");
         assert_eq!(
             job_from(placement(), &EnvMap::default(), &lonely).map_err(|e| e.to_string()).err(),
             Some("mn-ssh not found beside /nowhere/multinode; install it next to multinode or set MULTINODE_SSH_WRAPPER".to_string())

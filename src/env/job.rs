@@ -46,7 +46,7 @@ pub struct Job {
 /// Errors are [`Error::Usage`]: one line naming the bad input and what to do.
 pub fn resolve_job(args: &Inputs, env: &EnvMap) -> Result<Job, Error> {
     let placement = resolve_placement(args, env, &System)?;
-    let invocation = programs::Invocation::current();
+    let invocation = programs::ThisBinary::current();
     job_from(placement, env, &invocation)
 }
 
@@ -68,7 +68,7 @@ pub fn resolve_job_waiting(
                 tracing::debug!(%host, %reason, "the head's name does not resolve yet; retrying");
                 std::thread::sleep(std::time::Duration::from_millis(250));
             }
-            result => return job_from(result?, env, &programs::Invocation::current()),
+            result => return job_from(result?, env, &programs::ThisBinary::current()),
         }
     }
 }
@@ -76,7 +76,7 @@ pub fn resolve_job_waiting(
 pub(super) fn job_from(
     placement: Placement,
     env: &EnvMap,
-    invocation: &programs::Invocation,
+    invocation: &programs::ThisBinary,
 ) -> Result<Job, Error> {
     let agent_port = agent_port(env)?;
     let wrapper = match env.get(vars::SSH_WRAPPER) {

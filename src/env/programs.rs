@@ -13,13 +13,13 @@ use std::path::{Component, Path, PathBuf};
 use crate::error::Error;
 
 /// How this process was started, and how to tell whether a program exists.
-pub(crate) struct Invocation {
+pub(crate) struct ThisBinary {
     /// The running binary's paths, preferred first, without duplicates.
     exe_paths: Vec<PathBuf>,
     is_executable: Box<dyn Fn(&Path) -> bool>,
 }
 
-impl Invocation {
+impl ThisBinary {
     pub(crate) fn current() -> Self {
         let argv0 = std::env::args_os().next();
         let cwd = std::env::current_dir().ok();
@@ -33,7 +33,7 @@ impl Invocation {
                 paths.push(path);
             }
         }
-        Invocation {
+        ThisBinary {
             exe_paths: paths,
             is_executable: Box::new(is_executable),
         }
@@ -43,7 +43,7 @@ impl Invocation {
     #[cfg(test)]
     pub(crate) fn fixed(bin: &str, present: &str) -> Self {
         let present = PathBuf::from(present);
-        Invocation {
+        ThisBinary {
             exe_paths: vec![PathBuf::from(bin)],
             is_executable: Box::new(move |p| p == present),
         }
@@ -198,7 +198,7 @@ mod tests {
         executable(&real.join("multinode"));
         executable(&real.join("mn-ssh"));
         std::os::unix::fs::symlink(real.join("multinode"), links.join("multinode")).expect("link");
-        let inv = |paths: Vec<PathBuf>| Invocation {
+        let inv = |paths: Vec<PathBuf>| ThisBinary {
             exe_paths: paths,
             is_executable: Box::new(is_executable),
         };

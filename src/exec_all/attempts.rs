@@ -5,19 +5,19 @@
 //! node still in the run. After a failed attempt the pool says which node
 //! leaves, which spare joins, and whether to run again.
 
-use std::fmt::Write as _;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::attempt_lines::{failure, host, restart_line, say, stop_line, summary};
+use super::health_check::{Health, HealthStep, health_step, stopped_before};
 use super::one_launch::launch;
 use super::options::{Restarts, RunOptions};
 use super::record::{CancelReason, NodeOutcome, RunResult};
-use super::report::{self, AttemptReport, Excluded};
-use super::script::Script;
-use super::verdict::{self, Verdict};
+use super::run_report::{self, AttemptReport, Excluded};
+use super::verdict;
 use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
-use crate::restart::{AttemptEnd, Cause, Decision, Exclusion, Pool, Stop};
+use crate::restart::{AttemptEnd, Cause, Decision, Pool, Stop};
 use crate::signals::Stops;
 use crate::vars;
 
@@ -74,7 +74,7 @@ pub(crate) async fn run(
         match decision {
             Decision::Restart { excluded } => {
                 // What the user would have read had the run ended here.
-                crate::stdio::eprint(&report::table(&result));
+                crate::stdio::eprint(&run_report::table(&result));
                 say(&restart_line(job, attempt, &failure, &excluded, &pool));
                 // A signal since the attempt's end waited in `stops`: the
                 // next attempt does not start.
@@ -168,156 +168,6 @@ fn attempt_record(
     }
 }
 
-/// What the health check before an attempt let happen.
-enum HealthStep {
-    /// The attempt starts; the check's nodes that failed it and were
-    /// excluded, and how long it took on each.
-    Passed(Health),
-    /// The run ends before the attempt: its result, the attempt's record,
-    /// and whether exec_all was stopped (else too few nodes passed).
-    End(Box<(RunResult, AttemptReport)>, bool),
-}
-
-/// The health check before the pool's next attempt: the nodes that fail it
-/// are excluded; the run ends here when exec_all was stopped meanwhile,
-/// the head failed it, or too few nodes passed it.
-async fn health_step(
-    job: &Job,
-    env: &EnvMap,
-    restarts: &Restarts,
-    cmd: &str,
-    pool: &mut Pool,
-    stops: &mut Stops,
-) -> Result<HealthStep, Error> {
-    let attempt = pool.restarts();
-    let (failing, check) = match health(job, env, pool, cmd, restarts.health_timeout, stops).await?
-    {
-        Checked::Failing(nodes, check) => (nodes, check),
-        // A signal or closed output while the check ran: the run
-        // stops there, as it would in an attempt; no node failed.
-        Checked::Stopped(result) => {
-            let failure = "not started: stopped during the health check";
-            let record = stopped_before(job, pool, failure, result.exit_code);
-            return Ok(HealthStep::End(Box::new((result, record)), true));
-        }
-    };
-    let health_failed: Vec<String> = failing.iter().map(|&i| host(job, i)).collect();
-    if !failing.is_empty() {
-        say(&format!(
-            "health check: {} failed; excluded",
-            health_failed.join(", ")
-        ));
-    }
-    let took = check
-        .nodes
-        .iter()
-        .filter_map(|n| Some((n.host.clone(), n.duration()?.as_secs_f64())))
-        .collect();
-    let Err(stop) = pool.health_failed(&failing) else {
-        return Ok(HealthStep::Passed(Health {
-            failed: health_failed,
-            took,
-        }));
-    };
-    // No attempt can start (the head failed the check, or too few nodes
-    // passed it): the run ends here, with the check's run as its result
-    // (its table names each failing node and its last lines) and exit 1.
-    let why = stop_line(job, &stop);
-    say(&format!("attempt {attempt}: not started: {why}"));
-    let record = AttemptReport {
-        attempt,
-        hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
-        health_failed,
-        health_check_s: took,
-        exit_code: crate::exit_code::RUN_STOPPED,
-        failure: Some("not started".into()),
-        verdict: None,
-        snapshot: None,
-        excluded: Vec::new(),
-        restart_s: None,
-        then: why,
-    };
-    let result = RunResult {
-        exit_code: crate::exit_code::RUN_STOPPED,
-        ..check
-    };
-    Ok(HealthStep::End(Box::new((result, record)), false))
-}
-
-/// What the health check before an attempt left: the nodes that failed it,
-/// and how long it took on each (by host).
-#[derive(Default)]
-struct Health {
-    failed: Vec<String>,
-    took: std::collections::BTreeMap<String, f64>,
-}
-
-/// The record of the pool's next attempt, which a stop signal kept from
-/// starting (`failure` says when it came); says its line.
-fn stopped_before(job: &Job, pool: &Pool, failure: &str, exit_code: i32) -> AttemptReport {
-    let attempt = pool.restarts();
-    say(&format!("attempt {attempt}: {failure}"));
-    AttemptReport {
-        attempt,
-        hosts: pool.active().iter().map(|&i| host(job, i)).collect(),
-        health_failed: Vec::new(),
-        health_check_s: Default::default(),
-        exit_code,
-        failure: Some(failure.to_string()),
-        verdict: None,
-        snapshot: None,
-        excluded: Vec::new(),
-        restart_s: None,
-        then: stop_line(job, &Stop::Stopped),
-    }
-}
-
-/// What the health check before an attempt found.
-enum Checked {
-    /// These nodes failed it, or did not end it within its timeout; the
-    /// check's run.
-    Failing(Vec<usize>, RunResult),
-    /// exec_all was stopped while it ran (a signal, its output closed):
-    /// the check's run, which says how.
-    Stopped(RunResult),
-}
-
-/// Runs `cmd` on every node still in the run, spares included: the nodes
-/// that fail it (or do not end it within `timeout`), unless exec_all was
-/// stopped meanwhile.
-async fn health(
-    job: &Job,
-    env: &EnvMap,
-    pool: &Pool,
-    cmd: &str,
-    timeout: Duration,
-    stops: &mut Stops,
-) -> Result<Checked, Error> {
-    let mut candidates = pool.active();
-    candidates.extend(pool.spares());
-    let options = RunOptions {
-        fail_fast: false,
-        timeout: Some(timeout),
-        label: true,
-        ..RunOptions::new(Script::Inline(cmd.as_bytes().to_vec()))
-    };
-    let result = launch(&job.attempt(&candidates), env, options, stops).await?;
-    // `--health-timeout` is the check's own `Timeout`: the nodes still in it fail.
-    if matches!(
-        result.cancelled,
-        Some(CancelReason::Signal(_) | CancelReason::SecondSignal | CancelReason::OutputClosed)
-    ) {
-        return Ok(Checked::Stopped(result));
-    }
-    let failing = result
-        .nodes
-        .iter()
-        .filter(|n| !n.outcome.as_ref().is_some_and(NodeOutcome::success))
-        .map(|n| candidates[n.node_rank()])
-        .collect();
-    Ok(Checked::Failing(failing, result))
-}
-
 /// How the attempt ended, for the pool; `nodes[rank]` is a rank's node.
 fn attempt_end(result: &RunResult, nodes: &[usize]) -> AttemptEnd {
     if result.exit_code == 0 {
@@ -398,93 +248,4 @@ fn all_started(result: &RunResult) -> Option<f64> {
                 .unwrap_or_default()
                 .as_secs_f64()
         })
-}
-
-fn host(job: &Job, node: usize) -> String {
-    job.topology.nodes[node].host.clone()
-}
-
-/// `attempt 0: rank 2 (node3) lost; node3 excluded, spare node5 joins; restart 1 of 3 on node1,...`
-fn restart_line(
-    job: &Job,
-    attempt: u32,
-    failure: &str,
-    excluded: &[(usize, Exclusion)],
-    pool: &Pool,
-) -> String {
-    let mut line = format!("attempt {attempt}: {failure}");
-    for (node, why) in excluded {
-        let _ = write!(line, "; {} excluded ({why})", host(job, *node));
-    }
-    let next = pool.active();
-    let joined: Vec<String> = next
-        .iter()
-        .enumerate()
-        .filter(|&(_, &i)| i >= job.topology.nodes.len() - job.spares)
-        .map(|(rank, &i)| format!("{} as rank {rank}", host(job, i)))
-        .collect();
-    if !joined.is_empty() && !excluded.is_empty() {
-        let _ = write!(line, ", spare {}", joined.join(", spare "));
-    }
-    let _ = write!(
-        line,
-        "; restart {} on {} node(s)",
-        pool.restarts(),
-        next.len()
-    );
-    line
-}
-
-/// `rank 2 (node3) lost`, `rank 1 (node2) exit 3`, or why it ended.
-fn failure(result: &RunResult, verdict: Option<&Verdict>) -> String {
-    if result.cancelled == Some(CancelReason::Hung) {
-        return "hung (no output or heartbeat for --hang-timeout)".into();
-    }
-    match verdict {
-        Some(v) => format!("{} {}", v.who(), v.how),
-        None => format!("exit {}", result.exit_code),
-    }
-}
-
-fn stop_line(job: &Job, stop: &Stop) -> String {
-    match stop {
-        Stop::Succeeded => "succeeded".into(),
-        Stop::Stopped => "stopped (a signal, --timeout or closed output): not restarted".into(),
-        Stop::NoRestartsLeft => "no restart left (--max-restarts)".into(),
-        Stop::ProgramFault { cause, nodes } => format!(
-            "the fault is in the program, not a node: {cause} first on {} and then on {}",
-            host(job, nodes[0]),
-            host(job, nodes[1])
-        ),
-        Stop::HeadFailed(why) => format!(
-            "the head ({}) {why}; it runs exec_all and cannot be replaced",
-            host(job, 0)
-        ),
-        Stop::NoSpareLeft { needed, left } => format!(
-            "no spare left: {left} node(s) in the run, {needed} needed (--min-nodes lets it shrink)"
-        ),
-    }
-}
-
-/// `attempt 0: rank 2 (node3) lost; attempt 1 succeeded`.
-fn summary(records: &[AttemptReport]) -> String {
-    let parts: Vec<String> = records
-        .iter()
-        .map(|r| {
-            let what = r.failure.as_deref().unwrap_or("succeeded");
-            let mut part = format!("attempt {}: {what}", r.attempt);
-            for x in &r.excluded {
-                let _ = write!(part, ", {} excluded", x.host);
-            }
-            if r.then != "restart" && r.then != "succeeded" {
-                let _ = write!(part, "; {}", r.then);
-            }
-            part
-        })
-        .collect();
-    parts.join("; ")
-}
-
-fn say(line: &str) {
-    crate::stdio::eprint(&format!("{}: {line}\n", crate::logging::program()));
 }

@@ -1,7 +1,7 @@
 //! The dispatcher: the one owner of a run. Its sources (node events, stop
 //! signals, SIGUSR1, timers, closed output) are turned into one [`Wake`] at a
-//! time, and one method handles each: the dispatcher's state is its
-//! fields. It decides when the run ends and why; what it says on the way
+//! time (`dispatch_loop.rs`), and one method handles each: the
+//! dispatcher's state is its fields. It decides when the run ends and why; what it says on the way
 //! goes through [`Live`].
 
 use std::collections::{HashMap, HashSet};
@@ -13,10 +13,9 @@ use tracing::{debug, info};
 
 use super::event::{End, Event, Order, Subtree};
 use super::live::Live;
-use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult};
+use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult, run_exit_code};
 use super::writer::Writer;
 use crate::exit_code;
-use crate::signals::Stops;
 use crate::snapshot::survey::RunNodes;
 
 /// What a run's dispatcher is told to do.
@@ -34,7 +33,7 @@ pub struct Dispatch {
     pub hang_timeout: Option<Duration>,
     pub progress_seen: std::sync::Arc<super::progress::Progress>,
     /// Say where the start went once every task printed (a run that
-    /// relays its output): on a terminal, or when it took `SLOW_START`.
+    /// passes its output on): on a terminal, or when it took `SLOW_START`.
     pub start_line: bool,
 }
 
@@ -75,7 +74,7 @@ pub struct Channels {
 }
 
 /// What wakes the dispatcher: one source at a time.
-enum Wake {
+pub(super) enum Wake {
     Node(usize, Event),
     Signal(i32),
     SnapshotAsked,
@@ -88,83 +87,20 @@ enum Wake {
     ProgressTick,
 }
 
-/// The dispatcher's sources, apart from its state: they are read while the
-/// state says which of them to wait for.
-struct Sources<'s> {
-    channels: Channels,
-    stops: &'s mut Stops,
-    /// SIGUSR1, when the run can take snapshots.
-    usr1: Option<tokio::signal::unix::Signal>,
-    tick: tokio::time::Interval,
-}
-
-/// Runs the dispatcher until every task has ended; `stops` gives the stop
-/// signals, which are passed on to every node (the second: SIGKILL).
-pub async fn run(
-    spec: &Dispatch,
-    nodes: Vec<NodeRecord>,
-    tasks: Vec<TaskHandle>,
-    channels: Channels,
-    writer: Writer,
-    stops: &mut Stops,
-) -> RunResult {
-    let mut sources = Sources {
-        channels,
-        stops,
-        // SIGUSR1: print what every node is doing, and go on.
-        usr1: spec.snapshot.as_ref().and_then(|_| {
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()
-        }),
-        tick: tokio::time::interval(Duration::from_millis(100)),
-    };
-    let mut dispatcher = Dispatcher::new(spec, nodes, tasks, writer);
-    while dispatcher.remaining > 0 {
-        let wake = sources.next(&dispatcher).await;
-        dispatcher.handle(wake).await;
-    }
-    dispatcher.finish().await
-}
-
-impl Sources<'_> {
-    /// The next thing that happened, of those the dispatcher's state waits for.
-    async fn next(&mut self, d: &Dispatcher<'_>) -> Wake {
-        let running = d.cancelled.is_none();
-        let timeout_at = d.timeout_at.filter(|_| running);
-        let quiet_at = match d.spec.hang_timeout {
-            Some(limit) if running && d.unstarted == 0 => {
-                Some(Instant::from_std(d.spec.progress_seen.last() + limit))
-            }
-            _ => None,
-        };
-        let usr1 = async {
-            match self.usr1.as_mut() {
-                Some(s) => s.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            Some(()) = usr1 => Wake::SnapshotAsked,
-            Some((rank, event)) = self.channels.events.recv() => Wake::Node(rank, event),
-            signo = self.stops.next_distinct() => Wake::Signal(signo),
-            () = sleep_until(timeout_at) => Wake::TimedOut,
-            () = sleep_until(quiet_at) => Wake::Quiet,
-            Some(()) = self.channels.output_closed.recv() => Wake::OutputClosed,
-            () = sleep_until(d.phase.deadline()) => Wake::Deadline,
-            _ = self.tick.tick(), if d.live.progress_on() => Wake::ProgressTick,
-        }
-    }
-}
-
-/// Sleeps until `at`; never, without one.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// What the dispatcher waits for besides its nodes' events ([`Dispatcher::waits`]).
+pub(super) struct Waits {
+    /// `--timeout`, while the run is not ending.
+    pub timeout_at: Option<Instant>,
+    /// When the hang timeout's time comes, once every node started.
+    pub quiet_at: Option<Instant>,
+    /// The end of the current phase's grace.
+    pub deadline: Option<Instant>,
+    /// Whether the progress line is shown (its tick).
+    pub progress: bool,
 }
 
 /// A run's state: its records, who is still there, why it is ending.
-struct Dispatcher<'a> {
+pub(super) struct Dispatcher<'a> {
     spec: &'a Dispatch,
     nodes: Vec<NodeRecord>,
     /// A rank's place in `nodes`.
@@ -172,7 +108,7 @@ struct Dispatcher<'a> {
     tasks: Vec<TaskHandle>,
     /// The tasks that ended (by rank).
     done: HashSet<usize>,
-    remaining: usize,
+    pub(super) remaining: usize,
     running: usize,
     /// Tasks that printed something.
     printed: usize,
@@ -192,7 +128,7 @@ struct Dispatcher<'a> {
 }
 
 impl<'a> Dispatcher<'a> {
-    fn new(
+    pub(super) fn new(
         spec: &'a Dispatch,
         nodes: Vec<NodeRecord>,
         tasks: Vec<TaskHandle>,
@@ -221,7 +157,25 @@ impl<'a> Dispatcher<'a> {
         }
     }
 
-    async fn handle(&mut self, wake: Wake) {
+    /// What the state waits for besides the nodes' events, for
+    /// `Sources::next`: the time limits while running, the current phase's
+    /// deadline, the progress line's tick.
+    pub(super) fn waits(&self) -> Waits {
+        let running = self.cancelled.is_none();
+        Waits {
+            timeout_at: self.timeout_at.filter(|_| running),
+            quiet_at: match self.spec.hang_timeout {
+                Some(limit) if running && self.unstarted == 0 => {
+                    Some(Instant::from_std(self.spec.progress_seen.last() + limit))
+                }
+                _ => None,
+            },
+            deadline: self.phase.deadline(),
+            progress: self.live.progress_on(),
+        }
+    }
+
+    pub(super) async fn handle(&mut self, wake: Wake) {
         let reason = match wake {
             Wake::Node(rank, Event::Started { address, connect }) => {
                 self.node_started(rank, address, connect);
@@ -461,7 +415,7 @@ impl<'a> Dispatcher<'a> {
         self.snapshot = Some(self.live.caught(&said.1, nodes).await);
     }
 
-    async fn finish(mut self) -> RunResult {
+    pub(super) async fn finish(mut self) -> RunResult {
         self.live.end_progress().await;
         let failure_code = self.first_failure.map(|rank| {
             self.nodes[self.index[&rank]]
@@ -483,42 +437,12 @@ impl<'a> Dispatcher<'a> {
     }
 }
 
-/// The run's exit code: 124 for `--timeout`; else the first failure's code;
-/// else what ended the run early (128 + the signal; SIGKILL for a second
-/// signal; SIGPIPE for closed output); else 0.
-fn run_exit_code(cancelled: Option<CancelReason>, failure_code: Option<i32>) -> i32 {
-    match cancelled {
-        Some(CancelReason::Timeout | CancelReason::Hung) => exit_code::TIMEOUT,
-        Some(CancelReason::Signal(signo)) => failure_code.unwrap_or(exit_code::from_signal(signo)),
-        Some(CancelReason::SecondSignal) => {
-            failure_code.unwrap_or(exit_code::from_signal(libc::SIGKILL))
-        }
-        Some(CancelReason::OutputClosed) => {
-            failure_code.unwrap_or(exit_code::from_signal(libc::SIGPIPE))
-        }
-        Some(CancelReason::NodeFailed) | None => failure_code.unwrap_or(exit_code::SUCCESS),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec_all::dispatch_loop::run;
     use crate::process::Outcome;
-
-    #[test]
-    fn exit_codes_follow_the_cancel_reason_and_the_first_failure() {
-        use CancelReason::*;
-        assert_eq!(run_exit_code(None, None), 0);
-        assert_eq!(run_exit_code(None, Some(3)), 3);
-        assert_eq!(run_exit_code(Some(NodeFailed), Some(3)), 3);
-        assert_eq!(run_exit_code(Some(Timeout), Some(3)), 124, "timeout wins");
-        assert_eq!(run_exit_code(Some(Signal(libc::SIGINT)), None), 130);
-        assert_eq!(run_exit_code(Some(Signal(libc::SIGINT)), Some(3)), 3);
-        assert_eq!(run_exit_code(Some(SecondSignal), None), 137);
-        assert_eq!(run_exit_code(Some(OutputClosed), None), 141);
-        assert!(SecondSignal > Signal(1) && Signal(1) > Timeout && Timeout > OutputClosed);
-        assert!(OutputClosed > NodeFailed, "the most serious reason wins");
-    }
+    use crate::signals::Stops;
 
     fn spec(fail_fast: bool, grace_ms: u64, timeout_ms: Option<u64>) -> Dispatch {
         Dispatch {

@@ -54,7 +54,7 @@ pub(crate) fn on_runtime<T>(
     result
 }
 
-/// What one node's command left, for callers that gather output instead of relaying it.
+/// What one node's command left, for callers that gather output instead of passing it on.
 #[derive(Debug, Clone)]
 pub struct NodeCapture {
     pub rank: usize,

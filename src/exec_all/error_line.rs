@@ -2,7 +2,7 @@
 //! verdict: the exception line that ends a Python traceback, a C++
 //! `terminate called after throwing an instance of ...` with its `what():`,
 //! a CUDA error, a `Fatal Python error:`; and NCCL's cause (see
-//! `nccl_line::Cause`). A torchrun job always ends with torchrun's own
+//! `nccl_line::CauseScan`). A torchrun job always ends with torchrun's own
 //! summary (its `ChildFailedError` and the `Root Cause` block), so the last
 //! lines of a node alone do not say what went wrong.
 //!
@@ -76,7 +76,7 @@ pub struct ErrorScan {
     tracebacks: Vec<(Vec<u8>, usize)>,
     /// A `terminate called ...` line, waiting for its `what():`.
     terminate: Option<String>,
-    nccl: nccl_line::Cause,
+    nccl: nccl_line::CauseScan,
 }
 
 impl ErrorScan {

@@ -66,7 +66,7 @@ pub enum LegMsg {
     /// The command touched its heartbeat file: progress without output.
     Heartbeat,
     /// A relay's record of its group, taken out of its stderr.
-    Relayed(RelayRecord),
+    RelayRecord(RelayRecord),
 }
 
 /// How a leg ended, beyond its messages.

@@ -12,7 +12,7 @@ use crate::error::Error;
 /// Returns the exit code.
 pub(super) fn end(
     mut result: RunResult,
-    attempts: Option<Vec<super::report::AttemptReport>>,
+    attempts: Option<Vec<super::run_report::AttemptReport>>,
     role: &Role,
 ) -> Result<i32, Error> {
     let head = match role {
@@ -39,10 +39,10 @@ pub(super) fn end(
 /// `--report FILE`: the run's report as JSON.
 fn write_report(
     result: &RunResult,
-    attempts: Option<Vec<super::report::AttemptReport>>,
+    attempts: Option<Vec<super::run_report::AttemptReport>>,
     path: &Path,
 ) -> Result<(), Error> {
-    let mut report = super::report::build(result);
+    let mut report = super::run_report::build(result);
     report.attempts = attempts;
     let text = serde_json::to_string_pretty(&report).expect("the report serialises");
     std::fs::write(path, text + "\n").map_err(|e| {
@@ -57,7 +57,7 @@ fn write_report(
 /// A stdout that cannot be written is exit code 141, as for live output.
 fn print_groups(result: &RunResult) -> Result<(), i32> {
     use crate::stdio::{Fd, write_all};
-    let nodes = |err: bool| -> Vec<super::group::NodeOutput<'_>> {
+    let nodes = |err: bool| -> Vec<super::grouped_output::NodeOutput<'_>> {
         result
             .nodes
             .iter()
@@ -67,7 +67,7 @@ fn print_groups(result: &RunResult) -> Result<(), i32> {
                 } else {
                     (&n.stats.captured_out, n.stats.bytes_out)
                 };
-                super::group::NodeOutput {
+                super::grouped_output::NodeOutput {
                     rank: n.rank,
                     host: &n.host,
                     bytes,
@@ -78,11 +78,11 @@ fn print_groups(result: &RunResult) -> Result<(), i32> {
     };
     let out = write_all(
         Fd::Out,
-        &super::group::render(&nodes(false), super::sink::CAPTURE_MAX),
+        &super::grouped_output::render(&nodes(false), super::sink::CAPTURE_MAX),
     );
     let _ = write_all(
         Fd::Err,
-        &super::group::render(&nodes(true), super::sink::CAPTURE_MAX),
+        &super::grouped_output::render(&nodes(true), super::sink::CAPTURE_MAX),
     );
     out.map_err(|e| {
         if let Some(line) = crate::stdio::failure_line(crate::logging::program(), Fd::Out, &e) {
@@ -104,6 +104,6 @@ pub(crate) fn finish_output(result: &RunResult) {
         }
     }
     if result.exit_code != 0 {
-        crate::stdio::eprint(&super::report::table(result));
+        crate::stdio::eprint(&super::run_report::table(result));
     }
 }

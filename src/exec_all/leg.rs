@@ -23,7 +23,7 @@ use crate::protocol::signals::signal_to_sig;
 
 /// A started leg.
 pub struct Leg {
-    started: Started,
+    started: StartedLeg,
     /// A relay's: its record is taken out of its stderr.
     tap: Option<RecordTap>,
     /// A message that came with the one just yielded.
@@ -31,7 +31,7 @@ pub struct Leg {
     done: bool,
 }
 
-enum Started {
+enum StartedLeg {
     Channel(ChannelLeg),
     Process(ProcessLeg),
 }
@@ -46,12 +46,12 @@ impl Leg {
         stdin: Option<mpsc::Receiver<Bytes>>,
     ) -> Result<Leg, NodeOutcome> {
         let started = match (spec.leg, &ctx.reach) {
-            (LegKind::Local, _) => Started::Process(ProcessLeg::start(ctx, spec, None, stdin)?),
+            (LegKind::Local, _) => StartedLeg::Process(ProcessLeg::start(ctx, spec, None, stdin)?),
             (_, Reach::Wrapper(wrapper)) => {
-                Started::Process(ProcessLeg::start(ctx, spec, Some(wrapper), stdin)?)
+                StartedLeg::Process(ProcessLeg::start(ctx, spec, Some(wrapper), stdin)?)
             }
             (_, Reach::Agent(ssh) | Reach::Sshd(ssh)) => {
-                Started::Channel(ChannelLeg::start(ctx, ssh, spec, orders, stdin).await?)
+                StartedLeg::Channel(ChannelLeg::start(ctx, ssh, spec, orders, stdin).await?)
             }
         };
         Ok(Leg {
@@ -65,8 +65,8 @@ impl Leg {
     /// The node's address as it was reached (`None`: a process here).
     pub fn address(&self) -> Option<String> {
         match &self.started {
-            Started::Channel(leg) => Some(leg.peer.to_string()),
-            Started::Process(_) => None,
+            StartedLeg::Channel(leg) => Some(leg.peer.to_string()),
+            StartedLeg::Process(_) => None,
         }
     }
 
@@ -74,8 +74,8 @@ impl Leg {
     /// connection of its own).
     pub fn connect_times(&self) -> Option<crate::transport::client::ConnectTimes> {
         match &self.started {
-            Started::Channel(leg) => leg.times,
-            Started::Process(_) => None,
+            StartedLeg::Channel(leg) => leg.times,
+            StartedLeg::Process(_) => None,
         }
     }
 
@@ -86,8 +86,8 @@ impl Leg {
         }
         while !self.done {
             let msg = match &mut self.started {
-                Started::Channel(leg) => leg.next().await,
-                Started::Process(leg) => leg.next().await,
+                StartedLeg::Channel(leg) => leg.next().await,
+                StartedLeg::Process(leg) => leg.next().await,
             };
             let Some(tap) = &mut self.tap else {
                 self.done = msg.is_none();
@@ -101,7 +101,7 @@ impl Leg {
                 }
                 other => return other,
             };
-            self.queued = tap.take().map(LegMsg::Relayed);
+            self.queued = tap.take().map(LegMsg::RelayRecord);
             if !pass.is_empty() {
                 return Some(LegMsg::Err(Bytes::from(pass)));
             }
@@ -117,10 +117,10 @@ impl Leg {
         match &self.started {
             // Boxed: a seldom awaited future, not part of the state the
             // task holds for the run.
-            Started::Channel(leg) => {
+            StartedLeg::Channel(leg) => {
                 let _ = Box::pin(leg.tx.signal(signal_to_sig(signo))).await;
             }
-            Started::Process(leg) => leg.signal(signo),
+            StartedLeg::Process(leg) => leg.signal(signo),
         }
     }
 
@@ -129,8 +129,8 @@ impl Leg {
     /// killed when `abandoned`, and its group ended.
     pub async fn close(self, abandoned: bool) -> Closed {
         match self.started {
-            Started::Channel(leg) => Box::pin(leg.close(abandoned)).await,
-            Started::Process(leg) => Box::pin(leg.close(abandoned)).await,
+            StartedLeg::Channel(leg) => Box::pin(leg.close(abandoned)).await,
+            StartedLeg::Process(leg) => Box::pin(leg.close(abandoned)).await,
         }
     }
 }

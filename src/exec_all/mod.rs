@@ -18,28 +18,33 @@
 //! - `sink`: a node's output cut into lines; `writer`: the one writer thread.
 //! - `files`: `--output DIR`, a file per rank and stream.
 //! - `attempts`: restarts: a run as attempts over the nodes the restart policy gives.
+//!   `health_check`: the check before each; `attempt_lines`: what they say on stderr.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
+//! - `dispatch_loop`: the dispatcher's loop: its sources, one wake at a time.
 //! - `live`: what a run says while it runs (progress line, snapshots).
 //! - `event`: what node tasks and the dispatcher tell each other.
 //! - `record`: what a run keeps of each node, and how it ended.
 //! - `relay`: past `--fanout` nodes, groups of nodes run through one of theirs.
 //! - `relay_record`: a relay's records of its group, sent to its head on stderr.
-//! - `report`: the failure table and `--report FILE`.
+//! - `run_report`: the failure table and `--report FILE`.
 //! - `verdict`: the first failure: which node, how, OOM, core, its last lines.
 //! - `nccl_line`: which output lines are NCCL's warnings and errors, and its cause.
 //! - `error_line`: the program's own error in its output (a traceback's exception, ...).
-//! - `group`: `--group`, identical outputs printed once with their ranks.
+//! - `grouped_output`: `--group`, identical outputs printed once with their ranks.
 //! - `finish`: what the user reads at the end: groups, the table, `--report FILE`.
 
+mod attempt_lines;
 mod attempts;
 mod channel_leg;
 mod dispatch;
+mod dispatch_loop;
 mod entry;
 mod error_line;
 mod event;
 mod files;
 mod finish;
-mod group;
+mod grouped_output;
+mod health_check;
 mod invocation;
 mod leg;
 mod leg_kind;
@@ -56,7 +61,7 @@ mod reach;
 mod record;
 mod relay;
 mod relay_record;
-mod report;
+mod run_report;
 pub mod script;
 mod sink;
 mod verdict;

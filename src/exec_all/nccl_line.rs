@@ -1,11 +1,11 @@
 //! Which output lines are NCCL's warnings and errors, for the first-failure
 //! verdict: `host:pid:tid [rank] NCCL WARN ...`, PyTorch's `NCCL error in:
 //! ...` and `[E ProcessGroupNCCL.cpp:...]` (its watchdog's timeout) lines;
-//! and which line gives NCCL's cause ([`Cause`]): its first `NCCL WARN`, or,
+//! and which line gives NCCL's cause ([`CauseScan`]): its first `NCCL WARN`, or,
 //! without `NCCL_DEBUG`, the message PyTorch quotes after `Last error:`.
 //!
 //! Every block of output is scanned, so the scan is one SIMD search for
-//! `NCCL` (several GB/s, against the relay's ~170 MB/s), and only the lines
+//! `NCCL` (several GB/s, against the output path's ~170 MB/s), and only the lines
 //! of a block where it hits are looked at. A line that names NCCL
 //! only in lower case (`ncclSystemError: ...`) is not taken: PyTorch prints
 //! it after an `NCCL error in:` line, which is.
@@ -67,14 +67,14 @@ const LAST_ERROR_WITHIN: u8 = 3;
 /// or the line after PyTorch's `Last error:` (the same message, there even
 /// without `NCCL_DEBUG`).
 #[derive(Debug, Default)]
-pub struct Cause {
+pub struct CauseScan {
     /// Lines since the last NCCL error line, while `Last error:` may follow.
     since_error: Option<u8>,
     /// The last line was `Last error:`: this one is the cause.
     next_is_cause: bool,
 }
 
-impl Cause {
+impl CauseScan {
     /// Whether the next lines must be looked at however they look.
     pub fn pending(&self) -> bool {
         self.since_error.is_some() || self.next_is_cause
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn the_cause_is_the_first_warn_or_the_line_after_last_error() {
         let cause = |lines: &[&str]| {
-            let mut c = Cause::default();
+            let mut c = CauseScan::default();
             lines
                 .iter()
                 .find(|l| {

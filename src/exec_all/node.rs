@@ -41,12 +41,12 @@ impl NodeTask {
         let _ = self.events.send((self.spec.rank, event));
     }
 
-    fn end(self, outcome: NodeOutcome, seen: Seen, relayed: Option<RelayRecord>) {
+    fn end(self, outcome: NodeOutcome, seen: Seen, relay_record: Option<RelayRecord>) {
         let subtree = self
             .spec
             .relay
             .as_ref()
-            .map(|group| relay::subtree(&group.ranks, &self.spec.host, &outcome, relayed));
+            .map(|group| relay::subtree(&group.ranks, &self.spec.host, &outcome, relay_record));
         let mut evidence = self.sink.evidence.clone();
         evidence.exit_info = seen.exit_info;
         let end = End {
@@ -80,7 +80,7 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
     let mut status = None;
     let mut seen = Seen::default();
     let mut printed = false;
-    let mut relayed = None;
+    let mut relay_record = None;
     let mut abandoned = false;
     let mut timer = FlushTimer::new();
     loop {
@@ -117,7 +117,7 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
                 }
                 Some(LegMsg::ExitInfo(info)) => seen.exit_info = Some(info),
                 Some(LegMsg::Exit(outcome)) => status = Some(outcome),
-                Some(LegMsg::Relayed(record)) => relayed = Some(record),
+                Some(LegMsg::RelayRecord(record)) => relay_record = Some(record),
                 None => break,
             },
             () = timer.wait() => task.sink.flush_due().await,
@@ -130,7 +130,7 @@ pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
         None => NodeOutcome::Lost(closed.lost.into()),
     };
     seen.exit_info = seen.exit_info.or(closed.exit_info);
-    task.end(outcome, seen, relayed);
+    task.end(outcome, seen, relay_record);
 }
 
 /// What a task saw of its command besides its output.
@@ -142,7 +142,7 @@ struct Seen {
 }
 
 /// A run's node tasks, started.
-pub struct Started {
+pub struct StartedTasks {
     /// The dispatcher's handle on each task.
     pub handles: Vec<TaskHandle>,
     pub events: mpsc::UnboundedReceiver<(usize, Event)>,
@@ -160,7 +160,7 @@ pub fn start_all(
     writer: &Writer,
     output_dir: Option<&Path>,
     forward_stdin: bool,
-) -> Result<Started, Error> {
+) -> Result<StartedTasks, Error> {
     let (events_tx, events) = mpsc::unbounded_channel();
     let mut handles = Vec::new();
     let mut stdin_txs = Vec::new();
@@ -191,7 +191,7 @@ pub fn start_all(
         tasks.spawn(run(ctx.clone(), Box::new(task)));
     }
     let stdin = (!stdin_txs.is_empty()).then(|| tokio::spawn(broadcast_stdin(stdin_txs)));
-    Ok(Started {
+    Ok(StartedTasks {
         handles,
         events,
         tasks,
@@ -212,7 +212,7 @@ async fn broadcast_stdin(txs: Vec<mpsc::Sender<Bytes>>) {
 
 /// The timer of a sink's held partial line, armed lazily: once when a line
 /// starts to wait, not again for every chunk that moves its deadline on (a
-/// timer per chunk cost the relay a wake-up of the runtime's driver each).
+/// timer per chunk cost the output path a wake-up of the runtime's driver each).
 /// The deadline only moves later, so the timer fires at or before it; the
 /// sink then writes only what is really due, and the timer is armed again.
 struct FlushTimer {

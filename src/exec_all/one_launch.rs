@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::dispatch::{self, Dispatch};
+use super::dispatch_loop;
 use super::options::RunOptions;
 use super::procs::{self, PerNode};
 use super::reach::{Reach, RunCtx};
@@ -69,7 +70,7 @@ pub(crate) async fn launch(
         // head's to read, nor a health check's.
         start_line: options.forward_output && options.shell_hint,
     };
-    let node::Started {
+    let node::StartedTasks {
         handles,
         events,
         mut tasks,
@@ -79,7 +80,7 @@ pub(crate) async fn launch(
         events,
         output_closed: closed_rx,
     };
-    let mut result = dispatch::run(&spec, records, handles, channels, writer, stops).await;
+    let mut result = dispatch_loop::run(&spec, records, handles, channels, writer, stops).await;
     while tasks.join_next().await.is_some() {}
     if let Some(reader) = stdin {
         reader.abort();

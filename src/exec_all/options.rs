@@ -25,7 +25,7 @@ pub(crate) struct RunOptions {
     pub exclude: BTreeSet<usize>,
     pub export: Export,
     pub max_connecting: usize,
-    /// Relay output to this process's streams (false: gather it, for `collect`).
+    /// Pass output on to this process's streams (false: gather it, for `collect`).
     pub forward_output: bool,
     /// The most nodes this process talks to itself; more are reached through
     /// relays (nodes that run exec_all for a group of nodes).
@@ -59,7 +59,7 @@ pub(crate) struct RunOptions {
 
 impl RunOptions {
     /// `script` on every node with exec-all's defaults: no arguments,
-    /// fail-fast, output relayed, stdin not forwarded, every variable exported.
+    /// fail-fast, output passed on, stdin not forwarded, every variable exported.
     pub fn new(script: Script) -> Self {
         RunOptions {
             script,

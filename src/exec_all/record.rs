@@ -112,6 +112,25 @@ pub enum CancelReason {
     SecondSignal,
 }
 
+/// The run's exit code: 124 for `--timeout`; else the first failure's code;
+/// else what ended the run early (128 + the signal; SIGKILL for a second
+/// signal; SIGPIPE for closed output); else 0.
+pub(super) fn run_exit_code(cancelled: Option<CancelReason>, failure_code: Option<i32>) -> i32 {
+    match cancelled {
+        Some(CancelReason::Timeout | CancelReason::Hung) => crate::exit_code::TIMEOUT,
+        Some(CancelReason::Signal(signo)) => {
+            failure_code.unwrap_or(crate::exit_code::from_signal(signo))
+        }
+        Some(CancelReason::SecondSignal) => {
+            failure_code.unwrap_or(crate::exit_code::from_signal(libc::SIGKILL))
+        }
+        Some(CancelReason::OutputClosed) => {
+            failure_code.unwrap_or(crate::exit_code::from_signal(libc::SIGPIPE))
+        }
+        Some(CancelReason::NodeFailed) | None => failure_code.unwrap_or(crate::exit_code::SUCCESS),
+    }
+}
+
 /// What the dispatcher keeps of each node; a relay sends its head the
 /// records of its group as they are (`relay_record.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,7 +303,7 @@ pub struct RunResult {
 pub struct OutputStats {
     pub bytes_out: u64,
     pub bytes_err: u64,
-    /// Everything, when the sink captures instead of relaying (up to
+    /// Everything, when the sink captures instead of passing on (up to
     /// `output::CAPTURE_MAX`); a relay never captures, so it sends none.
     #[serde(skip)]
     pub captured_out: Vec<u8>,
@@ -334,6 +353,21 @@ pub struct ErrorLines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_cancel_reason_and_the_first_failure() {
+        use CancelReason::*;
+        assert_eq!(run_exit_code(None, None), 0);
+        assert_eq!(run_exit_code(None, Some(3)), 3);
+        assert_eq!(run_exit_code(Some(NodeFailed), Some(3)), 3);
+        assert_eq!(run_exit_code(Some(Timeout), Some(3)), 124, "timeout wins");
+        assert_eq!(run_exit_code(Some(Signal(libc::SIGINT)), None), 130);
+        assert_eq!(run_exit_code(Some(Signal(libc::SIGINT)), Some(3)), 3);
+        assert_eq!(run_exit_code(Some(SecondSignal), None), 137);
+        assert_eq!(run_exit_code(Some(OutputClosed), None), 141);
+        assert!(SecondSignal > Signal(1) && Signal(1) > Timeout && Timeout > OutputClosed);
+        assert!(OutputClosed > NodeFailed, "the most serious reason wins");
+    }
     use std::time::UNIX_EPOCH;
 
     fn at(ms: u64) -> SystemTime {

@@ -1,4 +1,4 @@
-//! One node's end of the output relay: its bytes cut into lines for the
+//! One node's end of the output path: its bytes cut into lines for the
 //! writer thread (`writer`), its files, and what the report keeps of it.
 //!
 //! One node alone, unlabelled, is a byte pipe: every chunk is passed on as it
@@ -39,7 +39,7 @@ const TAIL_LINE_MAX: usize = 200;
 /// A capturing sink keeps at most this much of each stream.
 pub const CAPTURE_MAX: usize = 4 * 1024 * 1024;
 
-/// One node's end of the relay.
+/// One node's end of the output path.
 pub struct NodeSink {
     writer: Writer,
     label: Option<Vec<u8>>,
@@ -309,7 +309,7 @@ fn last_cut(data: &[u8], labelled: bool) -> Option<usize> {
 /// line, if it has no end, gets a newline.
 fn labelled(label: &[u8], block: &[u8]) -> Vec<u8> {
     // Most blocks have no `\r`: one fast scan says so, and the lines are cut
-    // by the single-byte search (the relay's hot path with `--label`).
+    // by the single-byte search (the output's hot path with `--label`).
     let has_cr = memchr::memchr(b'\r', block).is_some();
     let lines = memchr::memchr_iter(b'\n', block).count() + 1;
     let mut out = Vec::with_capacity(block.len() + lines * label.len() + 1);

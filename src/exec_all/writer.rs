@@ -40,19 +40,19 @@ pub(super) enum Message {
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Message>,
-    closed: Arc<Closed>,
+    closed: Arc<ClosedOutputs>,
 }
 
 /// What the writer thread found it cannot write to.
 #[derive(Default)]
-struct Closed {
+struct ClosedOutputs {
     stdout: AtomicBool,
     stderr: AtomicBool,
     /// The first failed write.
     first: std::sync::Mutex<Option<(Fd, io::Error)>>,
 }
 
-impl Closed {
+impl ClosedOutputs {
     fn flag(&self, fd: Fd) -> &AtomicBool {
         match fd {
             Fd::Out => &self.stdout,
@@ -83,7 +83,7 @@ impl Closed {
 /// The writer thread; join it after every `Writer` is dropped.
 pub struct WriterThread {
     handle: std::thread::JoinHandle<()>,
-    closed: Arc<Closed>,
+    closed: Arc<ClosedOutputs>,
 }
 
 impl WriterThread {
@@ -103,7 +103,7 @@ impl WriterThread {
 /// unwritable (`/dev/full`).
 pub fn start(closed: tokio::sync::mpsc::UnboundedSender<()>) -> (Writer, WriterThread) {
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-    let flags = Arc::new(Closed::default());
+    let flags = Arc::new(ClosedOutputs::default());
     let thread_flags = flags.clone();
     let handle = std::thread::Builder::new()
         .name("mn-output".into())
@@ -123,7 +123,7 @@ pub fn start(closed: tokio::sync::mpsc::UnboundedSender<()>) -> (Writer, WriterT
 
 fn writer_loop(
     mut rx: mpsc::Receiver<Message>,
-    flags: Arc<Closed>,
+    flags: Arc<ClosedOutputs>,
     closed: tokio::sync::mpsc::UnboundedSender<()>,
 ) {
     let failed = |fd: Fd, e: io::Error| {
@@ -221,7 +221,7 @@ impl Writer {
     pub(super) fn to_channel(tx: mpsc::Sender<Message>) -> Writer {
         Writer {
             tx,
-            closed: Arc::new(Closed::default()),
+            closed: Arc::new(ClosedOutputs::default()),
         }
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! - `spawn`: starting a group leader without copying this process.
 //! - `child`: [`GroupChild`], the leader's pipes and its end.
+//! - `child_setup`: what every child starts with (default signals, the open-file limit).
 //! - `group`: signalling and ending a whole group or session.
 //! - `drain`: a command's output pipes after its leader exited (one owner for
 //!   the agent's commands and exec_all's local ones).
@@ -16,13 +17,15 @@
 
 mod bounded;
 mod child;
+mod child_setup;
 mod drain;
 mod group;
 mod outcome;
 mod spawn;
 
 pub use bounded::{RunOutput, how_it_ended, run_bounded, run_bounded_async};
-pub use child::{GroupChild, raise_fd_limit, reset_signals};
+pub use child::GroupChild;
+pub use child_setup::{raise_fd_limit, reset_signals};
 pub use drain::{Group, PipeReader, settle};
 pub use group::{
     end_blocking, end_group, end_group_after, end_session, kill_group_at, sessions_groups,

@@ -140,7 +140,7 @@ impl Spawn {
 }
 
 /// A started child: its pid and this side of its pipes.
-pub(super) struct Started {
+pub(super) struct Spawned {
     pub pid: libc::pid_t,
     pub stdin: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
@@ -216,7 +216,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Starts `spec`; returns once the child has called `execve` (or failed to).
-pub(super) fn start(spec: &Spawn, nofile: Option<libc::rlimit>) -> io::Result<Started> {
+pub(super) fn start(spec: &Spawn, nofile: Option<libc::rlimit>) -> io::Result<Spawned> {
     let program = cstring(&spec.program)?;
     let argv = spec
         .argv
@@ -310,7 +310,7 @@ pub(super) fn start(spec: &Spawn, nofile: Option<libc::rlimit>) -> io::Result<St
         return Err(io::Error::from_raw_os_error(error));
     }
     let [stdin, stdout, stderr] = ours;
-    Ok(Started {
+    Ok(Spawned {
         pid,
         stdin,
         stdout,
@@ -362,7 +362,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         // Default dispositions first, while everything is blocked; then the
         // empty mask the program starts with.
-        super::reset_signals();
+        super::child_setup::reset_signals();
         libc::execve(args.program, args.argv, args.envp);
         fail(args)
     }

@@ -12,7 +12,7 @@
 //! Cipher: `aes256-gcm@openssh.com` first where the CPU has AES and carry-less
 //! multiply instructions. ring's `chacha20-poly1305@openssh.com` runs Poly1305
 //! in portable C (about 8 instructions a byte); its AES-GCM is assembly, and
-//! output relay is bound by the cipher on both ends. Without those
+//! passing output on is bound by the cipher on both ends. Without those
 //! instructions ChaCha20-Poly1305 stays first, as it is faster in software.
 
 use std::borrow::Cow;

@@ -25,7 +25,7 @@
 //!   (another container of the pod) refuses, since PGID means nothing there.
 //!   The agent never signals that group; it answers when the channel closes.
 //!   Meanwhile the client may send lines of JSON on the channel: what that
-//!   group printed, when (`snapshot::watch::Relayed`), for `top`.
+//!   group printed, when (`snapshot::watch::PassedOn`), for `top`.
 
 const PREFIX: &[u8] = b"#multinode:";
 

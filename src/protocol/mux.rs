@@ -2,7 +2,7 @@
 //! -- JOB`, the head's agent keeps its logged-in connections to the workers
 //! and listens on a Unix socket named by [`crate::vars::MUX_SOCKET`]. A client of the job
 //! (exec_all) opens one Unix connection per remote command; the head's agent
-//! opens a channel on its connection to that node and relays it. No key
+//! opens a channel on its connection to that node and forwards it. No key
 //! exchange, no login, no TCP handshake per command.
 //!
 //! Each Unix connection carries one channel as frames: a kind byte, a 4-byte

@@ -7,10 +7,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::Frame;
 use crate::process::{RunOutput, run_bounded_async};
+
+/// One Python frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+}
 
 /// What py-spy found for one process.
 #[derive(Debug, Clone, PartialEq)]

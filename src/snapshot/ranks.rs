@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CommandInfo, NodeSnapshot};
+use super::node_snapshot::{CommandInfo, NodeSnapshot};
 
 /// The global rank of a command that is one of several processes of the
 /// node `node_rank`: started with a `LOCAL_RANK`, or with a `RANK` other

@@ -6,7 +6,31 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Frame;
+use super::pystack::Frame;
+
+/// Frames of the named collectives: a rank here waits for the others, so
+/// between groups of the same size it is not the odd one.
+pub(super) const COLLECTIVES: &[&str] = &[
+    "all_reduce",
+    "allreduce",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "broadcast",
+    "barrier",
+    "all_to_all",
+    "alltoall",
+    "bcast",
+    "monitored_barrier",
+];
+
+/// Frames that wait for this rank's own GPU (`torch.cuda.synchronize`,
+/// `.item()`). Either a rank waiting for the others (with NCCL a collective
+/// runs on the GPU, and the Python thread waits for it here, not in
+/// `all_reduce`) or the rank the others wait for (its GPU busy, as in a
+/// CUDA loop): less a waiter than a rank in a named collective, more than
+/// one that waits for nothing.
+pub(super) const GPU_WAITS: &[&str] = &["synchronize", "_local_scalar_dense"];
 
 /// What the looks at one process found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +78,7 @@ impl Samples {
     }
 }
 
-/// Besides `fold`'s collectives and GPU waits: a wait on a future, a
+/// Besides the collectives and GPU waits above: a wait on a future, a
 /// thread or a lock, a socket receive (gloo, a hand-made barrier).
 const OTHER_WAITS: [&str; 3] = ["wait", "recv", "acquire"];
 
@@ -62,9 +86,9 @@ const OTHER_WAITS: [&str; 3] = ["wait", "recv", "acquire"];
 pub(crate) fn waits(frames: &[Frame]) -> bool {
     frames.iter().any(|f| {
         let name = f.function.to_ascii_lowercase();
-        super::fold::COLLECTIVES
+        COLLECTIVES
             .iter()
-            .chain(super::fold::GPU_WAITS)
+            .chain(GPU_WAITS)
             .chain(&OTHER_WAITS)
             .any(|w| name.contains(w))
     })

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tracing::debug;
 
 use super::ranks::{self, Units};
-use super::watch::{OutputTap, Stream, Watched, relayed_line};
+use super::watch::{OutputTap, Stream, Watched, passed_on_line};
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
 use crate::env::resolve_job;
@@ -251,7 +251,7 @@ pub fn main(args: PsArgs) -> Result<i32, Error> {
 
 /// How often exec_all tells the agent what the group it shows printed
 /// (when it printed anything since).
-const RELAY_EVERY: Duration = Duration::from_millis(500);
+const PASS_ON_EVERY: Duration = Duration::from_millis(500);
 
 /// Shows `pgid`, a process group exec_all runs on this machine, in the
 /// snapshots of the job's agent at `target` (this machine's own) until the
@@ -259,11 +259,11 @@ const RELAY_EVERY: Duration = Duration::from_millis(500);
 /// it, and no agent there (or one in another PID namespace) only means
 /// that node's snapshot stays empty, as before. What the group prints, fed
 /// to the guard's taps ([`ShownGroup::taps`]), is told to the agent every
-/// [`RELAY_EVERY`] for `multinode top` (its time, its last lines).
+/// [`PASS_ON_EVERY`] for `multinode top` (its time, its last lines).
 pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> ShownGroup {
     let (done, mut until) = oneshot::channel::<()>();
     let watched = Arc::new(Watched::new(None, None, true));
-    let relayed = watched.clone();
+    let passed_on = watched.clone();
     tokio::spawn(async move {
         let Some(pid_ns) = super::pid_namespace() else {
             return;
@@ -282,14 +282,14 @@ pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> 
         let command = crate::protocol::control::command(Control::ShowGroup { pgid, pid_ns });
         match conn.exec(command.as_bytes(), &[]).await {
             Ok(mut channel) => {
-                let mut every = tokio::time::interval(RELAY_EVERY);
+                let mut every = tokio::time::interval(PASS_ON_EVERY);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut last = None;
                 loop {
                     tokio::select! {
                         _ = &mut until => break,
                         _ = every.tick() => {
-                            if let Some(line) = relayed_line(&relayed, &mut last)
+                            if let Some(line) = passed_on_line(&passed_on, &mut last)
                                 && channel.data(&line[..]).await.is_err()
                             {
                                 break;

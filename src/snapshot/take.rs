@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+use super::node_snapshot::{NodeSnapshot, Proc, unix_ms};
 use super::procfs::{self, Stat};
 use super::pystack::{self, PyStack};
 use super::samples::{self, Samples};
-use super::{NodeSnapshot, Proc, unix_ms};
 
 /// CPU % is measured over this window (two samples of `/proc/PID/stat`).
 pub(crate) const WINDOW: Duration = Duration::from_millis(200);

@@ -1,7 +1,7 @@
 //! What a running command was started as and has printed, kept while it
 //! runs for `multinode top`: its `RANK` and `LOCAL_RANK`, when it last
 //! printed and beat its heartbeat, and the last few KiB of each of its
-//! output streams. Whoever relays the command's output feeds it (the
+//! output streams. Whoever passes the command's output on feeds it (the
 //! agent's pumps; exec_all's for the node it runs itself, through
 //! [`OutputTap`] and `#multinode:show-group`).
 //!
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CommandInfo, unix_ms};
+use super::node_snapshot::{CommandInfo, unix_ms};
 
 /// The bytes kept of each output stream of a command.
 pub(crate) const TAIL_BYTES: usize = 4096;
@@ -29,7 +29,7 @@ pub(crate) enum Stream {
     Err,
 }
 
-/// One command's record (shared by its relay and the snapshots).
+/// One command's record (shared by what passes its output on and the snapshots).
 #[derive(Debug)]
 pub(crate) struct Watched {
     pub rank: Option<usize>,
@@ -45,7 +45,7 @@ pub(crate) struct Watched {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Counts changes: what was relayed is sent again only after one.
+    /// Counts changes: what was passed on is sent again only after one.
     seq: u64,
     last_output_ms: Option<u64>,
     last_beat_ms: Option<u64>,
@@ -145,7 +145,7 @@ impl Watched {
             .expect("not poisoned: no panics while held")
     }
 
-    /// A chunk of the command's output, as it was relayed.
+    /// A chunk of the command's output, as it was passed on.
     pub(crate) fn seen(&self, stream: Stream, chunk: &[u8]) {
         if chunk.is_empty() {
             return;
@@ -198,10 +198,10 @@ impl Watched {
         }
     }
 
-    /// What exec_all tells the agent of the node it runs ([`Relayed`]).
-    fn relayed(&self) -> (u64, Relayed) {
+    /// What exec_all tells the agent of the node it runs ([`PassedOn`]).
+    fn passed_on(&self) -> (u64, PassedOn) {
         let state = self.lock();
-        let relayed = Relayed {
+        let passed_on = PassedOn {
             last_output_ms: state.last_output_ms,
             last_beat_ms: state.last_beat_ms,
             first_output_ms: state.first_output_ms,
@@ -211,21 +211,21 @@ impl Watched {
             err: String::from_utf8_lossy(&state.err.bytes).into_owned(),
             err_cut: state.err.cut,
         };
-        (state.seq, relayed)
+        (state.seq, passed_on)
     }
 
     /// Takes what exec_all told (its node's record, same machine, same clock).
-    pub(crate) fn take_relayed(&self, relayed: Relayed) {
+    pub(crate) fn take_passed_on(&self, passed_on: PassedOn) {
         let mut state = self.lock();
-        state.last_output_ms = relayed.last_output_ms;
-        state.last_beat_ms = relayed.last_beat_ms;
-        state.first_output_ms = relayed.first_output_ms.or(relayed.last_output_ms);
-        state.first_beat_ms = relayed.first_beat_ms.or(relayed.last_beat_ms);
+        state.last_output_ms = passed_on.last_output_ms;
+        state.last_beat_ms = passed_on.last_beat_ms;
+        state.first_output_ms = passed_on.first_output_ms.or(passed_on.last_output_ms);
+        state.first_beat_ms = passed_on.first_beat_ms.or(passed_on.last_beat_ms);
         if self.keeps_tail {
             let State { out, err, .. } = &mut *state;
             for (tail, text, cut) in [
-                (out, relayed.out, relayed.out_cut),
-                (err, relayed.err, relayed.err_cut),
+                (out, passed_on.out, passed_on.out_cut),
+                (err, passed_on.err, passed_on.err_cut),
             ] {
                 *tail = Tail::default();
                 tail.push(text.as_bytes());
@@ -239,7 +239,7 @@ impl Watched {
 /// node's record as its exec_all keeps it (at most a few KiB).
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub(crate) struct Relayed {
+pub(crate) struct PassedOn {
     last_output_ms: Option<u64>,
     last_beat_ms: Option<u64>,
     first_output_ms: Option<u64>,
@@ -251,7 +251,7 @@ pub(crate) struct Relayed {
 }
 
 /// The largest line a show-group channel takes (two tails, escaped).
-pub(crate) const RELAYED_MAX: usize = 8 * TAIL_BYTES + 1024;
+pub(crate) const PASSED_ON_MAX: usize = 8 * TAIL_BYTES + 1024;
 
 /// One stream of a command exec_all runs itself: what its pump reads is
 /// also [`Watched::seen`] here, for the agent it is shown to.
@@ -272,13 +272,13 @@ impl OutputTap {
 }
 
 /// The line to send for `watched`, when it changed since `last`.
-pub(crate) fn relayed_line(watched: &Watched, last: &mut Option<u64>) -> Option<Vec<u8>> {
-    let (seq, relayed) = watched.relayed();
+pub(crate) fn passed_on_line(watched: &Watched, last: &mut Option<u64>) -> Option<Vec<u8>> {
+    let (seq, passed_on) = watched.passed_on();
     if *last == Some(seq) {
         return None;
     }
     *last = Some(seq);
-    let mut line = serde_json::to_vec(&relayed).expect("a plain struct serialises");
+    let mut line = serde_json::to_vec(&passed_on).expect("a plain struct serialises");
     line.push(b'\n');
     Some(line)
 }
@@ -352,14 +352,14 @@ mod tests {
     }
 
     #[test]
-    fn relayed_over_show_group_once_a_change() {
+    fn passed_on_over_show_group_once_a_change() {
         let here = Watched::new(None, None, true);
         let mut last = None;
         here.seen(Stream::Out, b"step 5\n");
-        let line = relayed_line(&here, &mut last).expect("changed");
-        assert!(relayed_line(&here, &mut last).is_none());
+        let line = passed_on_line(&here, &mut last).expect("changed");
+        assert!(passed_on_line(&here, &mut last).is_none());
         let there = Watched::new(None, None, true);
-        there.take_relayed(serde_json::from_slice(&line).expect("json"));
+        there.take_passed_on(serde_json::from_slice(&line).expect("json"));
         let info = there.info(1, unix_ms(), true);
         assert_eq!(info.tail, ["step 5"]);
         assert!(info.output_age_ms.is_some());

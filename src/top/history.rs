@@ -14,13 +14,13 @@ pub(crate) const SAMPLE_REFRESHES: usize = 5;
 
 /// `--progress REGEX`: the step is the number in the first group.
 #[derive(Debug)]
-pub(crate) struct Progress {
+pub(crate) struct StepPattern {
     regex: Regex,
 }
 
-impl Progress {
+impl StepPattern {
     /// One line of error for a pattern that does not parse or has no group.
-    pub(crate) fn new(pattern: &str) -> Result<Progress, String> {
+    pub(crate) fn new(pattern: &str) -> Result<StepPattern, String> {
         let regex = Regex::new(pattern).map_err(|e| format!("--progress {pattern:?}: {e}"))?;
         if regex
             .group_info()
@@ -31,7 +31,7 @@ impl Progress {
                 "--progress {pattern:?} has no group: put the step number in one, as in 'step (\\d+)'"
             ));
         }
-        Ok(Progress { regex })
+        Ok(StepPattern { regex })
     }
 
     /// The largest number the pattern's first group finds in `lines` (a
@@ -67,7 +67,7 @@ pub(crate) struct History {
 impl History {
     /// Fills each row's step, step rate and wait share from this refresh
     /// and the ones before.
-    pub(crate) fn update(&mut self, rows: &mut [Row], progress: Option<&Progress>) {
+    pub(crate) fn update(&mut self, rows: &mut [Row], progress: Option<&StepPattern>) {
         for row in rows.iter_mut() {
             let seen = self.by_rank.entry(row.rank).or_default();
             if row.error.is_some() {
@@ -116,17 +116,21 @@ mod tests {
 
     #[test]
     fn the_largest_step_of_the_first_group() {
-        let p = Progress::new(r"step (\d+)").expect("pattern");
+        let p = StepPattern::new(r"step (\d+)").expect("pattern");
         let lines = ["epoch 1 step 41 loss 2.0", "step 42 loss 1.9", "eval"].map(String::from);
         assert_eq!(p.step(&lines), Some(42.0));
         assert_eq!(p.step(&["nothing".to_string()]), None);
-        assert!(Progress::new(r"step \d+").unwrap_err().contains("no group"));
-        assert!(Progress::new(r"step (\d+").is_err());
+        assert!(
+            StepPattern::new(r"step \d+")
+                .unwrap_err()
+                .contains("no group")
+        );
+        assert!(StepPattern::new(r"step (\d+").is_err());
     }
 
     #[test]
     fn a_rate_between_refreshes_and_shares_over_several() {
-        let p = Progress::new(r"it (\d+)").expect("pattern");
+        let p = StepPattern::new(r"it (\d+)").expect("pattern");
         let mut history = History::default();
         let row = |step: u32, ms: u64, asleep: u32| Row {
             rank: 3,

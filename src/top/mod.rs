@@ -9,19 +9,19 @@
 //! - `history`: what is kept between refreshes: steps for the rate, samples
 //!   for the wait share; `--progress`'s pattern (pure).
 //! - `straggler`: the rule that names the straggler (pure).
-//! - `start`: the line on the ranks' start, while they start (pure).
-//! - `ras`: NCCL's RAS status text, read (pure).
-//! - `render`: the table and the JSON (pure).
+//! - `start_line`: the line on the ranks' start, while they start (pure).
+//! - `ras_status`: NCCL's RAS status text, read (pure).
+//! - `refresh_render`: the table and the JSON (pure).
 //! - `session`: the refreshes: asked, judged, printed; `--once`, a pipe, a terminal.
 //! - `screen`: the terminal, full screen: raw mode, keys, restored on every exit.
 
 mod history;
-mod ras;
-mod render;
+mod ras_status;
+mod refresh_render;
 mod rows;
 mod screen;
 mod session;
-mod start;
+mod start_line;
 mod straggler;
 
 pub(crate) use session::main;

@@ -51,7 +51,7 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_s: Option<f64>,
     /// From its start to its first output line, and to its first
-    /// heartbeat: where its start went (`start.rs`).
+    /// heartbeat: where its start went (`start_line.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_output_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::history::{History, Progress};
-use super::ras::{self, RasFacts};
-use super::render::{self, Refresh};
+use super::history::{History, StepPattern};
+use super::ras_status::{self, RasFacts};
+use super::refresh_render::{self, Refresh};
 use super::rows::{self, Row};
 use super::screen::{self, Key, Screen};
-use super::start::{self, Start};
-use super::straggler::{self, Verdict};
+use super::start_line::{self, Start};
+use super::straggler::{self, StragglerVerdict};
 use crate::cli::{TableFormat, TopArgs, TopSort};
 use crate::env::resolve_job;
 use crate::env_map::EnvMap;
@@ -38,7 +38,7 @@ const SORTS: [TopSort; 5] = [
 /// One refresh, judged.
 struct Judged {
     rows: Vec<Row>,
-    verdict: Verdict,
+    verdict: StragglerVerdict,
     start: Option<Start>,
     ras: Option<RasFacts>,
     unanswered: usize,
@@ -49,7 +49,7 @@ struct Judged {
 struct Session {
     connector: Connector,
     nodes: Vec<Ask>,
-    progress: Option<Progress>,
+    progress: Option<StepPattern>,
     history: History,
     /// One connection a node, open from one refresh to the next.
     kept: Kept,
@@ -70,7 +70,10 @@ impl Session {
             Some(&mut self.kept),
         )
         .await;
-        let ras = snaps.iter().find_map(|s| s.ras.as_deref()).map(ras::parse);
+        let ras = snaps
+            .iter()
+            .find_map(|s| s.ras.as_deref())
+            .map(ras_status::parse);
         let mut rows = rows::rows(&snaps);
         self.history.update(&mut rows, self.progress.as_ref());
         if let Some(facts) = &ras {
@@ -79,7 +82,7 @@ impl Session {
             }
         }
         let verdict = straggler::judge(&rows);
-        let start = start::judge(&rows);
+        let start = start_line::judge(&rows);
         Judged {
             rows,
             verdict,
@@ -92,7 +95,7 @@ impl Session {
 }
 
 fn text(judged: &mut Judged, sort: TopSort, interval: Duration, live: bool) -> (String, String) {
-    render::sort(&mut judged.rows, sort);
+    refresh_render::sort(&mut judged.rows, sort);
     let refresh = Refresh {
         time_ms: judged.time_ms,
         ranks: judged.rows.len(),
@@ -113,8 +116,8 @@ fn text(judged: &mut Judged, sort: TopSort, interval: Duration, live: bool) -> (
     );
     let ras_line = judged.ras.as_ref().and_then(RasFacts::line);
     (
-        render::table(&title, &refresh, ras_line.as_deref()),
-        render::json(&refresh),
+        refresh_render::table(&title, &refresh, ras_line.as_deref()),
+        refresh_render::json(&refresh),
     )
 }
 
@@ -123,7 +126,7 @@ pub fn main(args: TopArgs) -> Result<i32, Error> {
     let progress = args
         .progress
         .as_deref()
-        .map(Progress::new)
+        .map(StepPattern::new)
         .transpose()
         .map_err(Error::Usage)?;
     let env = EnvMap::from_process();

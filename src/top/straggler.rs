@@ -48,7 +48,7 @@ pub struct Finding {
 
 /// The verdict of a refresh.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Verdict {
+pub struct StragglerVerdict {
     /// Flagged ranks, the most serious reason first.
     pub stragglers: Vec<Finding>,
     /// The line printed at the top.
@@ -125,7 +125,7 @@ fn gpu_notes(row: &Row, all: &[&Row]) -> Vec<String> {
 }
 
 /// The verdict over `rows` (rows without a snapshot are left out).
-pub fn judge(rows: &[Row]) -> Verdict {
+pub fn judge(rows: &[Row]) -> StragglerVerdict {
     let live: Vec<&Row> = rows.iter().filter(|r| r.error.is_none()).collect();
     let mut found: Vec<(u8, Finding)> = Vec::new();
     for (i, row) in live.iter().enumerate() {
@@ -215,7 +215,7 @@ pub fn judge(rows: &[Row]) -> Verdict {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    Verdict { stragglers, line }
+    StragglerVerdict { stragglers, line }
 }
 
 #[cfg(test)]

@@ -16,11 +16,11 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use tracing::debug;
 
-use super::Topology;
-use super::error::{TopologyError, shorten};
+use super::job_nodes::Topology;
 use super::kernel_routes::{default_ifaces_v4, default_ifaces_v6};
 use super::machine::{Interface, Machine};
 use super::nccl::NcclList;
+use super::topology_error::{TopologyError, shorten};
 use crate::env_map::EnvMap;
 use crate::vars;
 

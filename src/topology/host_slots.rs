@@ -7,12 +7,31 @@
 //! bare `fd00::2:2` is ambiguous, so it is an error. A bracket group holding a
 //! `:` is an IPv6 literal; any other is a hostlist range.
 
+use std::borrow::Cow;
 use std::net::Ipv6Addr;
 
-use super::Node;
-use super::error::{ParseError, shorten};
 use super::hostlist::{self, MAX_HOSTS, empty_element, find_duplicate, split_top_level};
 use super::slots::parse_slots;
+use super::topology_error::{ParseError, shorten};
+
+/// One node of the job, in node-rank order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Node {
+    /// A host name, or an IP literal (IPv6 without brackets).
+    pub host: String,
+    pub slots: u32,
+}
+
+impl Node {
+    /// The host as the hostlists write it: IPv6 literals in brackets.
+    pub(super) fn written(&self) -> Cow<'_, str> {
+        if self.host.contains(':') {
+            Cow::Owned(format!("[{}]", self.host))
+        } else {
+            Cow::Borrowed(&self.host)
+        }
+    }
+}
 
 /// The host part of one element of the list.
 #[derive(Debug, PartialEq, Eq)]

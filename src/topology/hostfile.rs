@@ -16,11 +16,11 @@
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 
-use super::Node;
-use super::error::{ParseError, shorten};
+use super::host_slots::Node;
 use super::host_slots::{HostPart, split_slots};
 use super::hostlist::{MAX_HOSTS, find_duplicate, validate_host};
 use super::slots::parse_slots;
+use super::topology_error::{ParseError, shorten};
 
 /// A hostfile's text → nodes.
 pub(crate) fn parse_hostfile(text: &str) -> Result<Vec<Node>, ParseError> {

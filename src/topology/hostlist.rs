@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::error::{ParseError, shorten};
+use super::topology_error::{ParseError, shorten};
 
 /// The most hosts one hostlist may expand to.
 pub(crate) const MAX_HOSTS: usize = 1_000_000;

@@ -1,6 +1,6 @@
 //! `multinode hosts`: the expanded topology, one node a line.
 
-use super::Inputs;
+use super::inputs::Inputs;
 use super::machine::System;
 use super::placement::{HostRow, host_rows};
 use crate::env_map::EnvMap;

@@ -20,11 +20,12 @@
 use std::io;
 use std::path::Path;
 
-use super::error::{KubeError, TopologyError, shorten};
+use super::host_slots::Node;
 use super::hostfile::parse_hostfile;
 use super::hostlist::{MAX_HOSTS, validate_host};
+use super::job_nodes::Topology;
 use super::machine::{Machine, local_slots};
-use super::{Node, Topology};
+use super::topology_error::{KubeError, TopologyError, shorten};
 use crate::env_map::EnvMap;
 use crate::vars;
 

@@ -5,11 +5,12 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 
 use super::address::{IfaceChoice, first_reachable, head_address, local_address};
-use super::error::TopologyError;
+use super::inputs::Inputs;
+use super::job_nodes::Topology;
 use super::machine::{Machine, lookup_all};
 use super::resolve::{TOPOLOGY_VARS, from_flags, resolve_topology};
 use super::this_node::find_rank;
-use super::{Inputs, Topology};
+use super::topology_error::TopologyError;
 use crate::env_map::EnvMap;
 
 /// The topology, this node's rank, the head's address and this node's own.

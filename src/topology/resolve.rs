@@ -11,13 +11,15 @@ use std::path::Path;
 
 use tracing::{debug, info};
 
-use super::error::{ParseError, TopologyError, shorten};
+use super::host_slots::Node;
 use super::host_slots::{parse_host_slots, parse_noslots};
 use super::hostfile::{parse_hostfile, parse_lsb_mcpu_hosts};
 use super::hostlist::{expand, validate_host};
+use super::inputs::Inputs;
+use super::job_nodes::Topology;
 use super::machine::{Machine, local_slots};
 use super::tasks_per_node::parse_tasks_per_node;
-use super::{Inputs, Node, Topology};
+use super::topology_error::{ParseError, TopologyError, shorten};
 use crate::env_map::EnvMap;
 use crate::vars;
 

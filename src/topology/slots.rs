@@ -1,6 +1,6 @@
 //! Slot counts: positive integers that fit in a `u32`.
 
-use super::error::{ParseError, shorten};
+use super::topology_error::{ParseError, shorten};
 
 /// Why a count is not a positive integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,9 +4,10 @@
 //! nodes in `MULTINODE_HOSTLIST` and the spares in
 //! `MULTINODE_SPARE_HOSTLIST`, which are put back behind them here.
 
-use super::error::{ParseError, TopologyError};
+use super::host_slots::Node;
 use super::host_slots::parse_host_slots;
-use super::{Node, Topology};
+use super::job_nodes::Topology;
+use super::topology_error::{ParseError, TopologyError};
 use crate::env_map::EnvMap;
 use crate::vars;
 

@@ -1,9 +1,9 @@
 //! Slurm's `SLURM_TASKS_PER_NODE`: `2(x3),1` is 2 tasks on each of three nodes,
 //! then 1 on the fourth.
 
-use super::error::{ParseError, shorten};
 use super::hostlist::MAX_HOSTS;
 use super::slots::parse_count;
+use super::topology_error::{ParseError, shorten};
 
 /// `2(x3),1` → `[2, 2, 2, 1]`.
 pub(crate) fn parse_tasks_per_node(list: &str) -> Result<Vec<u32>, ParseError> {

@@ -10,9 +10,10 @@ use std::net::IpAddr;
 
 use tracing::debug;
 
-use super::error::{TopologyError, shorten};
+use super::host_slots::Node;
+use super::job_nodes::Topology;
 use super::machine::Machine;
-use super::{Node, Topology};
+use super::topology_error::{TopologyError, shorten};
 use crate::env_map::EnvMap;
 use crate::vars;
 

@@ -1,5 +1,5 @@
 //! A session channel's two halves, whichever way the node was reached: a
-//! russh channel of this process's own connection, or one relayed by the
+//! russh channel of this process's own connection, or one forwarded by the
 //! head's agent ([`super::mux_frames`]). exec_all and `mn-ssh` read and write
 //! through these.
 

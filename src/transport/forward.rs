@@ -231,7 +231,7 @@ pub fn serve(conn: &Arc<Connection>, listeners: Vec<(TcpListener, LocalForward)>
                     accepted = listener.accept() => match accepted {
                         Ok((stream, from)) => {
                             let n = count.fetch_add(1, Ordering::Relaxed) + 1;
-                            connections.spawn(relay(conn.clone(), stream, from, fwd.clone(), n));
+                            connections.spawn(copy_both_ways(conn.clone(), stream, from, fwd.clone(), n));
                         }
                         Err(e) => {
                             debug!(error = %e, "accept failed");
@@ -247,7 +247,7 @@ pub fn serve(conn: &Arc<Connection>, listeners: Vec<(TcpListener, LocalForward)>
 }
 
 /// One forwarded connection: a `direct-tcpip` channel, bytes both ways.
-async fn relay(
+async fn copy_both_ways(
     conn: Arc<Connection>,
     mut stream: TcpStream,
     from: SocketAddr,

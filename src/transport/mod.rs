@@ -15,6 +15,7 @@ pub(crate) mod ssh;
 pub(crate) mod ssh_args;
 #[cfg(test)]
 mod ssh_args_clients;
+pub(crate) mod ssh_invocation;
 mod target;
 mod tcp_health;
 pub mod tty;

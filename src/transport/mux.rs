@@ -44,7 +44,7 @@ pub enum MuxError {
 }
 
 /// A command running through the head agent's connection.
-pub struct Started {
+pub struct MuxChannel {
     /// The node's address, as the head's agent reached it.
     pub peer: SocketAddr,
     pub rx: ChannelRx,
@@ -85,7 +85,7 @@ impl MuxClient {
         &self,
         target: &Target,
         request: impl FnOnce(SocketAddr) -> (Vec<u8>, Vec<(String, String)>),
-    ) -> Result<Option<Started>, MuxError> {
+    ) -> Result<Option<MuxChannel>, MuxError> {
         if self.refused.load(Ordering::Relaxed) {
             return Ok(None);
         }
@@ -117,7 +117,7 @@ impl MuxClient {
             .await
             .map_err(broken)?;
         match read_frame(&mut r).await {
-            Ok(Some((wire::STARTED, _))) => Ok(Some(Started {
+            Ok(Some((wire::STARTED, _))) => Ok(Some(MuxChannel {
                 peer,
                 rx: ChannelRx::Mux(MuxReader::new(r)),
                 tx: ChannelTx::Mux(tokio::sync::Mutex::new(w)),

@@ -1,4 +1,4 @@
-//! A channel relayed by the head's agent ([`super::mux`] opens it), as
+//! A channel forwarded by the head's agent ([`super::mux`] opens it), as
 //! frames on its socket ([`crate::protocol::mux`]): those that come decoded
 //! into channel messages, those that go written whole.
 

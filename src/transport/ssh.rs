@@ -28,7 +28,8 @@ use super::choice::{ClientSpec, Route};
 use super::client::{Connector, HostKeyPolicy, Start, Target};
 use super::forward;
 use super::mux::{MuxClient, MuxError};
-use super::ssh_args::{self, RequestTty, SshInvocation};
+use super::ssh_args;
+use super::ssh_invocation::{RequestTty, SshInvocation};
 use super::tty::{self, PtyRequest, RawMode};
 use crate::env_map::EnvMap;
 use crate::error::Error;
@@ -149,7 +150,7 @@ fn client_spec(inv: &SshInvocation) -> Result<ClientSpec, Error> {
     })
 }
 
-/// Connects, runs the command and relays everything until the channel closes.
+/// Connects, runs the command and passes everything on until the channel closes.
 ///
 /// A byte pipe both ways: every chunk that arrives is written to fd 1 or 2
 /// at once (no line logic, no buffer), and stdin goes out as it is read.
@@ -320,7 +321,7 @@ pub async fn run(
         None => tx.close().await,
     }
     if let Some((fd, e)) = failure {
-        debug!(stream = fd.name(), error = %e, "a write failed: the relay ends");
+        debug!(stream = fd.name(), error = %e, "a write failed: the copy ends");
         if let Some(line) = stdio::failure_line("mn-ssh", fd, &e) {
             stdio::eprint(&line);
         }

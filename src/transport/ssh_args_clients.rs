@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 
 use super::ssh_args::*;
+use super::ssh_invocation::*;
 
 fn os(s: &str) -> OsString {
     OsString::from(s)

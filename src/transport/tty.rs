@@ -3,7 +3,7 @@
 //! size again on SIGWINCH, and raw mode while the session lasts, so that
 //! every key (Ctrl-C, Ctrl-Z included) reaches the remote terminal as a byte.
 //!
-//! Raw mode is a guard: dropped on every return of `mn-ssh`'s relay (an
+//! Raw mode is a guard: dropped on every return of `mn-ssh`'s copy loop (an
 //! error, the remote end, a signal handled as data), it puts the terminal's
 //! modes back.
 

@@ -260,22 +260,12 @@ fn expand_path(rest: &str) -> Vec<Vec<String>> {
 /// `src/`, its code), edges as file -> the files it names. Every path is
 /// read: `crate::`, `super::` (any depth), `self::`, and a child module's
 /// name in the file that declares it, grouped or inline; a path goes to the
-/// deepest file it names. A folder's `mod.rs` counts like any file when
-/// the folder is in `mod_rs_counted` ([`MOD_RS_COUNTED`]): its re-exports and calls into its
-/// own folder are edges (its `mod x;` lines are not paths), so a file that
-/// imports a name through `mod.rs` which `mod.rs` takes from that file is
-/// a cycle. Elsewhere, and in `lib.rs`, edges into the folder it declares
-/// do not count.
-/// The folders whose `mod.rs` holds declarations and re-exports alone, so
-/// that its edges count (issue 43): the others still hold work their files
-/// import (`agent/mod.rs`'s `Shared`, `topology/mod.rs`'s types, ...) and
-/// join as that moves into files of its own.
-const MOD_RS_COUNTED: &[&str] = &["exec_all", "env"];
-
-fn file_graph(
-    files: &[(String, String)],
-    mod_rs_counted: &[&str],
-) -> BTreeMap<String, BTreeSet<String>> {
+/// deepest file it names. A folder's `mod.rs` counts like any file: its
+/// re-exports and calls into its own folder are edges (its `mod x;` lines
+/// are not paths), so a file that imports a name through `mod.rs` which
+/// `mod.rs` takes from that file is a cycle. Only `lib.rs`'s edges into the
+/// modules it declares do not count.
+fn file_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
     let by_module: BTreeMap<Vec<String>, &str> = files
         .iter()
         .filter_map(|(rel, _)| Some((module_path(rel)?, rel.as_str())))
@@ -302,11 +292,8 @@ fn file_graph(
                 .map(|name| name.trim().to_string())
         };
         let children: BTreeSet<String> = code.lines().filter_map(declares).collect();
-        // The folder a mod.rs (or lib.rs) declares, when its edges into it do not count.
-        let declared = rel
-            .strip_suffix("mod.rs")
-            .filter(|folder| !mod_rs_counted.contains(&folder.trim_end_matches('/')))
-            .or_else(|| (rel == "lib.rs").then_some(""));
+        // lib.rs declares the top-level modules: its edges into them do not count.
+        let declared = (rel == "lib.rs").then_some("");
         let mut edges = BTreeSet::new();
         let bytes = code.as_bytes();
         let mut i = 0;
@@ -434,7 +421,7 @@ fn no_import_cycle_between_files() {
             )
         })
         .collect();
-    let graph = file_graph(&files, MOD_RS_COUNTED);
+    let graph = file_graph(&files);
     let edges: usize = graph.values().map(BTreeSet::len).sum();
     assert!(
         edges > 300,
@@ -477,12 +464,7 @@ fn the_file_graph_finds_a_cycle_through_super_and_groups() {
             "use crate::a::x::X; // crate::a::y\n#[cfg(test)]\nuse super::a::y;\n",
         ),
     ];
-    let declared_only = file_graph(&tree, &[]);
-    assert!(
-        declared_only["a/mod.rs"].is_empty(),
-        "a mod.rs not counted declares its folder"
-    );
-    let graph = file_graph(&tree, &["a"]);
+    let graph = file_graph(&tree);
     let edges = |f: &str| graph[f].iter().cloned().collect::<Vec<_>>();
     assert_eq!(
         edges("a/x.rs"),
@@ -506,7 +488,290 @@ fn the_file_graph_finds_a_cycle_through_super_and_groups() {
     let mut open = tree.clone();
     open[3].1 = "pub fn g() {}\n".into();
     open[2].1 = "use super::y::{self, Y};\n".into();
-    assert!(cycles(&file_graph(&open, &["a"])).is_empty());
+    assert!(cycles(&file_graph(&open)).is_empty());
+}
+
+/// The file names of `src/` that are in more than one folder, against the
+/// rule of docs/ARCHITECTURE.md ("File names"): a name says what its file
+/// holds, so it is in one folder only; but `mod.rs`, and the sides of one
+/// exchange: `protocol/X.rs` (the wire), `agent/X.rs` (the server's end),
+/// `transport/X.rs` (the client's end) and the top-level `X.rs` (the work
+/// behind it). `files` are paths under `src/`.
+fn duplicate_names(files: &[String]) -> Vec<String> {
+    let mut by_name: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for rel in files {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        by_name.entry(name).or_default().push(rel);
+    }
+    let mut problems = Vec::new();
+    for (name, paths) in by_name {
+        if paths.len() < 2 || name == "mod.rs" {
+            continue;
+        }
+        let sides = [
+            name.to_string(),
+            format!("protocol/{name}"),
+            format!("agent/{name}"),
+            format!("transport/{name}"),
+        ];
+        let pair = paths.iter().all(|p| sides.iter().any(|s| s == p));
+        if !pair {
+            problems.push(format!(
+                "{name} is in several folders: {}",
+                paths.join(", ")
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn a_file_name_is_in_one_folder_but_mod_rs_and_the_sides_of_a_protocol() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&src).expect("under src");
+            rel.to_string_lossy().into_owned()
+        })
+        .collect();
+    assert!(files.len() > 100, "too few files found: {}", files.len());
+    let problems = duplicate_names(&files);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_name_rule_allows_the_sides_of_a_protocol_only() {
+    let files = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let ok = files(&[
+        "a/mod.rs",
+        "b/mod.rs",
+        "protocol/mux.rs",
+        "agent/mux.rs",
+        "transport/mux.rs",
+        "signals.rs",
+        "protocol/signals.rs",
+        "agent/forward.rs",
+        "transport/forward.rs",
+    ]);
+    assert!(duplicate_names(&ok).is_empty());
+    let bad = files(&[
+        "snapshot/fold.rs",
+        "topology/fold.rs",
+        "agent/x.rs",
+        "top/x.rs",
+    ]);
+    assert_eq!(
+        duplicate_names(&bad),
+        [
+            "fold.rs is in several folders: snapshot/fold.rs, topology/fold.rs",
+            "x.rs is in several folders: agent/x.rs, top/x.rs",
+        ]
+    );
+    let strayed = files(&["protocol/mux.rs", "agent/mux.rs", "exec_all/mux.rs"]);
+    assert_eq!(
+        duplicate_names(&strayed).len(),
+        1,
+        "exec_all is no side of mux"
+    );
+}
+
+/// The functions of `code` whose body (the lines between its braces) is
+/// longer than `max` lines, as `name: N lines`. A small lexer: comments,
+/// strings (raw ones included) and character literals are skipped, so a
+/// brace inside them does not count; a `fn` without a body (a trait's
+/// declaration) has none.
+fn long_bodies(code: &str, max: usize) -> Vec<String> {
+    let bytes = code.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = Vec::new();
+    // Open braces: the function each opens (if it is a body) and its line.
+    let mut stack: Vec<(Option<String>, usize)> = Vec::new();
+    // A `fn NAME` seen at this depth whose body has not opened yet.
+    let mut pending: Option<(String, usize)> = None;
+    let (mut i, mut line) = (0, 1);
+    while i < bytes.len() {
+        let c = bytes[i];
+        let prev_ident = i > 0 && is_ident(bytes[i - 1]);
+        let rest = &code[i..];
+        if c == b'\n' {
+            line += 1;
+            i += 1;
+        } else if rest.starts_with("//") {
+            i += rest.find('\n').unwrap_or(rest.len());
+        } else if rest.starts_with("/*") {
+            let end = rest.find("*/").map_or(rest.len(), |e| e + 2);
+            line += rest[..end].matches('\n').count();
+            i += end;
+        } else if !prev_ident && c == b'r' && rest[1..].trim_start_matches('#').starts_with('"') {
+            let hashes = rest[1..].len() - rest[1..].trim_start_matches('#').len();
+            let close = format!("\"{}", "#".repeat(hashes));
+            let start = 2 + hashes;
+            let end = rest[start..]
+                .find(&close)
+                .map_or(rest.len(), |e| start + e + close.len());
+            line += rest[..end].matches('\n').count();
+            i += end;
+        } else if c == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest.as_bytes()[j] != b'"' {
+                j += if rest.as_bytes()[j] == b'\\' { 2 } else { 1 };
+            }
+            line += rest[..j.min(rest.len())].matches('\n').count();
+            i += j + 1;
+        } else if c == b'\'' {
+            // A character literal ('{', '\n', '\''), else a lifetime.
+            let lit = rest.as_bytes();
+            let len = if lit.get(1) == Some(&b'\\') {
+                rest[2..].find('\'').map(|e| e + 3)
+            } else {
+                rest[1..].chars().next().and_then(|ch| {
+                    let n = 1 + ch.len_utf8();
+                    (lit.get(n) == Some(&b'\'')).then_some(n + 1)
+                })
+            };
+            i += len.unwrap_or(1);
+        } else if !prev_ident
+            && rest.starts_with("fn")
+            && rest[2..].starts_with(char::is_whitespace)
+        {
+            let name: String = rest[2..]
+                .trim_start()
+                .chars()
+                .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '_')
+                .collect();
+            pending = Some((name, stack.len()));
+            i += 2;
+        } else {
+            match c {
+                b';' if pending.as_ref().is_some_and(|p| p.1 == stack.len()) => pending = None,
+                b'{' => {
+                    let opens = pending.take_if(|p| p.1 == stack.len()).map(|p| p.0);
+                    stack.push((opens, line));
+                }
+                b'}' => {
+                    if let Some((Some(name), start)) = stack.pop() {
+                        let lines = line.saturating_sub(start + 1);
+                        if lines > max {
+                            out.push(format!("{name}: {lines} lines"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A `mod.rs` holds declarations and re-exports: its work is in files
+/// named for it (docs/ARCHITECTURE.md), so no function of one (outside its
+/// tests) has a body of more than 10 lines.
+#[test]
+fn a_mod_rs_has_no_function_body_over_10_lines() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for path in paths.iter().filter(|p| p.ends_with("mod.rs")) {
+        checked += 1;
+        let text = std::fs::read_to_string(path).expect("readable source");
+        let text = match text.find("\n#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text,
+        };
+        for long in long_bodies(text, 10) {
+            let rel = path.strip_prefix(&src).expect("under src");
+            problems.push(format!("src/{}: {long}", rel.display()));
+        }
+    }
+    assert!(checked > 10, "too few mod.rs files found: {checked}");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_body_scan_counts_lines_between_a_functions_braces() {
+    let code = "fn short() {\n    1\n}\n\
+                trait T {\n    fn declared(&self);\n}\n\
+                impl X {\n    pub(crate) fn long(&self) -> u8 {\n        let s = \"}\";\n        let c = '{';\n        // }\n        let r = r#\"{\"#;\n        match 1 {\n            _ => 2,\n        }\n    }\n}\n";
+    assert!(long_bodies(code, 7).is_empty());
+    assert_eq!(long_bodies(code, 6), ["long: 7 lines"]);
+    assert_eq!(long_bodies(code, 0), ["short: 1 lines", "long: 7 lines"]);
+}
+
+/// The most lines a file of `src/` has before its `#[cfg(test)]`.
+const MAX_LINES: usize = 450;
+
+/// The files a `#[cfg(test)] mod NAME;` declares: all tests.
+fn test_only_files(files: &[(String, String)]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (rel, text) in files {
+        let dir = match rel.rsplit_once('/') {
+            Some((dir, "mod.rs")) => format!("{dir}/"),
+            _ if rel == "lib.rs" => String::new(),
+            Some((dir, file)) => format!("{dir}/{}/", file.trim_end_matches(".rs")),
+            None => format!("{}/", rel.trim_end_matches(".rs")),
+        };
+        let mut lines = text.lines().map(str::trim);
+        while let Some(line) = lines.next() {
+            if line != "#[cfg(test)]" {
+                continue;
+            }
+            let Some(next) = lines.next() else { break };
+            let name = next
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")
+                .and_then(|n| n.strip_suffix(';'));
+            if let Some(name) = name {
+                out.insert(format!("{dir}{name}.rs"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_file_is_over_450_lines_before_its_tests() {
+    let src = root().join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&src).expect("under src");
+            (
+                rel.to_string_lossy().into_owned(),
+                std::fs::read_to_string(p).expect("readable source"),
+            )
+        })
+        .collect();
+    let tests_only = test_only_files(&files);
+    assert!(
+        tests_only.contains("binding/tests.rs"),
+        "the test-only files are not found: {tests_only:?}"
+    );
+    let mut problems = Vec::new();
+    for (rel, text) in &files {
+        if tests_only.contains(rel) {
+            continue;
+        }
+        let before = match text.find("\n#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => text,
+        };
+        let lines = before.lines().count();
+        if lines > MAX_LINES {
+            problems.push(format!(
+                "src/{rel}: {lines} lines before its tests (at most {MAX_LINES}): split it by job"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The lines of a file outside its `#[cfg(test)]` items (a test module, a
@@ -617,4 +882,34 @@ fn the_test_sections_are_left_out_and_only_they() {
         "a field takes the rest of its struct with it, at worst"
     );
     assert_eq!(mods, ["fixtures"]);
+}
+
+/// docs/ARCHITECTURE.md names every file of `src/` (a folder's `mod.rs`
+/// aside): as `name.rs` (file names are unique but for the sides of a
+/// protocol) or by its path.
+#[test]
+fn architecture_md_names_every_file() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).expect("the doc");
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    assert!(files.len() > 100, "the files are not found: {files:?}");
+    let missing: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let rel = f
+                .strip_prefix(root().join("src"))
+                .ok()?
+                .to_str()?
+                .to_string();
+            let name = f.file_name()?.to_str()?;
+            let named = name == "mod.rs"
+                || doc.contains(&format!("`{name}`"))
+                || doc.contains(&format!("`{rel}`"));
+            (!named).then_some(rel)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md does not name these files of src/: {missing:?}"
+    );
 }

@@ -11,7 +11,8 @@
 //! - `omp-affinity`: `OMP_PROC_BIND` or `KMP_AFFINITY` set: `import torch`
 //!   then shrinks the process's CPUs to one core (llnl/mpibind#41). A warning.
 
-use super::{CheckResult, Inputs, Tally};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally};
 use crate::binding::CpuSet;
 
 /// Fewer CPUs than this a GPU is warned about: a rank's own thread and one
@@ -19,7 +20,7 @@ use crate::binding::CpuSet;
 pub(crate) const CPUS_PER_GPU: usize = 2;
 
 /// `gpu-numa-order`.
-pub(crate) fn gpu_numa_order(inputs: &Inputs) -> CheckResult {
+pub(crate) fn gpu_numa_order(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "gpu-numa-order");
     for (n, f) in inputs.answered() {
         let known: Vec<u32> = f.affinity.gpus.iter().filter_map(|g| g.numa_node).collect();
@@ -53,7 +54,7 @@ pub(crate) fn gpu_numa_order(inputs: &Inputs) -> CheckResult {
 }
 
 /// `cpu-mask`.
-pub(crate) fn cpu_mask(inputs: &Inputs) -> CheckResult {
+pub(crate) fn cpu_mask(inputs: &CheckInputs) -> CheckResult {
     const FIX: &str = "give the job every CPU of its GPUs' NUMA nodes (srun --cpus-per-task, --cpu-bind=none; a wider cpuset; no taskset)";
     let mut t = Tally::new(inputs, "cpu-mask");
     for (n, f) in inputs.answered() {
@@ -113,7 +114,7 @@ pub(crate) fn cpu_mask(inputs: &Inputs) -> CheckResult {
 }
 
 /// `omp-affinity`.
-pub(crate) fn omp_affinity(inputs: &Inputs) -> CheckResult {
+pub(crate) fn omp_affinity(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "omp-affinity");
     for (n, f) in inputs.answered() {
         let set: Vec<String> = f

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::{CheckResult, Inputs, Tally, list_or_none};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, list_or_none};
 use crate::check::facts::{NetInterface, NodeFacts};
 use crate::topology::nccl::{NcclList, parse_gloo, sockets_forced};
 
@@ -24,7 +25,7 @@ fn forced(f: &NodeFacts) -> Option<String> {
 
 /// `infiniband`: an active InfiniBand/RoCE port that the job can open, on
 /// every node of a multi-machine GPU job; else NCCL uses TCP sockets.
-pub(crate) fn infiniband(inputs: &Inputs) -> CheckResult {
+pub(crate) fn infiniband(inputs: &CheckInputs) -> CheckResult {
     let needs_fabric = !inputs.one_machine() && inputs.any_gpu();
     let mut t = Tally::new(inputs, "infiniband");
     let mut devices: BTreeSet<String> = BTreeSet::new();
@@ -112,7 +113,7 @@ pub(crate) fn infiniband(inputs: &Inputs) -> CheckResult {
 
 /// `nccl-ib-hca`: `NCCL_IB_HCA` selects at least one active device port on
 /// every node, and every item of an inclusive list names something.
-pub(crate) fn nccl_ib_hca(inputs: &Inputs) -> CheckResult {
+pub(crate) fn nccl_ib_hca(inputs: &CheckInputs) -> CheckResult {
     const FIX: &str = "name devices that exist on every node (`ls /sys/class/infiniband`): `mlx5` (a prefix), `=mlx5_0:1,mlx5_1:1` (exact, with ports), `^mlx5_2` (all but)";
     let mut t = Tally::new(inputs, "nccl-ib-hca");
     let mut selected_anywhere: BTreeSet<String> = BTreeSet::new();
@@ -250,7 +251,7 @@ fn with_address(ifaces: &[NetInterface]) -> Vec<&str> {
 /// `nccl-socket-ifname`: `NCCL_SOCKET_IFNAME` matches an interface with an
 /// address on every node (NCCL aborts with "no socket interface found"
 /// otherwise), and not only loopback when other machines must connect.
-pub(crate) fn nccl_socket_ifname(inputs: &Inputs) -> CheckResult {
+pub(crate) fn nccl_socket_ifname(inputs: &CheckInputs) -> CheckResult {
     const FIX: &str = "name interfaces that exist on every node (`ip -br addr`); a prefix such as `eth` or an exclusion such as `^docker,lo` adapts to each node";
     let one_machine = inputs.one_machine();
     let mut t = Tally::new(inputs, "nccl-socket-ifname");
@@ -316,7 +317,7 @@ pub(crate) fn nccl_socket_ifname(inputs: &Inputs) -> CheckResult {
 
 /// `gloo-socket-ifname`: every interface of `GLOO_SOCKET_IFNAME` exists with
 /// an address on every node (Gloo fails with "Unable to find address for").
-pub(crate) fn gloo_socket_ifname(inputs: &Inputs) -> CheckResult {
+pub(crate) fn gloo_socket_ifname(inputs: &CheckInputs) -> CheckResult {
     const FIX: &str = "list exact interface names that exist on every node (`ip -br addr`), or unset GLOO_SOCKET_IFNAME";
     let mut t = Tally::new(inputs, "gloo-socket-ifname");
     let mut set_anywhere = false;
@@ -367,18 +368,18 @@ pub(crate) fn gloo_socket_ifname(inputs: &Inputs) -> CheckResult {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Inputs;
+    use super::super::CheckInputs;
     use super::super::Status;
     use super::super::fixtures::*;
 
-    fn set_env(inputs: &mut Inputs, rank: usize, name: &str, value: &str) {
+    fn set_env(inputs: &mut CheckInputs, rank: usize, name: &str, value: &str) {
         facts(inputs, rank)
             .fabric
             .env
             .insert(name.into(), value.into());
     }
 
-    fn set_env_all(inputs: &mut Inputs, name: &str, value: &str) {
+    fn set_env_all(inputs: &mut CheckInputs, name: &str, value: &str) {
         for rank in 0..inputs.nodes.len() {
             set_env(inputs, rank, name, value);
         }

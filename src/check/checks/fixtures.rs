@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::{HeadContext, Inputs, NodeReport};
+use super::{CheckInputs, HeadContext, NodeReply};
 use crate::check::facts::*;
 use crate::nvidia_smi::{parse_header, parse_query};
 
@@ -179,8 +179,8 @@ pub(crate) fn healthy_facts(rank: usize, n: usize) -> NodeFacts {
 }
 
 /// `n` healthy nodes gpu01.., 8 slots each, head 10.0.0.1, port 29500.
-pub(crate) fn cluster(n: usize) -> Inputs {
-    Inputs {
+pub(crate) fn cluster(n: usize) -> CheckInputs {
+    CheckInputs {
         head: HeadContext {
             version: env!("CARGO_PKG_VERSION").to_string(),
             head_ip: node_ip(0),
@@ -191,7 +191,7 @@ pub(crate) fn cluster(n: usize) -> Inputs {
             nproc_per_node: None,
         },
         nodes: (0..n)
-            .map(|rank| NodeReport {
+            .map(|rank| NodeReply {
                 rank,
                 host: host(rank),
                 slots: 8,
@@ -202,12 +202,12 @@ pub(crate) fn cluster(n: usize) -> Inputs {
 }
 
 /// The facts of node `rank`, to break.
-pub(crate) fn facts(inputs: &mut Inputs, rank: usize) -> &mut NodeFacts {
+pub(crate) fn facts(inputs: &mut CheckInputs, rank: usize) -> &mut NodeFacts {
     inputs.nodes[rank].facts.as_mut().expect("node has facts")
 }
 
 /// The row of `check`.
-pub(crate) fn row(inputs: &Inputs, check: &str) -> super::CheckResult {
+pub(crate) fn row(inputs: &CheckInputs, check: &str) -> super::CheckResult {
     super::evaluate(inputs)
         .into_iter()
         .find(|r| r.check == check)

@@ -10,7 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CheckResult, Inputs, Tally};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally};
 use crate::check::cuda::{CudaVersion, Support, sm, supports};
 use crate::check::facts::{NodeFacts, SmiStatus};
 use crate::nvidia_smi::{TIMEOUT_S as SMI_TIMEOUT_S, parse_dotted};
@@ -18,7 +19,7 @@ use crate::nvidia_smi::{TIMEOUT_S as SMI_TIMEOUT_S, parse_dotted};
 const FIX_NO_GPU: &str = "give the job its GPUs on that node (`docker run --gpus all`, the platform's GPU request) or leave the node out of the hostlist";
 
 /// `gpu-count`.
-pub(crate) fn gpu_count(inputs: &Inputs) -> CheckResult {
+pub(crate) fn gpu_count(inputs: &CheckInputs) -> CheckResult {
     let any_gpu = inputs.any_gpu();
     let nproc = inputs.head.nproc_per_node;
     let mut t = Tally::new(inputs, "gpu-count");
@@ -112,7 +113,7 @@ pub(crate) fn gpu_count(inputs: &Inputs) -> CheckResult {
         counts
             .iter()
             .rev()
-            .map(|(n, hosts)| format!("{} on {}", gpus(*n), super::fold(hosts)))
+            .map(|(n, hosts)| format!("{} on {}", gpus(*n), crate::topology::nodeset::fold(hosts)))
             .collect::<Vec<_>>()
             .join("; ")
     };
@@ -133,7 +134,7 @@ fn versions(f: &NodeFacts) -> Option<(String, String)> {
 
 /// `gpu-driver`: one driver and CUDA version on every node with GPUs (the
 /// head's, or when the head has none, the most common).
-pub(crate) fn gpu_driver(inputs: &Inputs) -> CheckResult {
+pub(crate) fn gpu_driver(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "gpu-driver");
     let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
     for (_, f) in inputs.answered() {
@@ -176,7 +177,7 @@ pub(crate) fn gpu_driver(inputs: &Inputs) -> CheckResult {
 /// compute capability (see [`crate::check::cuda::ARCHS`]) and runs on its
 /// driver: newer than the driver's CUDA major fails ("CUDA driver version is
 /// insufficient"), a newer minor warns (minor-version compatibility: no PTX JIT).
-pub(crate) fn cuda_arch(inputs: &Inputs) -> CheckResult {
+pub(crate) fn cuda_arch(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "cuda-arch");
     let mut seen: BTreeSet<String> = BTreeSet::new();
     for (n, f) in inputs.answered() {

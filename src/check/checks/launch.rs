@@ -16,7 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{CheckResult, Inputs, Tally, bytes};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, bytes};
 use crate::check::facts::NodeFacts;
 use crate::topology::nccl::NcclList;
 
@@ -25,7 +26,7 @@ use crate::topology::nccl::NcclList;
 pub(crate) const DEV_SHM_MIN: u64 = 1 << 30;
 
 /// `mpi-launcher`.
-pub(crate) fn mpi_launcher(inputs: &Inputs) -> CheckResult {
+pub(crate) fn mpi_launcher(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "mpi-launcher");
     for (n, f) in inputs.answered() {
         let env = &f.settings.env;
@@ -62,7 +63,7 @@ fn same_program(a: &str, b: &str) -> bool {
 }
 
 /// `dev-shm`.
-pub(crate) fn dev_shm(inputs: &Inputs) -> CheckResult {
+pub(crate) fn dev_shm(inputs: &CheckInputs) -> CheckResult {
     const FIX: &str = "give the container a larger /dev/shm: docker run --shm-size=1g (or --ipc=host); on Kubernetes, an emptyDir with medium: Memory mounted at /dev/shm";
     let mut t = Tally::new(inputs, "dev-shm");
     for (n, f) in inputs.answered() {
@@ -131,7 +132,7 @@ fn settings(f: &NodeFacts) -> BTreeMap<String, Option<String>> {
 }
 
 /// `same-settings`.
-pub(crate) fn same_settings(inputs: &Inputs) -> CheckResult {
+pub(crate) fn same_settings(inputs: &CheckInputs) -> CheckResult {
     const FIX: &str = "make them the same on every node: one image, and the same variables (exec_all --export ALL passes the head's)";
     let mut t = Tally::new(inputs, "same-settings");
     let all: Vec<(usize, BTreeMap<String, Option<String>>)> = inputs

@@ -10,7 +10,8 @@
 //!   a warning on a CPU-only node without one (nothing pins memory there
 //!   yet, but Docker's default of 64 KiB or 8 MiB bites the day it does).
 
-use super::{CheckResult, Inputs, Tally, bytes};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, bytes};
 use crate::check::facts::{Limit, NodeFacts};
 use crate::topology::nccl::sockets_forced;
 
@@ -40,7 +41,7 @@ fn show(limit: Limit) -> String {
     }
 }
 
-pub(crate) fn memlock(inputs: &Inputs) -> CheckResult {
+pub(crate) fn memlock(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "memlock");
     let mut all_unlimited = true;
     for (n, f) in inputs.answered() {
@@ -110,7 +111,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
 
-    fn set(inputs: &mut Inputs, rank: usize, soft: Limit, hard: Limit) {
+    fn set(inputs: &mut CheckInputs, rank: usize, soft: Limit, hard: Limit) {
         let m = &mut facts(inputs, rank).memlock;
         m.soft = Some(soft);
         m.hard = Some(hard);

@@ -6,7 +6,10 @@
 //! row: the worst status, the nodes that have it, their details grouped by
 //! text, and the fix. docs/check.md describes every check and its thresholds.
 //!
-//! - `reach`: the nodes answer, run one version, resolve the contract; the
+//! - `check_inputs`: what the checks look at: every node's facts, the head's context.
+//! - `tally`: a check's findings folded into its row; sizes and lists for details.
+//! - `evaluate`: every check, in the order of the report; the exit status.
+//! - `connectivity`: the nodes answer, run one version, resolve the contract; the
 //!   head's address, the rendezvous port, host names, clocks.
 //! - `limits`: `RLIMIT_MEMLOCK`.
 //! - `fabric`: InfiniBand/RoCE, `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME`.
@@ -17,336 +20,18 @@
 //!   its GPUs' NUMA nodes, OpenMP's affinity variables.
 
 mod affinity;
+mod check_inputs;
+mod connectivity;
+mod evaluate;
 mod fabric;
 mod gpu;
 mod launch;
 mod limits;
-mod reach;
+mod tally;
 
-use std::collections::BTreeSet;
-use std::net::IpAddr;
-
-use serde::Serialize;
-
-use super::facts::NodeFacts;
-use crate::topology::nodeset::fold;
-
-/// How a check came out; the order is the severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-}
-
-/// One row of the report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct CheckResult {
-    /// The check's name: `memlock`, `rendezvous-connect`, ...
-    pub check: &'static str,
-    pub status: Status,
-    /// The nodes with that status, in rank order (every node checked when ok).
-    pub nodes: Vec<String>,
-    /// What was found, one line.
-    pub detail: String,
-    /// How to fix it, one line; `None` when ok.
-    pub fix: Option<String>,
-}
-
-/// One node as the head got it: its place in the hostlist and its report,
-/// or why there is none.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NodeReport {
-    pub rank: usize,
-    pub host: String,
-    pub slots: u32,
-    pub facts: Result<NodeFacts, String>,
-}
-
-/// What the head knows and measured itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HeadContext {
-    /// The head's `multinode` version.
-    pub version: String,
-    /// `MULTINODE_NODE_IP`.
-    pub head_ip: IpAddr,
-    /// The rendezvous port.
-    pub port: u16,
-    /// Why the head could not listen on the port, if it could not.
-    pub bind_error: Option<String>,
-    /// The head's clock (UNIX ms) before asking the nodes, and after the last answer.
-    pub started_ms: u64,
-    pub finished_ms: u64,
-    /// `--nproc-per-node`.
-    pub nproc_per_node: Option<u32>,
-}
-
-/// Everything the checks look at. `nodes[i].rank == i`, for every node of the job.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Inputs {
-    pub head: HeadContext,
-    pub nodes: Vec<NodeReport>,
-}
-
-impl Inputs {
-    /// The nodes that answered, with their facts.
-    pub(crate) fn answered(&self) -> impl Iterator<Item = (&NodeReport, &NodeFacts)> {
-        self.nodes
-            .iter()
-            .filter_map(|n| n.facts.as_ref().ok().map(|f| (n, f)))
-    }
-
-    /// The head's facts, if it answered.
-    pub(crate) fn head_facts(&self) -> Option<&NodeFacts> {
-        self.nodes.first().and_then(|n| n.facts.as_ref().ok())
-    }
-
-    /// Whether every node is this one machine (a one-node job, the loopback
-    /// demo, several "nodes" sharing one network stack): then loopback
-    /// addresses reach every node. Known when the hostlist holds loopback
-    /// literals only, or every node answered from the same kernel
-    /// (`boot_id`) and network namespace.
-    pub(crate) fn one_machine(&self) -> bool {
-        if self.nodes.len() <= 1 {
-            return true;
-        }
-        if self
-            .nodes
-            .iter()
-            .all(|n| n.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()))
-        {
-            return true;
-        }
-        let mut ids = self.nodes.iter().map(|n| {
-            n.facts
-                .as_ref()
-                .ok()
-                .and_then(|f| Some((f.machine.boot_id.clone()?, f.machine.netns.clone()?)))
-        });
-        let Some(Some(first)) = ids.next() else {
-            return false;
-        };
-        ids.all(|id| id.as_ref() == Some(&first))
-    }
-
-    /// Whether any node that answered has a GPU.
-    pub(crate) fn any_gpu(&self) -> bool {
-        self.answered().any(|(_, f)| !f.gpus.devices.is_empty())
-    }
-
-    fn host(&self, rank: usize) -> &str {
-        self.nodes.get(rank).map_or("?", |n| n.host.as_str())
-    }
-}
-
-/// Runs every check, in the order of the report.
-pub(crate) fn evaluate(inputs: &Inputs) -> Vec<CheckResult> {
-    vec![
-        reach::nodes(inputs),
-        reach::version(inputs),
-        reach::environment(inputs),
-        reach::head_address(inputs),
-        reach::rendezvous_port(inputs),
-        reach::rendezvous_connect(inputs),
-        reach::host_names(inputs),
-        reach::clock(inputs),
-        limits::memlock(inputs),
-        fabric::infiniband(inputs),
-        fabric::nccl_ib_hca(inputs),
-        fabric::nccl_socket_ifname(inputs),
-        fabric::gloo_socket_ifname(inputs),
-        gpu::gpu_count(inputs),
-        gpu::gpu_driver(inputs),
-        gpu::cuda_arch(inputs),
-        affinity::gpu_numa_order(inputs),
-        affinity::cpu_mask(inputs),
-        affinity::omp_affinity(inputs),
-        launch::mpi_launcher(inputs),
-        launch::dev_shm(inputs),
-        launch::same_settings(inputs),
-    ]
-}
-
-/// The exit status of a report: any fail (or, with `strict`, any warn) is a failure.
-pub(crate) fn failed(results: &[CheckResult], strict: bool) -> bool {
-    results
-        .iter()
-        .any(|r| r.status == Status::Fail || (strict && r.status == Status::Warn))
-}
-
-#[derive(Debug, Clone)]
-struct Finding {
-    rank: usize,
-    status: Status,
-    detail: String,
-    fix: String,
-}
-
-/// The findings of one check, folded into its row by [`Tally::finish`].
-struct Tally<'a> {
-    inputs: &'a Inputs,
-    check: &'static str,
-    checked: BTreeSet<usize>,
-    findings: Vec<Finding>,
-}
-
-impl<'a> Tally<'a> {
-    fn new(inputs: &'a Inputs, check: &'static str) -> Self {
-        Tally {
-            inputs,
-            check,
-            checked: BTreeSet::new(),
-            findings: Vec::new(),
-        }
-    }
-
-    /// Node `rank` was checked and is fine.
-    fn ok(&mut self, rank: usize) {
-        self.checked.insert(rank);
-    }
-
-    fn warn(&mut self, rank: usize, detail: impl Into<String>, fix: impl Into<String>) {
-        self.add(rank, Status::Warn, detail.into(), fix.into());
-    }
-
-    fn fail(&mut self, rank: usize, detail: impl Into<String>, fix: impl Into<String>) {
-        self.add(rank, Status::Fail, detail.into(), fix.into());
-    }
-
-    fn add(&mut self, rank: usize, status: Status, detail: String, fix: String) {
-        self.checked.insert(rank);
-        self.findings.push(Finding {
-            rank,
-            status,
-            detail,
-            fix,
-        });
-    }
-
-    /// The row: `ok_detail` when nothing was found, else the worst findings
-    /// grouped by detail (`detail on node[01-03]; other on node07`), then
-    /// the milder ones (`also warn: ...`).
-    fn finish(self, ok_detail: impl Into<String>) -> CheckResult {
-        let worst = self
-            .findings
-            .iter()
-            .map(|f| f.status)
-            .max()
-            .unwrap_or(Status::Ok);
-        if worst == Status::Ok {
-            return CheckResult {
-                check: self.check,
-                status: Status::Ok,
-                nodes: self
-                    .checked
-                    .iter()
-                    .map(|r| self.inputs.host(*r).to_string())
-                    .collect(),
-                detail: ok_detail.into(),
-                fix: None,
-            };
-        }
-        let of = |status: Status| -> Vec<&Finding> {
-            self.findings
-                .iter()
-                .filter(|f| f.status == status)
-                .collect()
-        };
-        let worst_findings = of(worst);
-        let ranks: BTreeSet<usize> = worst_findings.iter().map(|f| f.rank).collect();
-        let mut detail = self.grouped(&worst_findings);
-        if worst == Status::Fail {
-            let milder = of(Status::Warn);
-            if !milder.is_empty() {
-                detail.push_str("; also warn: ");
-                detail.push_str(&self.grouped(&milder));
-            }
-        }
-        let mut fixes: Vec<&str> = Vec::new();
-        for f in &worst_findings {
-            if !fixes.contains(&f.fix.as_str()) {
-                fixes.push(&f.fix);
-            }
-        }
-        CheckResult {
-            check: self.check,
-            status: worst,
-            nodes: ranks
-                .iter()
-                .map(|r| self.inputs.host(*r).to_string())
-                .collect(),
-            detail,
-            fix: Some(fixes.join("; ")),
-        }
-    }
-
-    /// `detail on node[01-02]; other on node03`, details in order of first appearance.
-    fn grouped(&self, findings: &[&Finding]) -> String {
-        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
-        for f in findings {
-            match groups.iter_mut().find(|(d, _)| *d == f.detail) {
-                Some((_, ranks)) => {
-                    if !ranks.contains(&f.rank) {
-                        ranks.push(f.rank);
-                    }
-                }
-                None => groups.push((&f.detail, vec![f.rank])),
-            }
-        }
-        groups
-            .iter()
-            .map(|(detail, ranks)| {
-                let hosts: Vec<&str> = ranks.iter().map(|r| self.inputs.host(*r)).collect();
-                format!("{detail} on {}", fold(&hosts))
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
-
-/// `8 MiB`, `64 KiB`, `1.5 GiB`, `100 B`.
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (unit, size) in UNITS {
-        if n >= size {
-            return if n.is_multiple_of(size) {
-                format!("{} {unit}", n / size)
-            } else {
-                format!("{:.1} {unit}", n as f64 / size as f64)
-            };
-        }
-    }
-    format!("{n} B")
-}
-
-/// `a, b, c`, or `none`.
-fn list_or_none<S: AsRef<str>>(items: &[S]) -> String {
-    if items.is_empty() {
-        "none".to_string()
-    } else {
-        items
-            .iter()
-            .map(|s| s.as_ref())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
+pub(crate) use check_inputs::{CheckInputs, HeadContext, NodeReply};
+pub(crate) use evaluate::{evaluate, failed};
+pub(crate) use tally::{CheckResult, Status};
 
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -354,6 +39,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests {
     use super::fixtures::{self, cluster, facts as facts_of};
+    use super::tally::{Tally, bytes};
     use super::*;
 
     #[test]

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use super::{CheckResult, Inputs, Tally, list_or_none};
+use super::check_inputs::CheckInputs;
+use super::tally::{CheckResult, Tally, list_or_none};
 use crate::check::facts::Resolution;
 use crate::vars;
 
@@ -20,7 +21,7 @@ pub(crate) const CLOCK_FAIL_MS: u64 = 30_000;
 const FIX_ANSWER: &str = "run `multinode exec-all -c true` to see why; every node needs `multinode` at the head's path ($MULTINODE_BIN)";
 
 /// `nodes`: every node ran `multinode check --local` and sent a report.
-pub(crate) fn nodes(inputs: &Inputs) -> CheckResult {
+pub(crate) fn nodes(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "nodes");
     for n in &inputs.nodes {
         match &n.facts {
@@ -33,7 +34,7 @@ pub(crate) fn nodes(inputs: &Inputs) -> CheckResult {
 }
 
 /// `version`: the same `multinode` on every node.
-pub(crate) fn version(inputs: &Inputs) -> CheckResult {
+pub(crate) fn version(inputs: &CheckInputs) -> CheckResult {
     let head = &inputs.head.version;
     let mut t = Tally::new(inputs, "version");
     for (n, f) in inputs.answered() {
@@ -56,7 +57,7 @@ pub(crate) fn version(inputs: &Inputs) -> CheckResult {
 }
 
 /// `environment`: the contract resolves on every node to the head's address.
-pub(crate) fn environment(inputs: &Inputs) -> CheckResult {
+pub(crate) fn environment(inputs: &CheckInputs) -> CheckResult {
     let head_ip = inputs.head.head_ip;
     let mut t = Tally::new(inputs, "environment");
     for (n, f) in inputs.answered() {
@@ -86,7 +87,7 @@ pub(crate) fn environment(inputs: &Inputs) -> CheckResult {
 
 /// `head-address`: `MULTINODE_NODE_IP` is not loopback, unless every node is
 /// this one machine (then a warning: fine for the demo, not for a cluster).
-pub(crate) fn head_address(inputs: &Inputs) -> CheckResult {
+pub(crate) fn head_address(inputs: &CheckInputs) -> CheckResult {
     let ip = inputs.head.head_ip;
     let mut t = Tally::new(inputs, "head-address");
     if !ip.is_loopback() {
@@ -114,7 +115,7 @@ pub(crate) fn head_address(inputs: &Inputs) -> CheckResult {
 }
 
 /// `rendezvous-port`: the head could listen on the port (nothing else holds it).
-pub(crate) fn rendezvous_port(inputs: &Inputs) -> CheckResult {
+pub(crate) fn rendezvous_port(inputs: &CheckInputs) -> CheckResult {
     let port = inputs.head.port;
     let mut t = Tally::new(inputs, "rendezvous-port");
     match &inputs.head.bind_error {
@@ -131,7 +132,7 @@ pub(crate) fn rendezvous_port(inputs: &Inputs) -> CheckResult {
 }
 
 /// `rendezvous-connect`: every node opens a TCP connection to `MULTINODE_NODE_IP:PORT`.
-pub(crate) fn rendezvous_connect(inputs: &Inputs) -> CheckResult {
+pub(crate) fn rendezvous_connect(inputs: &CheckInputs) -> CheckResult {
     let port = inputs.head.port;
     let addr = SocketAddr::new(inputs.head.head_ip, port);
     let mut t = Tally::new(inputs, "rendezvous-connect");
@@ -182,7 +183,7 @@ pub(crate) fn rendezvous_connect(inputs: &Inputs) -> CheckResult {
 /// `host-names`: every host name of the hostlist resolves on every node, to
 /// no loopback address (unless every node is this machine), and to an
 /// address the head also gets (a stale /etc/hosts gets another).
-pub(crate) fn host_names(inputs: &Inputs) -> CheckResult {
+pub(crate) fn host_names(inputs: &CheckInputs) -> CheckResult {
     let names: Vec<&str> = inputs
         .nodes
         .iter()
@@ -253,7 +254,7 @@ pub(crate) fn host_names(inputs: &Inputs) -> CheckResult {
 
 /// The addresses other nodes should get for `name`: the head's answer when
 /// it has a usable one, else the most common usable answer.
-fn reference_addrs(inputs: &Inputs, name: &str) -> Option<Vec<IpAddr>> {
+fn reference_addrs(inputs: &CheckInputs, name: &str) -> Option<Vec<IpAddr>> {
     let usable = |r: &Resolution| {
         r.error.is_none() && !r.addrs.is_empty() && !r.addrs.iter().any(IpAddr::is_loopback)
     };
@@ -290,7 +291,7 @@ fn addr_list(addrs: &[IpAddr]) -> String {
 /// receive times, less half the round trip (what cannot be told apart from
 /// latency). Without it, the node's `time_ms` is compared with the window
 /// during which the head waited for the reports.
-pub(crate) fn clock(inputs: &Inputs) -> CheckResult {
+pub(crate) fn clock(inputs: &CheckInputs) -> CheckResult {
     let mut t = Tally::new(inputs, "clock");
     let mut largest = 0u64;
     for (n, f) in inputs.answered() {
@@ -319,7 +320,7 @@ pub(crate) fn clock(inputs: &Inputs) -> CheckResult {
 
 /// How far node `f`'s clock is ahead of the head's (negative: behind), less
 /// the measurement's uncertainty; `None` when the node sent no time.
-pub(crate) fn offset_ms(inputs: &Inputs, f: &crate::check::facts::NodeFacts) -> Option<i64> {
+pub(crate) fn offset_ms(inputs: &CheckInputs, f: &crate::check::facts::NodeFacts) -> Option<i64> {
     let shrink = |offset: i64, uncertainty: i64| {
         if offset.unsigned_abs() <= uncertainty.unsigned_abs() {
             0
@@ -361,7 +362,7 @@ fn seconds(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::*;
-    use super::super::{Inputs, Status};
+    use super::super::{CheckInputs, Status};
     use crate::check::facts::{ClockSample, Resolution};
 
     #[test]
@@ -636,7 +637,7 @@ mod tests {
                 received_ms: sent + rtt,
             }
         };
-        let set = |inputs: &mut Inputs, rank, s| {
+        let set = |inputs: &mut CheckInputs, rank, s| {
             facts(inputs, rank).rendezvous.as_mut().expect("rdzv").clock = Some(s);
         };
         set(&mut inputs, 1, sample(1_500, 10));

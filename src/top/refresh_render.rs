@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use super::ras::RasFacts;
+use super::ras_status::RasFacts;
 use super::rows::Row;
-use super::start::Start;
-use super::straggler::Verdict;
+use super::start_line::Start;
+use super::straggler::StragglerVerdict;
 use crate::cli::TopSort;
 use crate::table::printable;
 
@@ -18,8 +18,8 @@ pub struct Refresh<'a> {
     pub time_ms: u64,
     /// Ranks shown (rows).
     pub ranks: usize,
-    pub straggler: &'a Verdict,
-    /// While the ranks start, and a while after (`start.rs`).
+    pub straggler: &'a StragglerVerdict,
+    /// While the ranks start, and a while after (`start_line.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start: Option<&'a Start>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,7 +206,7 @@ mod tests {
                 ..Row::default()
             },
         ];
-        let verdict = Verdict {
+        let verdict = StragglerVerdict {
             stragglers: vec![],
             line: "no straggler (1 ranks even)".into(),
         };

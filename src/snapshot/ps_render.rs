@@ -10,9 +10,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::fold::Group;
+use super::alike::Alike;
+use super::node_snapshot::{NodeSnapshot, Proc};
 use super::ranks::Units;
-use super::{NodeSnapshot, Proc};
 use crate::table::printable;
 use crate::topology::nodeset::fold_ranks;
 
@@ -25,12 +25,12 @@ pub struct Document<'a> {
     /// `rank` and `local_rank`.
     pub per_process: bool,
     /// Folded, the odd ones first.
-    pub groups: &'a [Group],
+    pub groups: &'a [Alike],
     /// Every node's snapshot, in rank order.
     pub snapshots: &'a [NodeSnapshot],
 }
 
-pub(crate) fn render_json(groups: &[Group], units: &Units) -> String {
+pub(crate) fn render_json(groups: &[Alike], units: &Units) -> String {
     let doc = Document {
         nodes: units.nodes.len(),
         per_process: units.by_rank,
@@ -44,7 +44,7 @@ pub(crate) fn render_json(groups: &[Group], units: &Units) -> String {
 
 /// The headline: who is odd, and what the others do; first, with
 /// several processes a node, the nodes that have no rank to show.
-pub(crate) fn headline(groups: &[Group], units: &Units) -> String {
+pub(crate) fn headline(groups: &[Alike], units: &Units) -> String {
     let apart: Vec<String> = units
         .apart
         .iter()
@@ -53,7 +53,7 @@ pub(crate) fn headline(groups: &[Group], units: &Units) -> String {
                 "node {} ({}): {}",
                 s.rank,
                 s.host,
-                super::fold::signature(s)
+                super::alike::signature(s)
             )
         })
         .collect();
@@ -67,7 +67,7 @@ pub(crate) fn headline(groups: &[Group], units: &Units) -> String {
     }
 }
 
-fn folded_headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
+fn folded_headline(groups: &[Alike], snaps: &[NodeSnapshot]) -> String {
     let host = |rank: usize| {
         snaps
             .iter()
@@ -75,7 +75,7 @@ fn folded_headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
             .map(|s| s.host.as_str())
             .unwrap_or("?")
     };
-    let who = |g: &Group| match g.rank_list.as_slice() {
+    let who = |g: &Alike| match g.rank_list.as_slice() {
         [one] => format!("rank {one} ({})", host(*one)),
         _ => format!("ranks {}", g.ranks),
     };
@@ -110,7 +110,7 @@ fn folded_headline(groups: &[Group], snaps: &[NodeSnapshot]) -> String {
 /// How to get onto the first odd node: `shell into it: multinode shell 5`,
 /// or onto the first odd rank's node: `multinode shell --rank 5`. Only
 /// where its agent answered: one that did not is no way in.
-pub(crate) fn shell_hint(groups: &[Group], units: &Units) -> Option<String> {
+pub(crate) fn shell_hint(groups: &[Alike], units: &Units) -> Option<String> {
     let odd = groups.first().filter(|g| g.odd)?;
     let rank = *odd.rank_list.first()?;
     let snap = units.units.iter().find(|s| s.rank == rank)?;
@@ -272,7 +272,7 @@ impl Proc {
 /// group's first node in detail (odd groups first).
 /// With several processes a node, the groups fold ranks: each rank's
 /// block names its node and local rank, and shows each process's CPUs.
-pub(crate) fn render_table(groups: &[Group], units: &Units) -> String {
+pub(crate) fn render_table(groups: &[Alike], units: &Units) -> String {
     let snaps = &units.units;
     let mut out = String::new();
     let _ = writeln!(out, "{}", printable(&headline(groups, units)));
@@ -352,7 +352,9 @@ pub(crate) fn render_table(groups: &[Group], units: &Units) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Frame, GpuUse, fold};
+    use crate::nvidia_smi::GpuUse;
+    use crate::snapshot::fold;
+    use crate::snapshot::pystack::Frame;
 
     fn snap(rank: usize, frames: &[&str], util: u32) -> NodeSnapshot {
         NodeSnapshot {

@@ -11,41 +11,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::{NodeSnapshot, Proc};
+use super::node_snapshot::{NodeSnapshot, Proc};
+use super::samples::{COLLECTIVES, GPU_WAITS};
 use crate::topology::nodeset::fold_ranks;
 
 /// How many Python frames, from the innermost, make a signature.
 pub(crate) const TOP_FRAMES: usize = 3;
 
-/// Frames of the named collectives: a rank here waits for the others, so
-/// between groups of the same size it is not the odd one.
-pub(super) const COLLECTIVES: &[&str] = &[
-    "all_reduce",
-    "allreduce",
-    "all_gather",
-    "allgather",
-    "reduce_scatter",
-    "broadcast",
-    "barrier",
-    "all_to_all",
-    "alltoall",
-    "bcast",
-    "monitored_barrier",
-];
-
-/// Frames that wait for this rank's own GPU (`torch.cuda.synchronize`,
-/// `.item()`). Either a rank waiting for the others (with NCCL a collective
-/// runs on the GPU, and the Python thread waits for it here, not in
-/// `all_reduce`) or the rank the others wait for (its GPU busy, as in a
-/// CUDA loop): less a waiter than a rank in a named collective, more than
-/// one that waits for nothing.
-pub(super) const GPU_WAITS: &[&str] = &["synchronize", "_local_scalar_dense"];
-
 const NO_SNAPSHOT: &str = "no snapshot: ";
 
 /// One folded entry: the ranks that do the same thing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Group {
+pub struct Alike {
     /// `0-6,8-15`.
     pub ranks: String,
     pub rank_list: Vec<usize>,
@@ -153,16 +130,16 @@ fn waiting(summary: &str) -> Waiting {
 /// out); between groups of one size, those waiting for nothing first, then
 /// those waiting for their GPU, then those in a named collective
 /// ([`Waiting`]); then by first rank. The last group is what most nodes do.
-pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Group> {
+pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Alike> {
     let mut by_sig: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for s in snaps {
         by_sig.entry(signature(s)).or_default().push(s.rank);
     }
-    let mut groups: Vec<Group> = by_sig
+    let mut groups: Vec<Alike> = by_sig
         .into_iter()
         .map(|(summary, mut ranks)| {
             ranks.sort_unstable();
-            Group {
+            Alike {
                 ranks: fold_ranks(&ranks),
                 rank_list: ranks,
                 summary,
@@ -188,7 +165,7 @@ pub(crate) fn fold(snaps: &[NodeSnapshot]) -> Vec<Group> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::Frame;
+    use crate::snapshot::pystack::Frame;
 
     fn frames(names: &[&str]) -> Vec<Frame> {
         names

@@ -10,7 +10,7 @@
 
 use std::fmt::Write;
 
-use super::Node;
+use super::host_slots::Node;
 use super::nodeset::split;
 
 /// One bracket item: `07` or `07-11` (every number printed with the width of

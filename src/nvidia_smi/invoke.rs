@@ -1,0 +1,252 @@
+//! `nvidia-smi` run, each invocation through the bounded runner within a
+//! time limit: the GPUs counted (`-L`), binding's bus ids, `check`'s
+//! inventory, `snapshot`'s processes, `top`'s devices.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use crate::process::{RunOutput, run_bounded, run_bounded_async};
+
+use super::apps::{self, APPS_QUERY, GPUS_QUERY, GpuReading};
+use super::devices::{DEVICE_QUERY, DEVICE_QUERY_OLD, GpuDevice, parse_devices};
+use super::pci::{PCI_QUERY, PciGpu, parse_pci};
+use super::query::{QUERY, QUERY_OLD, first_line};
+
+/// The program, found on `PATH`.
+pub(crate) const PROGRAM: &str = "nvidia-smi";
+
+/// How long `nvidia-smi` may take in topology and `check` (seconds on a
+/// node without persistence mode); then its GPUs are unknown, or hung.
+pub(crate) const TIMEOUT_S: u64 = 10;
+/// [`TIMEOUT_S`] as a duration.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(TIMEOUT_S);
+
+/// A bounded runner: [`run_bounded`], or a probe's (faked in tests).
+pub(crate) type Run<'a> = &'a (dyn Fn(&str, &[&str], Duration) -> RunOutput + Sync);
+
+/// GPUs listed by `nvidia-smi -L`, if it runs and lists any.
+pub(crate) fn count_gpus() -> Option<u32> {
+    let RunOutput::Exited {
+        code: Some(0),
+        stdout,
+        ..
+    } = run_bounded(PROGRAM, &["-L"], TIMEOUT)
+    else {
+        return None;
+    };
+    let gpus = stdout.lines().filter(|l| l.starts_with("GPU ")).count();
+    u32::try_from(gpus).ok().filter(|n| *n > 0)
+}
+
+/// What binding asks: each GPU's index, UUID and PCI bus id ([`PCI_QUERY`]),
+/// through `run`, within [`TIMEOUT`]. `Ok(None)` when `nvidia-smi` is not
+/// installed; an error (one line) when it fails, hangs or prints something else.
+pub(crate) fn pci_gpus(run: Run<'_>) -> Result<Option<Vec<PciGpu>>, String> {
+    let query = format!("--query-gpu={PCI_QUERY}");
+    match run(PROGRAM, &[query.as_str(), "--format=csv,noheader"], TIMEOUT) {
+        RunOutput::NotFound => Ok(None),
+        RunOutput::TimedOut => Err(format!("nvidia-smi did not answer within {TIMEOUT_S} s")),
+        RunOutput::SpawnError(e) => Err(format!("cannot run nvidia-smi: {e}")),
+        RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } => parse_pci(&stdout)
+            .map(Some)
+            .map_err(|e| format!("unreadable nvidia-smi output: {e}")),
+        RunOutput::Exited {
+            code,
+            stdout,
+            stderr,
+        } => {
+            let how = crate::process::how_it_ended(code);
+            Err(format!(
+                "nvidia-smi failed ({how}): {}",
+                first_line(&stdout, &stderr)
+            ))
+        }
+    }
+}
+
+/// What `check` asks: `--query-gpu` ([`QUERY`], again without
+/// `compute_cap` when an old driver refuses it) and plain `nvidia-smi`
+/// for the header's versions, at once, through `run`.
+pub(crate) struct Inventory {
+    /// `--query-gpu=... --format=csv,noheader`.
+    pub query: RunOutput,
+    /// Plain `nvidia-smi`.
+    pub header: RunOutput,
+}
+
+/// Runs [`Inventory`]'s two invocations at once, each within [`TIMEOUT`].
+pub(crate) fn inventory(run: Run<'_>) -> Inventory {
+    let run_query = |fields: &str| {
+        let query = format!("--query-gpu={fields}");
+        run(PROGRAM, &[query.as_str(), "--format=csv,noheader"], TIMEOUT)
+    };
+    std::thread::scope(|s| {
+        let header = s.spawn(|| run(PROGRAM, &[], TIMEOUT));
+        let mut query = run_query(QUERY);
+        if let RunOutput::Exited {
+            code: Some(c),
+            stdout,
+            stderr,
+        } = &query
+            && *c != 0
+            && (stdout.contains("compute_cap") || stderr.contains("compute_cap"))
+        {
+            query = run_query(QUERY_OLD);
+        }
+        Inventory {
+            query,
+            header: header.join().unwrap_or(RunOutput::TimedOut),
+        }
+    })
+}
+
+/// What `snapshot` asks: the compute processes and the GPUs, both queries
+/// at once, at most `timeout` each; `program` is `nvidia-smi` (a fake in tests).
+pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
+    let query = |q: &'static str| {
+        run_bounded_async(
+            OsStr::new(program),
+            &[q, "--format=csv,noheader,nounits"],
+            timeout,
+        )
+    };
+    let (apps, gpus) = tokio::join!(query(APPS_QUERY), query(GPUS_QUERY));
+    let secs = timeout.as_secs_f64();
+    match (apps, gpus) {
+        (RunOutput::NotFound, _) => GpuReading::default(),
+        (RunOutput::TimedOut, _) | (_, RunOutput::TimedOut) => GpuReading {
+            by_pid: BTreeMap::new(),
+            note: Some(format!("nvidia-smi did not answer within {secs:.1} s")),
+        },
+        (RunOutput::SpawnError(e), _) | (_, RunOutput::SpawnError(e)) => GpuReading {
+            by_pid: BTreeMap::new(),
+            note: Some(format!("cannot run nvidia-smi: {e}")),
+        },
+        (_, RunOutput::NotFound) => GpuReading {
+            by_pid: BTreeMap::new(),
+            note: Some("cannot run nvidia-smi: not found".to_string()),
+        },
+        (
+            RunOutput::Exited {
+                code, stdout: apps, ..
+            },
+            RunOutput::Exited { stdout: gpus, .. },
+        ) => {
+            if code != Some(0) {
+                let first = apps.lines().next().unwrap_or_default().trim().to_string();
+                let how = crate::process::how_it_ended(code);
+                return GpuReading {
+                    by_pid: BTreeMap::new(),
+                    note: Some(format!("nvidia-smi failed ({how}): {first}")),
+                };
+            }
+            GpuReading {
+                by_pid: apps::parse(&apps, &gpus),
+                note: None,
+            }
+        }
+    }
+}
+
+/// What `top` asks: every GPU's state ([`GpuDevice`]), within `timeout`
+/// (again with the old name of the throttle field when a driver older
+/// than R535 refuses the new one). `Ok` of nothing when `nvidia-smi` is
+/// not installed; an error (one line) when it fails or hangs.
+pub(crate) async fn devices(program: &str, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
+    let query = |fields: &'static str| {
+        let arg = format!("--query-gpu={fields}");
+        run_bounded_async(
+            OsStr::new(program),
+            &[arg.as_str(), "--format=csv,noheader,nounits"],
+            timeout,
+        )
+    };
+    let mut out = query(DEVICE_QUERY).await;
+    if let RunOutput::Exited {
+        code: Some(c),
+        stdout,
+        stderr,
+    } = &out
+        && *c != 0
+        && (stdout.contains("clocks_event_reasons") || stderr.contains("clocks_event_reasons"))
+    {
+        out = query(DEVICE_QUERY_OLD).await;
+    }
+    match out {
+        RunOutput::NotFound => Ok(Vec::new()),
+        RunOutput::TimedOut => Err(format!(
+            "nvidia-smi did not answer within {:.1} s",
+            timeout.as_secs_f64()
+        )),
+        RunOutput::SpawnError(e) => Err(format!("cannot run nvidia-smi: {e}")),
+        RunOutput::Exited {
+            code: Some(0),
+            stdout,
+            ..
+        } => Ok(parse_devices(&stdout)),
+        RunOutput::Exited {
+            code,
+            stdout,
+            stderr,
+        } => Err(format!(
+            "nvidia-smi failed ({}): {}",
+            crate::process::how_it_ended(code),
+            first_line(&stdout, &stderr)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn devices_fall_back_to_the_old_field_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("nvidia-smi");
+        // An old driver: refuses clocks_event_reasons, knows the throttle name.
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\ncase \"$1\" in\n*clocks_event_reasons*) echo 'Field \"clocks_event_reasons.active\" is not a valid field to query.'; exit 2;;\nesac\necho '0, GPU-a, 99, 100, 200, 300.5, 1500, 1980, 0x0000000000000008'\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let gpus = devices(fake.to_str().expect("utf-8"), Duration::from_secs(5))
+            .await
+            .expect("answered");
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].throttle, ["hw_slowdown"]);
+        assert_eq!(
+            devices("/nonexistent/nvidia-smi", Duration::from_secs(1)).await,
+            Ok(vec![])
+        );
+    }
+
+    #[tokio::test]
+    async fn no_nvidia_smi_is_no_note() {
+        let r = processes("/nonexistent/nvidia-smi", Duration::from_secs(1)).await;
+        assert_eq!(r, GpuReading::default());
+    }
+
+    #[tokio::test]
+    async fn a_hung_nvidia_smi_is_a_note() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("nvidia-smi");
+        std::fs::write(&fake, "#!/bin/sh\nexec sleep 30\n").expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let t = std::time::Instant::now();
+        let r = processes(fake.to_str().expect("utf-8"), Duration::from_millis(300)).await;
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            r.note.as_deref(),
+            Some("nvidia-smi did not answer within 0.3 s")
+        );
+    }
+}
