@@ -913,3 +913,30 @@ fn architecture_md_names_every_file() {
         "docs/ARCHITECTURE.md does not name these files of src/: {missing:?}"
     );
 }
+
+/// exec_all's functions are short enough to read at once (issue 43's
+/// second step: a dispatcher whose state is fields and one method per
+/// event): no body in `src/exec_all/` over 80 lines, tests aside.
+#[test]
+fn no_function_of_exec_all_is_over_80_lines() {
+    let dir = root().join("src/exec_all");
+    let mut paths = Vec::new();
+    rust_files(&dir, &mut paths);
+    assert!(
+        paths.len() > 20,
+        "exec_all's files are not found: {paths:?}"
+    );
+    let mut problems = Vec::new();
+    for path in &paths {
+        let text = std::fs::read_to_string(path).expect("readable source");
+        let text = match text.find("\n#[cfg(test)]") {
+            Some(i) => &text[..i],
+            None => &text,
+        };
+        for long in long_bodies(text, 80) {
+            let rel = path.strip_prefix(&dir).expect("under exec_all");
+            problems.push(format!("src/exec_all/{}: {long}", rel.display()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
