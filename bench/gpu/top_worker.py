@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 SLOW, SECONDS = int(sys.argv[1]), float(sys.argv[2])
+TIMES = os.environ.get("TOP_WORKER_TIMES") == "1"
 CPU_MATMULS, CUDA_MATMULS = 40, 4
 
 torch.set_num_threads(2)
@@ -39,7 +40,8 @@ while True:
     torch.cuda.synchronize()
     dist.all_reduce(t)
     step += 1
-    print(f"step {step}", flush=True)
+    # TOP_WORKER_TIMES=1 (bench/gpu/top_cost.sh): each line with its time.
+    print(f"step {step} {time.time():.6f}" if TIMES else f"step {step}", flush=True)
     # Every rank leaves at the same step: rank 0 decides, the others follow.
     done = torch.tensor([1.0 if (rank == 0 and time.time() > end) else 0.0])
     dist.all_reduce(done)
