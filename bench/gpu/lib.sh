@@ -14,6 +14,23 @@ stop_agents() {
 }
 trap stop_agents EXIT
 
+# start_loopback_agents N PORT: an agent for each of N loopback "nodes"
+# (127.0.0.2 on, node rank r on 127.0.0.(r+2)), each waited for until it
+# listens (10 s at most).
+start_loopback_agents() {
+    local r
+    for r in $(seq 0 $(($1 - 1))); do
+        MULTINODE_NODE_RANK=$r multinode agent --listen "127.0.0.$((r + 2)):$2" &
+        agents+=($!)
+    done
+    for r in $(seq 0 $(($1 - 1))); do
+        for _ in $(seq 100); do
+            (exec 3<>"/dev/tcp/127.0.0.$((r + 2))/$2") 2>/dev/null && break
+            sleep 0.1
+        done
+    done
+}
+
 # record STEP VERDICT DETAIL: a result line, kept for the summary.
 record() { results+=("$1|$2|$3"); printf '>>> %s: %s (%s)\n' "$1" "$2" "$3"; }
 # now: seconds since the epoch, to the nanosecond.

@@ -29,7 +29,7 @@ PORT=30600
 export MULTINODE_SECRET MULTINODE_HOSTLIST=$HOSTS MULTINODE_AGENT_PORT=$PORT PYTHONUNBUFFERED=1
 WORKER=$repo/bench/gpu/top_worker.py
 results=()
-# agents (their PIDs), stop_agents (on EXIT), record
+# agents (their PIDs), start_loopback_agents, stop_agents (on EXIT), record
 # shellcheck source=bench/gpu/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 section() { printf '\n=== %s\n' "$*"; }
@@ -42,16 +42,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 multinode --version
 command -v py-spy && py-spy --version
 
-for r in 0 1 2 3; do
-    MULTINODE_NODE_RANK=$r multinode agent --listen "127.0.0.$((r + 2)):$PORT" &
-    agents+=($!)
-done
-for r in 0 1 2 3; do
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.$((r + 2))/$PORT") 2>/dev/null && break
-        sleep 0.1
-    done
-done
+start_loopback_agents 4 "$PORT"
 
 # job SLOW SECONDS NAME: the job in the background, its output in $out/NAME.txt.
 job() {

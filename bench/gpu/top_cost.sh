@@ -40,7 +40,7 @@ PORT=30620
 export MULTINODE_SECRET MULTINODE_HOSTLIST=127.0.0.2:1,127.0.0.3:1,127.0.0.4:1,127.0.0.5:1
 export MULTINODE_AGENT_PORT=$PORT PYTHONUNBUFFERED=1 TOP_WORKER_TIMES=1
 results=()
-# agents (their PIDs), stop_agents (on EXIT), record, now
+# agents (their PIDs), start_loopback_agents, stop_agents (on EXIT), record, now
 # shellcheck source=bench/gpu/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -60,16 +60,7 @@ if [ "${TOP_COST_NO_NVSMI:-0}" = 1 ]; then
 fi
 # ticks PID...: utime + stime + cutime + cstime of each, summed (clock ticks).
 ticks() { local t=0 f; for pid in "$@"; do f=$(cut -d')' -f2 "/proc/$pid/stat" 2>/dev/null) || continue; set -- $f; t=$((t + ${12} + ${13} + ${14} + ${15})); done; echo "$t"; }
-for r in 0 1 2 3; do
-    PATH=$agent_path MULTINODE_NODE_RANK=$r multinode agent --listen "127.0.0.$((r + 2)):$PORT" &
-    agents+=($!)
-done
-for r in 0 1 2 3; do
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.$((r + 2))/$PORT") 2>/dev/null && break
-        sleep 0.1
-    done
-done
+PATH=$agent_path start_loopback_agents 4 "$PORT"
 
 seconds=$(( pairs * 2 * window + 60 ))
 MULTINODE_NODE_RANK=0 mn-exec-all --nproc-per-node 1 --bind none --label \

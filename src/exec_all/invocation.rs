@@ -298,11 +298,26 @@ mod tests {
         );
     }
 
+    /// A relay's argv as `multinode exec-all ARGV` parses it, with the real parser.
+    fn parsed(argv: Vec<OsString>) -> ExecAllArgs {
+        use clap::Parser;
+        let words = ["multinode", crate::cli::exec_all_flags::COMMAND]
+            .map(OsString::from)
+            .into_iter()
+            .chain(argv);
+        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
+            .expect("clap takes it")
+            .command
+        else {
+            panic!("not exec-all");
+        };
+        *args
+    }
+
     #[test]
     fn a_relay_command_line_parses_back_to_the_heads_options() {
         use super::super::procs::{PerNode, Procs};
         use crate::binding::Mode;
-        use clap::Parser;
         let head = RunOptions {
             args: vec!["a b".into(), "it's".into()],
             label: true,
@@ -326,17 +341,7 @@ mod tests {
             ("A".to_string(), "1".to_string()),
             ("B_2".to_string(), "x y".to_string()),
         ];
-        let argv = super::super::relay::argv(&[3, 1, 2], &head, &exported);
-        let words = ["multinode", crate::cli::exec_all_flags::COMMAND]
-            .map(OsString::from)
-            .into_iter()
-            .chain(argv);
-        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
-            .expect("clap takes it")
-            .command
-        else {
-            panic!("not exec-all");
-        };
+        let args = parsed(super::super::relay::argv(&[3, 1, 2], &head, &exported));
         assert!(args.relay_report, "a relay");
         let relay = run_options(&args, &EnvMap::default(), 4, true).expect("valid");
         assert_eq!(relay.ranks, Some(BTreeSet::from([1, 2, 3])));
@@ -370,17 +375,7 @@ mod tests {
         );
         // The defaults travel as well.
         let plain = RunOptions::new(Script::Stdin(b"true".to_vec()));
-        let argv = super::super::relay::argv(&[1], &plain, &[]);
-        let words = ["multinode", "exec-all"]
-            .map(OsString::from)
-            .into_iter()
-            .chain(argv);
-        let crate::cli::Command::ExecAll(args) = crate::cli::Cli::try_parse_from(words)
-            .expect("clap takes it")
-            .command
-        else {
-            panic!("not exec-all");
-        };
+        let args = parsed(super::super::relay::argv(&[1], &plain, &[]));
         assert_eq!(args.script_and_args, [OsString::from("-")]);
         assert!(!args.label && !args.no_fail_fast && args.nproc_per_node.is_none());
         assert_eq!(

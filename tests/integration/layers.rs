@@ -67,13 +67,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The code of a file without comments and without its test module.
-fn code(text: &str) -> String {
-    let text = match text.find("\n#[cfg(test)]") {
+/// A file's text before its `#[cfg(test)]` module.
+fn before_tests(text: &str) -> &str {
+    match text.find("\n#[cfg(test)]") {
         Some(i) => &text[..i],
         None => text,
-    };
-    text.lines()
+    }
+}
+
+/// The code of a file without comments and without its test module.
+fn code(text: &str) -> String {
+    before_tests(text)
+        .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .map(|l| match l.find(" // ") {
             Some(i) if !l[..i].contains('"') => &l[..i],
@@ -680,10 +685,7 @@ fn a_mod_rs_has_no_function_body_over_10_lines() {
     for path in paths.iter().filter(|p| p.ends_with("mod.rs")) {
         checked += 1;
         let text = std::fs::read_to_string(path).expect("readable source");
-        let text = match text.find("\n#[cfg(test)]") {
-            Some(i) => &text[..i],
-            None => &text,
-        };
+        let text = before_tests(&text);
         for long in long_bodies(text, 10) {
             let rel = path.strip_prefix(&src).expect("under src");
             problems.push(format!("src/{}: {long}", rel.display()));
@@ -760,11 +762,7 @@ fn no_file_is_over_450_lines_before_its_tests() {
         if tests_only.contains(rel) {
             continue;
         }
-        let before = match text.find("\n#[cfg(test)]") {
-            Some(i) => &text[..i],
-            None => text,
-        };
-        let lines = before.lines().count();
+        let lines = before_tests(text).lines().count();
         if lines > MAX_LINES {
             problems.push(format!(
                 "src/{rel}: {lines} lines before its tests (at most {MAX_LINES}): split it by job"
@@ -929,10 +927,7 @@ fn no_function_of_exec_all_is_over_80_lines() {
     let mut problems = Vec::new();
     for path in &paths {
         let text = std::fs::read_to_string(path).expect("readable source");
-        let text = match text.find("\n#[cfg(test)]") {
-            Some(i) => &text[..i],
-            None => &text,
-        };
+        let text = before_tests(&text);
         for long in long_bodies(text, 80) {
             let rel = path.strip_prefix(&dir).expect("under exec_all");
             problems.push(format!("src/exec_all/{}: {long}", rel.display()));
