@@ -1,5 +1,5 @@
 //! The agent's answers to its own requests (`#multinode:ping`, `release`,
-//! `wait-release`, `snapshot`, `ranks`, `top`, `show-group`; what they mean:
+//! `wait-release`, `snapshot`, `ranks`, `top`, `show-group`, `show-start`; what they mean:
 //! `protocol::control`).
 
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use tracing::{debug, info};
 
 use super::shared::Shared;
 use crate::protocol::control::{Control, PingReply};
+use crate::snapshot::run_start::RUN_START_MAX;
 use crate::snapshot::watch::{PASSED_ON_MAX, Watched};
 
 pub(crate) async fn run(
@@ -80,12 +81,18 @@ pub(crate) async fn run(
                     Watched::of_shown_group(pgid.as_raw(), keeps_tail)
                 });
                 // Shown while the client holds the channel; never signalled:
-                // the client owns that group. What it tells of the group's
-                // output comes as lines of JSON (`watch::PassedOn`).
+                // the client owns that group.
                 tokio::select! {
                     () = shared.shutdown.cancelled() => {}
                     () = conn.cancelled() => {}
-                    () = take_passed_on(&mut rx, &watched) => {}
+                    // What it tells of the group's output: lines of JSON
+                    // (`watch::PassedOn`).
+                    () = json_lines(&mut rx, PASSED_ON_MAX, |line| {
+                        match serde_json::from_slice(line) {
+                            Ok(passed_on) => watched.take_passed_on(passed_on),
+                            Err(e) => debug!(error = %e, "an unreadable show-group line"),
+                        }
+                    }) => {}
                 }
                 shared.running.remove(pgid);
                 debug!(
@@ -95,6 +102,29 @@ pub(crate) async fn run(
                 0
             }
         }
+        Control::ShowStart => match shared.runs.hold() {
+            None => {
+                let msg = "multinode agent: too many runs shown at once: not shown\n";
+                let _ = tx.extended_data_bytes(1, msg.as_bytes().to_vec()).await;
+                1
+            }
+            Some(id) => {
+                // Each line the run's start as its exec_all knows it now,
+                // kept until the next; gone with the channel.
+                tokio::select! {
+                    () = shared.shutdown.cancelled() => {}
+                    () = conn.cancelled() => {}
+                    () = json_lines(&mut rx, RUN_START_MAX, |line| {
+                        match serde_json::from_slice(line) {
+                            Ok(run) => shared.runs.set(id, run),
+                            Err(e) => debug!(error = %e, "an unreadable show-start line"),
+                        }
+                    }) => {}
+                }
+                shared.runs.drop_run(id);
+                0
+            }
+        },
         Control::WaitRelease => {
             // Only a release answers: an agent that stops without one (its job
             // never started, a signal) just closes, and the worker sees it gone.
@@ -112,10 +142,10 @@ pub(crate) async fn run(
     let _ = tx.close().await;
 }
 
-/// Reads a show-group channel to its end: each line of JSON is what the
-/// client tells of the group's output. At most [`PASSED_ON_MAX`] bytes are
-/// held: a longer line is dropped whole.
-async fn take_passed_on(rx: &mut ChannelReadHalf, watched: &Watched) {
+/// Reads a channel to its end, a line at a time (each line given to
+/// `take` without its newline). At most `max` bytes are held: a longer line
+/// is dropped whole.
+async fn json_lines(rx: &mut ChannelReadHalf, max: usize, mut take: impl FnMut(&[u8])) {
     let mut pending: Vec<u8> = Vec::new();
     let mut skipping = false;
     while let Some(msg) = rx.wait().await {
@@ -127,17 +157,14 @@ async fn take_passed_on(rx: &mut ChannelReadHalf, watched: &Watched) {
             if !skipping {
                 pending.extend_from_slice(part);
             }
-            if pending.len() > PASSED_ON_MAX {
+            if pending.len() > max {
                 pending.clear();
                 skipping = !whole;
                 continue;
             }
             if whole {
                 if !skipping {
-                    match serde_json::from_slice(&pending) {
-                        Ok(passed_on) => watched.take_passed_on(passed_on),
-                        Err(e) => debug!(error = %e, "an unreadable show-group line"),
-                    }
+                    take(&pending[..pending.len() - 1]);
                 }
                 pending.clear();
                 skipping = false;

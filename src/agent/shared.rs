@@ -20,6 +20,8 @@ pub(crate) struct Shared {
     pub keeper: keeper::Keeper,
     /// The process groups of the running commands, for snapshots.
     pub running: running::Running,
+    /// Where the start of this machine's exec_alls' runs went (`top`).
+    pub runs: crate::snapshot::run_start::ShownRuns,
     /// Admits connections and holds them to the login deadline.
     pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.

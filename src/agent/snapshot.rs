@@ -57,5 +57,6 @@ pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> Node
     }
     snap.commands = shared.running.commands(tail);
     snap.ras = ras;
+    snap.runs = shared.runs.aged(crate::snapshot::unix_ms());
     snap
 }

@@ -121,6 +121,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             bin: bin.clone(),
             keeper,
             running: running::Running::default(),
+            runs: Default::default(),
             gate: login::Gate::new(limits),
             grace,
             base_env: {

@@ -7,35 +7,16 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use super::dispatch_spec::{Dispatch, TaskHandle};
 use super::event::{End, Event, Order, Subtree};
 use super::live::Live;
 use super::record::{CancelReason, NodeOutcome, NodeRecord, RunResult, run_exit_code};
 use super::writer::Writer;
 use crate::exit_code;
-use crate::snapshot::survey::RunNodes;
-
-/// What a run's dispatcher is told to do.
-pub struct Dispatch {
-    pub fail_fast: bool,
-    pub grace: Duration,
-    pub timeout: Option<Duration>,
-    pub progress: bool,
-    /// How to snapshot the run's nodes: on SIGUSR1, and before `--timeout`
-    /// ends the run when `snapshot_on_timeout`.
-    pub snapshot: Option<RunNodes>,
-    pub snapshot_on_timeout: bool,
-    /// `--hang-timeout`: no output and no heartbeat from any node for this
-    /// long ends the run as hung, after a snapshot of every node.
-    pub hang_timeout: Option<Duration>,
-    pub progress_seen: std::sync::Arc<super::progress::Progress>,
-    /// Say where the start went once every task printed (a run that
-    /// passes its output on): on a terminal, or when it took `SLOW_START`.
-    pub start_line: bool,
-}
+use crate::snapshot::run_start::{RunStart, TELL_EVERY};
 
 /// A start this long is told where it went, terminal or not.
 const SLOW_START: Duration = Duration::from_secs(10);
@@ -59,20 +40,6 @@ impl Phase {
     }
 }
 
-/// The dispatcher's handle on one node task: a node, or a relay that runs
-/// exec_all for a group of nodes. Events carry the task's rank.
-pub struct TaskHandle {
-    pub rank: usize,
-    pub orders: mpsc::UnboundedSender<Order>,
-}
-
-/// The channels a run's dispatcher reads: its tasks' events, and the
-/// writer's word that stdout or stderr can no longer be written.
-pub struct Channels {
-    pub events: mpsc::UnboundedReceiver<(usize, Event)>,
-    pub output_closed: mpsc::UnboundedReceiver<()>,
-}
-
 /// What wakes the dispatcher: one source at a time.
 pub(super) enum Wake {
     Node(usize, Event),
@@ -85,6 +52,8 @@ pub(super) enum Wake {
     /// The grace of the current phase is over.
     Deadline,
     ProgressTick,
+    /// Time to tell the agent where the start is.
+    TellStart,
 }
 
 /// What the dispatcher waits for besides its nodes' events ([`Dispatcher::waits`]).
@@ -97,6 +66,8 @@ pub(super) struct Waits {
     pub deadline: Option<Instant>,
     /// Whether the progress line is shown (its tick).
     pub progress: bool,
+    /// When to tell the agent where the start is (it changed).
+    pub tell_start_at: Option<Instant>,
 }
 
 /// A run's state: its records, who is still there, why it is ending.
@@ -125,6 +96,8 @@ pub(super) struct Dispatcher<'a> {
     /// What a limit caught the nodes doing (for the report).
     snapshot: Option<serde_json::Value>,
     live: Live,
+    /// The start changed since it was last told; told next at that time.
+    start_told: (bool, Instant),
 }
 
 impl<'a> Dispatcher<'a> {
@@ -154,6 +127,9 @@ impl<'a> Dispatcher<'a> {
             kill_grace: spec.grace.max(Duration::from_millis(100)),
             snapshot: None,
             live,
+            // The first time, told even when no node started: `top` then
+            // names those exec_all has not reached.
+            start_told: (true, Instant::now() + TELL_EVERY),
         }
     }
 
@@ -172,6 +148,10 @@ impl<'a> Dispatcher<'a> {
             },
             deadline: self.phase.deadline(),
             progress: self.live.progress_on(),
+            tell_start_at: match (&self.spec.show_start, self.start_told) {
+                (Some(_), (true, at)) => Some(at),
+                _ => None,
+            },
         }
     }
 
@@ -214,6 +194,10 @@ impl<'a> Dispatcher<'a> {
                 self.live.progress(self.running, self.tasks.len()).await;
                 None
             }
+            Wake::TellStart => {
+                self.tell_start();
+                None
+            }
         };
         if let Some(reason) = reason {
             self.cancel(reason).await;
@@ -235,6 +219,25 @@ impl<'a> Dispatcher<'a> {
         }
         self.running += 1;
         self.one_less_unstarted();
+        self.start_told.0 = true;
+    }
+
+    /// Tells this machine's agent where each task's start is.
+    fn tell_start(&mut self) {
+        let Some(show) = &self.spec.show_start else {
+            return;
+        };
+        let run = RunStart {
+            started_ms: Some(crate::snapshot::unix_ms_of(self.started)),
+            up_ms: None,
+            ranks: self
+                .tasks
+                .iter()
+                .map(|t| self.nodes[self.index[&t.rank]].rank_start(self.started))
+                .collect(),
+        };
+        show.send_replace(Some(run));
+        self.start_told = (false, Instant::now() + TELL_EVERY);
     }
 
     fn one_less_unstarted(&mut self) {
@@ -250,6 +253,7 @@ impl<'a> Dispatcher<'a> {
     async fn first_output(&mut self, rank: usize) {
         self.nodes[self.index[&rank]].timeline.first_output = Some(SystemTime::now());
         self.printed += 1;
+        self.start_told.0 = true;
         if self.printed < self.tasks.len() || !self.spec.start_line {
             return;
         }
@@ -439,10 +443,12 @@ impl<'a> Dispatcher<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::dispatch_spec::Channels;
     use super::*;
     use crate::exec_all::dispatch_loop::run;
     use crate::process::Outcome;
     use crate::signals::Stops;
+    use tokio::sync::mpsc;
 
     fn spec(fail_fast: bool, grace_ms: u64, timeout_ms: Option<u64>) -> Dispatch {
         Dispatch {
@@ -455,6 +461,7 @@ mod tests {
             hang_timeout: None,
             progress_seen: std::sync::Arc::new(super::super::progress::Progress::new(None)),
             start_line: false,
+            show_start: None,
         }
     }
 
@@ -544,6 +551,52 @@ mod tests {
             run.orders[1].try_recv().is_err(),
             "the failed node got no order"
         );
+    }
+
+    #[tokio::test]
+    async fn where_each_node_start_is_goes_to_the_agent_while_it_changes() {
+        let (tx, mut rx) = tokio::sync::watch::channel(None);
+        let spec = Dispatch {
+            show_start: Some(tx),
+            ..spec(false, 5_000, None)
+        };
+        let started = Instant::now();
+        let run = start(spec, 2);
+        run.events
+            .send((
+                0,
+                Event::Started {
+                    address: None,
+                    connect: None,
+                },
+            ))
+            .unwrap();
+        // Told once the run is TELL_EVERY old, node 1 not reached yet.
+        tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(started.elapsed() >= TELL_EVERY);
+        let told = rx.borrow_and_update().clone().expect("a start");
+        assert!(told.started_ms.is_some());
+        let spawned: Vec<bool> = told.ranks.iter().map(|r| r.spawn_ms.is_some()).collect();
+        assert_eq!(spawned, [true, false]);
+        run.events.send((0, Event::FirstOutput)).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        let told = rx.borrow_and_update().clone().expect("a start");
+        assert!(told.ranks[0].first_output_ms.is_some());
+        // Nothing changed: nothing told.
+        assert!(
+            tokio::time::timeout(TELL_EVERY * 3, rx.changed())
+                .await
+                .is_err()
+        );
+        end(&run, 0, Outcome::Exited(0));
+        end(&run, 1, Outcome::Exited(0));
+        run.result.await.unwrap();
     }
 
     #[tokio::test]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::dispatch::{Channels, Dispatch, Dispatcher, TaskHandle, Waits, Wake};
+use super::dispatch::{Dispatcher, Waits, Wake};
+use super::dispatch_spec::{Channels, Dispatch, TaskHandle};
 use super::record::{NodeRecord, RunResult};
 use super::writer::Writer;
 use crate::signals::Stops;
@@ -57,6 +58,7 @@ impl Sources<'_> {
             quiet_at,
             deadline,
             progress,
+            tell_start_at,
         } = d.waits();
         let usr1 = async {
             match self.usr1.as_mut() {
@@ -73,6 +75,7 @@ impl Sources<'_> {
             Some(()) = self.channels.output_closed.recv() => Wake::OutputClosed,
             () = sleep_until(deadline) => Wake::Deadline,
             _ = self.tick.tick(), if progress => Wake::ProgressTick,
+            () = sleep_until(tell_start_at) => Wake::TellStart,
         }
     }
 }

@@ -82,6 +82,7 @@ pub async fn collect(
         connect_timeout: timeout,
         forward_output: false,
         show_local_to_agent: false,
+        show_start: false,
         ..RunOptions::new(Script::Inline(command.as_bytes().to_vec()))
     };
     let mut stops = Stops::new(STOP_SIGNALS)?;

@@ -21,6 +21,8 @@
 //!   `health_check`: the check before each; `attempt_lines`: what they say on stderr.
 //! - `dispatch`: the one owner of a run: events, signals, timers, fail-fast.
 //! - `dispatch_loop`: the dispatcher's loop: its sources, one wake at a time.
+//! - `dispatch_spec`: what a run's dispatcher is given: what to do, its
+//!   handle on each task, the channels it reads.
 //! - `live`: what a run says while it runs (progress line, snapshots).
 //! - `event`: what node tasks and the dispatcher tell each other.
 //! - `record`: what a run keeps of each node, and how it ended.
@@ -38,6 +40,7 @@ mod attempts;
 mod channel_leg;
 mod dispatch;
 mod dispatch_loop;
+mod dispatch_spec;
 mod entry;
 mod error_line;
 mod event;

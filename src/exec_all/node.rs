@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::dispatch::TaskHandle;
+use super::dispatch_spec::TaskHandle;
 use super::event::LegMsg;
 use super::event::{End, Event, Order};
 use super::files::NodeFiles;

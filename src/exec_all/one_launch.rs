@@ -6,10 +6,10 @@
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use super::dispatch::{self, Dispatch};
 use super::dispatch_loop;
+use super::dispatch_spec::{Channels, Dispatch};
 use super::options::RunOptions;
 use super::procs::{self, PerNode};
 use super::reach::{Reach, RunCtx};
@@ -20,6 +20,7 @@ use crate::env::Job;
 use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::signals::Stops;
+use crate::snapshot::run_start::{self, RunStart};
 use crate::vars;
 
 /// Runs `options.script` on the selected nodes of `job`; a stop signal
@@ -44,6 +45,7 @@ pub(crate) async fn launch(
     let agents_stay = options.shell_hint
         && reach.agent_connector().is_some()
         && env.get(vars::MUX_SOCKET).is_none();
+    let show_start = show_start(&reach, job, &options);
     let ctx = Arc::new(RunCtx::new(reach, job, &options, runs_here, env));
 
     let (closed_tx, closed_rx) = mpsc::unbounded_channel();
@@ -69,6 +71,7 @@ pub(crate) async fn launch(
         // A user's run (`shell_hint`): not a relay's, whose stderr is its
         // head's to read, nor a health check's.
         start_line: options.forward_output && options.shell_hint,
+        show_start,
     };
     let node::StartedTasks {
         handles,
@@ -76,7 +79,7 @@ pub(crate) async fn launch(
         mut tasks,
         stdin,
     } = started;
-    let channels = dispatch::Channels {
+    let channels = Channels {
         events,
         output_closed: closed_rx,
     };
@@ -94,6 +97,23 @@ pub(crate) async fn launch(
     result.output_failure =
         failure.and_then(|(fd, e)| crate::stdio::failure_line(crate::logging::program(), fd, &e));
     Ok(result)
+}
+
+/// Where the start of each node is goes to this machine's agent, for
+/// `multinode top` (`snapshot::run_start`): a run that reaches the nodes
+/// through their agents, on a node of the job, that asks for it.
+fn show_start(
+    reach: &Reach,
+    job: &Job,
+    options: &RunOptions,
+) -> Option<watch::Sender<Option<RunStart>>> {
+    let (Reach::Agent(ssh), true) = (reach, options.show_start) else {
+        return None;
+    };
+    let here = job.topology.nodes.get(job.rank)?;
+    let (tx, rx) = watch::channel(None);
+    run_start::show_start(ssh.connector.clone(), ssh.target(&here.host), rx);
+    Some(tx)
 }
 
 /// With `--nproc-per-node`: the processes of each node of `job` (for
@@ -198,6 +218,7 @@ async fn count_gpus(
         fail_fast: false,
         forward_output: false,
         show_local_to_agent: false,
+        show_start: false,
         timeout: Some(COUNT_TIMEOUT),
         connect_timeout: options.connect_timeout,
         ranks: options.ranks.clone(),

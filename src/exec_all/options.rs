@@ -43,6 +43,10 @@ pub(crate) struct RunOptions {
     /// Show the node run here to this machine's agent, so that `multinode
     /// ps` sees it (not for a relay, which its agent runs, nor for probes).
     pub show_local_to_agent: bool,
+    /// Show where the start of each node is to this machine's agent, for
+    /// `multinode top` (a user's run and a relay's; not a probe's nor a
+    /// health check's).
+    pub show_start: bool,
     /// The verdict may tell how to get onto the failed node (`multinode
     /// shell RANK`): this is a user's run, whose agents outlive it.
     pub shell_hint: bool,
@@ -81,6 +85,7 @@ impl RunOptions {
             group: false,
             snapshot_on_timeout: false,
             show_local_to_agent: true,
+            show_start: true,
             shell_hint: false,
             attempt_env: Vec::new(),
             hang_timeout: None,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
 use crate::restart::Cause;
+use crate::snapshot::run_start::{self, RankStart};
 
 /// How a node's part of a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,28 +226,21 @@ pub struct Timeline {
     pub first_heartbeat: Option<SystemTime>,
 }
 
-impl Timeline {
-    /// The seconds each phase of a node's start took, from the run's start
-    /// (`run`) to its command's spawn (`spawned`) and its first output:
-    /// connect and login (a connection of its own), spawn, first line.
-    pub fn phases(&self, run: SystemTime, spawned: Option<SystemTime>) -> Vec<(&'static str, f64)> {
-        let secs = |from: SystemTime, to: Option<SystemTime>| {
-            to.map(|t| t.duration_since(from).unwrap_or_default().as_secs_f64())
+impl NodeRecord {
+    /// Where its start is, in ms after the run's start `run`, as exec_all
+    /// shows it to its agent for `top` (`snapshot::run_start`).
+    pub fn rank_start(&self, run: SystemTime) -> RankStart {
+        let ms = |t: Option<SystemTime>| {
+            t.map(|t| t.duration_since(run).unwrap_or_default().as_millis() as u64)
         };
-        let mut phases = Vec::new();
-        let mut at = run;
-        for (name, to) in [
-            ("connect", self.connected),
-            ("login", self.logged_in),
-            ("spawn", spawned),
-            ("first line", self.first_output),
-        ] {
-            if let Some(s) = secs(at, to) {
-                phases.push((name, s));
-                at = to.unwrap_or(at);
-            }
+        RankStart {
+            rank: self.rank,
+            host: self.host.clone(),
+            connect_ms: ms(self.timeline.connected),
+            login_ms: ms(self.timeline.logged_in),
+            spawn_ms: ms(self.started),
+            first_output_ms: ms(self.timeline.first_output),
         }
-        phases
     }
 }
 
@@ -260,21 +254,15 @@ pub fn start_line(nodes: &[&NodeRecord], run: SystemTime) -> Option<String> {
         .iter()
         .filter(|n| n.timeline.first_output.is_some())
         .max_by(|a, b| a.timeline.first_output.cmp(&b.timeline.first_output))?;
-    let phases = last.timeline.phases(run, last.started);
-    let (longest, _) = phases.iter().max_by(|a, b| a.1.total_cmp(&b.1)).copied()?;
-    let told: Vec<String> = phases
-        .iter()
-        .map(|(name, s)| format!("{name} {s:.2} s"))
-        .collect();
+    let phases = run_start::told(&last.rank_start(run).phases())?;
     Some(format!(
-        "every {} printed within {:.2} s; the last, {}: {}: {longest} the longest",
+        "every {} printed within {:.2} s; the last, {}: {phases}",
         match last.process {
             Some(_) => "process",
             None => "node",
         },
         since(last.timeline.first_output?),
         last.who(),
-        told.join(", ")
     ))
 }
 

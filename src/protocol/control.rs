@@ -26,6 +26,12 @@
 //!   The agent never signals that group; it answers when the channel closes.
 //!   Meanwhile the client may send lines of JSON on the channel: what that
 //!   group printed, when (`snapshot::watch::PassedOn`), for `top`.
+//! - `#multinode:show-start`: while this channel is open, the agent's `top`
+//!   snapshots also carry where the start of the client's run went (an
+//!   exec_all of this machine: each node's connect, login, spawn and first
+//!   line, `snapshot::run_start::RunStart`), which the client sends as lines
+//!   of JSON each time it changed. An agent older than it runs it as a
+//!   shell comment: status 0, and the channel ends at once.
 
 const PREFIX: &[u8] = b"#multinode:";
 
@@ -38,6 +44,7 @@ pub enum Control {
     Ranks,
     Top { tail: bool, ras: bool },
     ShowGroup { pgid: i32, pid_ns: u64 },
+    ShowStart,
 }
 
 const SHOW_GROUP: &str = "show-group";
@@ -51,6 +58,7 @@ pub fn parse(command: &[u8]) -> Option<Control> {
         b"wait-release" => Some(Control::WaitRelease),
         b"snapshot" => Some(Control::Snapshot),
         b"ranks" => Some(Control::Ranks),
+        b"show-start" => Some(Control::ShowStart),
         other => {
             let mut words = std::str::from_utf8(other).ok()?.split(' ');
             let first = words.next()?;
@@ -92,6 +100,7 @@ pub fn command(control: Control) -> String {
             if ras { " ras" } else { "" }
         ),
         Control::ShowGroup { pgid, pid_ns } => format!("#multinode:{SHOW_GROUP} {pgid} {pid_ns}"),
+        Control::ShowStart => "#multinode:show-start".to_string(),
     }
 }
 
@@ -127,6 +136,7 @@ mod tests {
             b"#multinode:show-group x 4026531836",
             b"#multinode:top tail tail",
             b"#multinode:top all",
+            b"#multinode:show-start 1",
         ] {
             assert_eq!(parse(bad), None, "{}", String::from_utf8_lossy(bad));
         }
@@ -152,6 +162,7 @@ mod tests {
                 pgid: 4242,
                 pid_ns: 4026531836,
             },
+            Control::ShowStart,
         ] {
             assert_eq!(parse(command(c).as_bytes()), Some(c));
         }

@@ -15,6 +15,8 @@
 //! - `watch`: what a running command was started as (`RANK`) and has
 //!   printed (when, its last lines) and when it beat its heartbeat.
 //! - `ras`: NCCL's RAS service on this node, asked for its status.
+//! - `run_start`: where a run's start went (each rank's connect, login,
+//!   spawn, first line), as exec_all shows it to its machine's agent.
 //! - `ranks`: with several processes a node, each command's tree labelled
 //!   with its `RANK` and `LOCAL_RANK`, and a node split into its ranks for
 //!   the table (pure); the rank a `multinode shell --rank` looks for.
@@ -32,6 +34,7 @@ mod ps_render;
 mod pystack;
 mod ranks;
 pub(crate) mod ras;
+pub(crate) mod run_start;
 mod samples;
 pub(crate) mod survey;
 mod take;
@@ -39,8 +42,8 @@ mod trees;
 pub(crate) mod watch;
 
 pub use crate::nvidia_smi::GpuDevice;
-pub(crate) use node_snapshot::unix_ms;
 pub use node_snapshot::{CommandInfo, NodeSnapshot, Proc};
+pub(crate) use node_snapshot::{unix_ms, unix_ms_of};
 pub use samples::Samples;
 
 pub(crate) use alike::{fold, place};

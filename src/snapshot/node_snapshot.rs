@@ -44,6 +44,10 @@ pub struct NodeSnapshot {
     /// answered (at most `ras::TEXT_MAX` bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ras: Option<String>,
+    /// Where the start went of the runs this machine's exec_alls show
+    /// its agent (`top`'s snapshots only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<super::run_start::RunStart>,
     /// One rank's share of a node ([`ranks::Units`]): the node's rank and
     /// the rank's local rank there. Never sent: made where it is shown.
     #[serde(skip)]
@@ -141,8 +145,12 @@ impl Proc {
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    unix_ms_of(std::time::SystemTime::now())
+}
+
+/// `t` in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms_of(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }

@@ -23,6 +23,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
+use crate::snapshot::run_start::by_rank;
 use crate::snapshot::survey::{Ask, Kept, ask_each, job_agents};
 use crate::transport::client::{Auth, Connector};
 
@@ -82,7 +83,8 @@ impl Session {
             }
         }
         let verdict = straggler::judge(&rows);
-        let start = start_line::judge(&rows);
+        let starts = by_rank(snaps.iter().flat_map(|s| &s.runs));
+        let start = start_line::judge(&rows, &starts);
         Judged {
             rows,
             verdict,

@@ -8,13 +8,25 @@
 //! a node whose agent runs nothing of the job yet (exec_all has not reached
 //! it, or it was skipped) is "not started". Once every rank printed, the
 //! line names the last to print and how long after its start, for
-//! [`SHOWN_FOR`] after that first line; then it goes. The phases before a
-//! spawn (connect, login, health check) are the head's to know: its
-//! `--report` has them (`nodes[].timeline`).
+//! [`SHOWN_FOR`] after that first line; then it goes.
+//!
+//! The phases before a spawn (connect, login) are exec_all's to know: where
+//! its machine's agent was shown them (`snapshot::run_start`), a waiting
+//! rank is told with them, a node exec_all has not reached yet is named as
+//! such with the time its run has been up, and the last rank to print is
+//! told with every phase of its start and the longest, as exec_all's own
+//! start line tells it.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::rows::Row;
+use crate::snapshot::run_start::{Seen, told};
+
+/// What the runs shown to the agents tell of each rank's start, by rank
+/// and host (`run_start::by_rank`).
+pub(crate) type Starts = BTreeMap<(usize, String), Seen>;
 
 /// The "started" line stays this long after the last rank's first line.
 pub(crate) const SHOWN_FOR: f64 = 30.0;
@@ -35,6 +47,10 @@ pub struct Start {
     pub last_rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_first_output_s: Option<f64>,
+    /// The last rank's start, each phase and its seconds, as exec_all
+    /// knows it (absent: it was not shown).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub last_phases: Vec<(&'static str, f64)>,
     pub line: String,
 }
 
@@ -47,6 +63,14 @@ pub struct Waiting {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_s: Option<f64>,
     pub heartbeat: bool,
+    /// Its start before its spawn as exec_all knows it: each phase and
+    /// its seconds (connect, login, spawn).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<(&'static str, f64)>,
+    /// Not started, and exec_all has not reached it though its run has
+    /// been up this long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreached_for_s: Option<f64>,
 }
 
 fn printed(r: &Row) -> bool {
@@ -54,19 +78,51 @@ fn printed(r: &Row) -> bool {
 }
 
 fn describe(w: &Waiting) -> String {
-    match w.up_s {
-        None => format!("rank {} ({}) not started", w.rank, w.host),
-        Some(up) => format!(
-            "rank {} ({}) up {up:.1} s, no output{}",
+    let phases: Vec<String> = w
+        .phases
+        .iter()
+        .map(|(name, s)| format!("{name} {s:.2} s"))
+        .collect();
+    match (w.up_s, w.unreached_for_s) {
+        (None, Some(run)) => format!(
+            "rank {} ({}) not started: exec_all has not reached it in {run:.1} s",
+            w.rank, w.host
+        ),
+        (None, None) => format!("rank {} ({}) not started", w.rank, w.host),
+        (Some(up), _) => format!(
+            "rank {} ({}) up {up:.1} s, no output{}{}",
             w.rank,
             w.host,
-            if w.heartbeat { "" } else { " or heartbeat" }
+            if w.heartbeat { "" } else { " or heartbeat" },
+            match phases.is_empty() {
+                true => String::new(),
+                false => format!(" (its start: {})", phases.join(", ")),
+            }
         ),
     }
 }
 
-/// The start line of `rows`, while there is one to show.
-pub(crate) fn judge(rows: &[Row]) -> Option<Start> {
+/// A waiting row's start before its spawn, from the runs shown: its own
+/// (by rank and host), or for a node that runs nothing yet (one row,
+/// keyed by the node's rank) whether exec_all reached any of its ranks.
+fn before_spawn(r: &Row, starts: &Starts) -> (Vec<(&'static str, f64)>, Option<f64>) {
+    if let Some(seen) = starts.get(&(r.rank, r.host.clone())) {
+        if seen.rank.spawn_ms.is_some() || r.up_s.is_some() {
+            return (seen.rank.phases(), None);
+        }
+        return (Vec::new(), Some(seen.run_up_s));
+    }
+    let of_host: Vec<&Seen> = starts.values().filter(|s| s.rank.host == r.host).collect();
+    let unreached = r.up_s.is_none()
+        && !of_host.is_empty()
+        && of_host.iter().all(|s| s.rank.spawn_ms.is_none());
+    let run_up = of_host.iter().map(|s| s.run_up_s).fold(0.0, f64::max);
+    (Vec::new(), unreached.then_some(run_up))
+}
+
+/// The start line of `rows`, while there is one to show; `starts`, what
+/// the runs shown to the agents tell of each rank's start.
+pub(crate) fn judge(rows: &[Row], starts: &Starts) -> Option<Start> {
     let answered: Vec<&Row> = rows.iter().filter(|r| r.error.is_none()).collect();
     if answered.is_empty() {
         return None;
@@ -74,11 +130,16 @@ pub(crate) fn judge(rows: &[Row]) -> Option<Start> {
     let mut waiting: Vec<Waiting> = answered
         .iter()
         .filter(|r| !printed(r))
-        .map(|r| Waiting {
-            rank: r.rank,
-            host: r.host.clone(),
-            up_s: r.up_s,
-            heartbeat: r.heartbeat_age_s.is_some(),
+        .map(|r| {
+            let (phases, unreached_for_s) = before_spawn(r, starts);
+            Waiting {
+                rank: r.rank,
+                host: r.host.clone(),
+                up_s: r.up_s,
+                heartbeat: r.heartbeat_age_s.is_some(),
+                phases,
+                unreached_for_s,
+            }
         })
         .collect();
     // Not started first, then the longest up.
@@ -103,6 +164,7 @@ pub(crate) fn judge(rows: &[Row]) -> Option<Start> {
             waiting,
             last_rank: None,
             last_first_output_s: None,
+            last_phases: Vec::new(),
             line,
         });
     }
@@ -120,16 +182,30 @@ pub(crate) fn judge(rows: &[Row]) -> Option<Start> {
     let beat = last.first_heartbeat_s.map_or(String::new(), |b| {
         format!(", first heartbeat after {b:.1} s")
     });
-    let line = format!(
-        "started: every rank printed; the last was rank {} ({}), {first:.1} s after its start{beat}",
-        last.rank, last.host
-    );
+    // Every phase, as exec_all's own start line tells them, once the run
+    // shown has its first line too.
+    let phases = starts
+        .get(&(last.rank, last.host.clone()))
+        .filter(|s| s.rank.first_output_ms.is_some())
+        .map(|s| s.rank.phases())
+        .unwrap_or_default();
+    let line = match told(&phases) {
+        Some(phases) => format!(
+            "started: every rank printed; the last was rank {} ({}): {phases}{beat}",
+            last.rank, last.host
+        ),
+        None => format!(
+            "started: every rank printed; the last was rank {} ({}), {first:.1} s after its start{beat}",
+            last.rank, last.host
+        ),
+    };
     Some(Start {
         printed,
         ranks: answered.len(),
         waiting: Vec::new(),
         last_rank: Some(last.rank),
         last_first_output_s: Some(first),
+        last_phases: phases,
         line,
     })
 }
@@ -165,7 +241,7 @@ mod tests {
             error: Some("the agent did not answer".into()),
             ..Row::default()
         });
-        let start = judge(&rows).expect("a line");
+        let start = judge(&rows, &Starts::new()).expect("a line");
         assert_eq!((start.printed, start.ranks), (1, 6));
         let order: Vec<usize> = start.waiting.iter().map(|w| w.rank).collect();
         assert_eq!(order, [2, 4, 1, 3, 5]);
@@ -174,11 +250,14 @@ mod tests {
             "starting: 1 of 6 ranks printed; waiting: rank 2 (n2) not started; \
              rank 4 (n4) up 9.0 s, no output or heartbeat; rank 1 (n1) up 6.0 s, no output or heartbeat; 2 more"
         );
-        let one = judge(&[row(0, Some(4.0), None), {
-            let mut r = row(1, Some(4.0), None);
-            r.heartbeat_age_s = Some(1.0);
-            r
-        }])
+        let one = judge(
+            &[row(0, Some(4.0), None), {
+                let mut r = row(1, Some(4.0), None);
+                r.heartbeat_age_s = Some(1.0);
+                r
+            }],
+            &Starts::new(),
+        )
         .expect("a line");
         assert!(
             one.line.ends_with("rank 1 (n1) up 4.0 s, no output"),
@@ -195,7 +274,7 @@ mod tests {
             row(2, Some(8.0), Some(1.0)),
         ];
         rows[1].first_heartbeat_s = Some(5.0);
-        let start = judge(&rows).expect("a line");
+        let start = judge(&rows, &Starts::new()).expect("a line");
         assert_eq!(start.last_rank, Some(1));
         assert_eq!(
             start.line,
@@ -204,12 +283,79 @@ mod tests {
         for r in &mut rows {
             r.up_s = r.up_s.map(|u| u + SHOWN_FOR);
         }
-        assert_eq!(judge(&rows), None);
+        assert_eq!(judge(&rows, &Starts::new()), None);
         // An agent older than these fields: its output age alone, no line.
         let old = Row {
             output_age_s: Some(1.0),
             ..Row::default()
         };
-        assert_eq!(judge(&[old]), None);
+        assert_eq!(judge(&[old], &Starts::new()), None);
+    }
+
+    fn seen(rank: usize, run_up_s: f64, marks: [Option<u64>; 4]) -> ((usize, String), Seen) {
+        let [connect_ms, login_ms, spawn_ms, first_output_ms] = marks;
+        let host = format!("n{rank}");
+        let rank_start = crate::snapshot::run_start::RankStart {
+            rank,
+            host: host.clone(),
+            connect_ms,
+            login_ms,
+            spawn_ms,
+            first_output_ms,
+        };
+        (
+            (rank, host),
+            Seen {
+                run_up_s,
+                rank: rank_start,
+            },
+        )
+    }
+
+    #[test]
+    fn with_the_runs_start_a_waiting_rank_is_told_with_its_phases_and_an_unreached_node_named() {
+        let mut rows = vec![
+            row(0, Some(12.0), Some(0.5)),
+            row(1, Some(3.0), None),
+            row(2, None, None),
+            row(3, None, None),
+        ];
+        let mut starts: Starts = [
+            seen(0, 12.3, [None, None, Some(5), Some(400)]),
+            seen(1, 12.3, [Some(10), Some(30), Some(9_300), None]),
+            seen(2, 12.3, [None, None, None, None]),
+        ]
+        .into_iter()
+        .collect();
+        let start = judge(&rows, &starts).expect("a line");
+        assert_eq!(
+            start.line,
+            "starting: 1 of 4 ranks printed; waiting: rank 2 (n2) not started: exec_all has not \
+             reached it in 12.3 s; rank 3 (n3) not started; rank 1 (n1) up 3.0 s, no output or \
+             heartbeat (its start: connect 0.01 s, login 0.02 s, spawn 9.27 s)"
+        );
+        assert_eq!(start.waiting[0].unreached_for_s, Some(12.3));
+        assert_eq!(
+            start.waiting[2].phases,
+            [("connect", 0.01), ("login", 0.02), ("spawn", 9.27)]
+        );
+        let json = serde_json::to_value(&start).unwrap();
+        assert_eq!(
+            json["waiting"][2]["phases"][2],
+            serde_json::json!(["spawn", 9.27])
+        );
+
+        // Every rank printed: the last one's every phase, as exec_all tells it.
+        rows.truncate(2);
+        rows[1] = row(1, Some(6.0), Some(4.5));
+        let (key, printed) = seen(1, 15.3, [Some(10), Some(30), Some(9_300), Some(13_800)]);
+        starts.insert(key, printed);
+        let start = judge(&rows, &starts).expect("a line");
+        assert_eq!(
+            start.line,
+            "started: every rank printed; the last was rank 1 (n1): connect 0.01 s, login 0.02 s, \
+             spawn 9.27 s, first line 4.50 s: spawn the longest"
+        );
+        assert_eq!(start.last_phases.len(), 4);
     }
 }

@@ -300,8 +300,9 @@ fn an_even_job_has_no_straggler() {
 #[test]
 fn while_ranks_start_top_names_the_one_that_has_not_printed_then_the_last_to() {
     let job = TopJob::start(3, 29961, "late", 1);
+    // exec_all shows its agent where each rank's start is from 0.5 s on.
     let waiting = job.top_until(&[], |doc| {
-        doc["start"]["printed"] == 2 && doc["start"]["waiting"][0]["up_s"].is_f64()
+        doc["start"]["printed"] == 2 && doc["start"]["waiting"][0]["phases"].is_array()
     });
     let start = &waiting["start"];
     assert_eq!(start["ranks"], 3, "{waiting:#}");
@@ -312,22 +313,39 @@ fn while_ranks_start_top_names_the_one_that_has_not_printed_then_the_last_to() {
         job.hosts[1]
     );
     assert!(line.starts_with(&prefix), "{line}");
-    assert!(line.ends_with(" s, no output or heartbeat"), "{line}");
+    // Rank 1 is reached on a connection of its own: connect, login, spawn.
+    let phases: Vec<&str> = start["waiting"][0]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["connect", "login", "spawn"], "{waiting:#}");
+    assert!(
+        line.contains(" s, no output or heartbeat (its start: connect "),
+        "{line}"
+    );
     assert!(waiting["rows"][1]["up_s"].as_f64().unwrap() > 0.0);
     assert!(
         waiting["rows"][1]["first_output_s"].is_null(),
         "{waiting:#}"
     );
 
-    let started = job.top_until(&[], |doc| doc["start"]["last_rank"] == 1);
+    let started = job.top_until(&[], |doc| {
+        doc["start"]["last_rank"] == 1 && doc["start"]["last_phases"].is_array()
+    });
     let line = started["start"]["line"].as_str().unwrap();
     assert!(
         line.starts_with(&format!(
-            "started: every rank printed; the last was rank 1 ({}), ",
+            "started: every rank printed; the last was rank 1 ({}): connect ",
             job.hosts[1]
         )),
         "{line}"
     );
+    assert!(line.ends_with(": first line the longest"), "{line}");
+    let first_line = &started["start"]["last_phases"][3];
+    assert_eq!(first_line[0], "first line", "{started:#}");
+    assert!(first_line[1].as_f64().unwrap() >= 5.0, "{started:#}");
     let first = |r: usize| started["rows"][r]["first_output_s"].as_f64().unwrap();
     assert!(first(1) >= 5.0, "{started:#}");
     // Rank 0 (exec_all's own, shown to its agent) and rank 2 printed within

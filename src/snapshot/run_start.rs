@@ -1,0 +1,327 @@
+//! Where the start of a run went, as its exec_all knows it: each rank's
+//! connect, login, spawn and first output line, in milliseconds after the
+//! run's start. exec_all shows it to its machine's agent while it runs
+//! (`#multinode:show-start`, [`show_start`]); the agent passes it on in its
+//! `top` snapshots, as an age (`up_ms`), not a time; `multinode top` names
+//! with it the phase a rank is in, or was slow in, while ranks start.
+//!
+//! Only exec_all sees the phases before a spawn: an agent knows a command
+//! from its spawn on, and a node exec_all has not reached runs nothing.
+//! Each exec_all of a run tells its own nodes: a relay's, its group.
+//!
+//! The phases of a start, each the time from the end of the one before
+//! (the run's start first): `connect` (TCP up), `login`, `spawn`, `first
+//! line` ([`phases`], the one reckoning of them, which exec_all's own start
+//! line uses too).
+
+use std::time::Duration;
+
+use russh::ChannelMsg;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tracing::debug;
+
+use crate::protocol::control::Control;
+use crate::transport::client::{Connector, Target};
+
+/// The largest line a show-start channel takes: a run of 65,536 ranks.
+pub(crate) const RUN_START_MAX: usize = 8 << 20;
+/// The runs an agent keeps at once (one a channel; past it one is refused).
+pub(crate) const SHOWN_RUNS_MAX: usize = 16;
+/// exec_all tells its agent of a change at most this often, and the first
+/// time this long into the run: a run that ends sooner opens no channel.
+pub(crate) const TELL_EVERY: Duration = Duration::from_millis(500);
+
+/// One run's start, one JSON line on a show-start channel.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunStart {
+    /// When the run (its attempt) started, ms since the Unix epoch: what
+    /// exec_all sends (it shares its agent's clock); not passed on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// Since the run started, as the agent passes it on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub up_ms: Option<u64>,
+    pub ranks: Vec<RankStart>,
+}
+
+/// One rank (a node, or a process with `--nproc-per-node`) of a run:
+/// milliseconds after the run's start it reached each phase; absent: not
+/// yet (connect and login only for a node on a connection of its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RankStart {
+    pub rank: usize,
+    pub host: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawn_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_output_ms: Option<u64>,
+}
+
+impl RankStart {
+    /// The time each of its phases took, in seconds ([`phases`]).
+    pub fn phases(&self) -> Vec<(&'static str, f64)> {
+        phases(&[
+            ("connect", self.connect_ms),
+            ("login", self.login_ms),
+            ("spawn", self.spawn_ms),
+            ("first line", self.first_output_ms),
+        ])
+    }
+}
+
+/// Each phase reached (ms after the run's start, in order; `None`: not
+/// reached, or not this rank's) and the seconds it took: from the end of
+/// the last phase reached before it, the run's start first.
+pub fn phases(marks: &[(&'static str, Option<u64>)]) -> Vec<(&'static str, f64)> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    for &(name, mark) in marks {
+        if let Some(mark) = mark {
+            out.push((name, mark.saturating_sub(at) as f64 / 1000.0));
+            at = mark.max(at);
+        }
+    }
+    out
+}
+
+/// `connect 0.01 s, login 2.31 s, spawn 0.02 s, first line 1.78 s: login
+/// the longest`; `None` without a phase.
+pub fn told(phases: &[(&'static str, f64)]) -> Option<String> {
+    let (longest, _) = phases.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let each: Vec<String> = phases
+        .iter()
+        .map(|(name, s)| format!("{name} {s:.2} s"))
+        .collect();
+    Some(format!("{}: {longest} the longest", each.join(", ")))
+}
+
+/// The runs an agent is shown, one a channel, each the last line it got.
+#[derive(Debug, Default)]
+pub(crate) struct ShownRuns {
+    runs: std::sync::Mutex<Vec<(u64, RunStart)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl ShownRuns {
+    /// A place for one channel's run; `None` past [`SHOWN_RUNS_MAX`].
+    pub(crate) fn hold(&self) -> Option<u64> {
+        let mut runs = self.lock();
+        if runs.len() >= SHOWN_RUNS_MAX {
+            return None;
+        }
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        runs.push((id, RunStart::default()));
+        Some(id)
+    }
+
+    pub(crate) fn set(&self, id: u64, run: RunStart) {
+        if let Some(slot) = self.lock().iter_mut().find(|(i, _)| *i == id) {
+            slot.1 = run;
+        }
+    }
+
+    pub(crate) fn drop_run(&self, id: u64) {
+        self.lock().retain(|(i, _)| *i != id);
+    }
+
+    /// The runs as `top` gets them at `now_ms`: their age, not their start.
+    pub(crate) fn aged(&self, now_ms: u64) -> Vec<RunStart> {
+        self.lock()
+            .iter()
+            .filter_map(|(_, run)| {
+                let started = run.started_ms?;
+                Some(RunStart {
+                    started_ms: None,
+                    up_ms: Some(now_ms.saturating_sub(started)),
+                    ranks: run.ranks.clone(),
+                })
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, RunStart)>> {
+        self.runs
+            .lock()
+            .expect("not poisoned: no panics while held")
+    }
+}
+
+/// What `top` knows of one rank's start from every run it was shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// Since its run started.
+    pub run_up_s: f64,
+    pub rank: RankStart,
+}
+
+/// Each rank's start from the runs the agents were shown (a head's and
+/// its relays' tell the same rank: the one that knows most of it).
+pub fn by_rank<'a>(
+    runs: impl IntoIterator<Item = &'a RunStart>,
+) -> std::collections::BTreeMap<(usize, String), Seen> {
+    let mut seen = std::collections::BTreeMap::new();
+    for run in runs {
+        let Some(up) = run.up_ms else { continue };
+        for rank in &run.ranks {
+            let new = Seen {
+                run_up_s: up as f64 / 1000.0,
+                rank: rank.clone(),
+            };
+            let known = |s: &Seen| s.rank.phases().len();
+            seen.entry((rank.rank, rank.host.clone()))
+                .and_modify(|old: &mut Seen| {
+                    if (known(&new), -new.run_up_s) > (known(old), -old.run_up_s) {
+                        *old = new.clone();
+                    }
+                })
+                .or_insert(new);
+        }
+    }
+    seen
+}
+
+/// Shows the run's start to this machine's agent at `target` for `top`,
+/// each value `starts` gets sent as a line once it changed, until its
+/// sender is dropped (the run's end). The channel opens on the first
+/// value: a run that never sends one costs no connection. No agent there
+/// (or an older one) only means `top` does not see it.
+pub(crate) fn show_start(
+    connector: Connector,
+    target: Target,
+    mut starts: watch::Receiver<Option<RunStart>>,
+) {
+    tokio::spawn(async move {
+        if starts.changed().await.is_err() {
+            return;
+        }
+        let mut ended = starts.clone();
+        let conn = tokio::select! {
+            conn = connector.connect(&target) => conn,
+            () = async { while ended.changed().await.is_ok() {} } => return,
+        };
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => {
+                debug!(host = %target.host, error = %e, "no agent here to show the start to");
+                return;
+            }
+        };
+        let command = crate::protocol::control::command(Control::ShowStart);
+        match conn.exec(command.as_bytes(), &[]).await {
+            Ok(mut channel) => loop {
+                let line = starts.borrow_and_update().as_ref().map(|run| {
+                    let mut line = serde_json::to_vec(run).expect("a plain struct serialises");
+                    line.push(b'\n');
+                    line
+                });
+                if let Some(line) = line
+                    && channel.data(&line[..]).await.is_err()
+                {
+                    break;
+                }
+                tokio::select! {
+                    changed = starts.changed() => if changed.is_err() { break },
+                    msg = channel.wait() => match msg {
+                        Some(ChannelMsg::ExtendedData { data, .. }) => {
+                            debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "start not shown");
+                        }
+                        Some(_) => {}
+                        None => break,
+                    },
+                }
+            },
+            Err(e) => debug!(error = %e, "cannot show the start to this node's agent"),
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_phase_from_the_end_of_the_one_before() {
+        let got = phases(&[
+            ("connect", Some(500)),
+            ("login", Some(2_000)),
+            ("spawn", None),
+            ("first line", Some(5_000)),
+        ]);
+        assert_eq!(got, [("connect", 0.5), ("login", 1.5), ("first line", 3.0)]);
+        assert_eq!(
+            told(&got).unwrap(),
+            "connect 0.50 s, login 1.50 s, first line 3.00 s: first line the longest"
+        );
+        assert_eq!(told(&[]), None);
+        // A clock step backwards never makes a phase negative.
+        assert_eq!(
+            phases(&[("spawn", Some(2_000)), ("first line", Some(1_500))]),
+            [("spawn", 2.0), ("first line", 0.0)]
+        );
+    }
+
+    #[test]
+    fn an_agent_keeps_each_channels_last_run_and_passes_on_its_age() {
+        let shown = ShownRuns::default();
+        let ids: Vec<u64> = (0..SHOWN_RUNS_MAX).map(|_| shown.hold().unwrap()).collect();
+        assert_eq!(shown.hold(), None, "bounded");
+        let run = RunStart {
+            started_ms: Some(10_000),
+            up_ms: None,
+            ranks: vec![RankStart {
+                rank: 1,
+                host: "n1".into(),
+                spawn_ms: Some(300),
+                ..RankStart::default()
+            }],
+        };
+        shown.set(ids[3], run.clone());
+        // A channel that sent nothing yet is not passed on.
+        let aged = shown.aged(12_500);
+        assert_eq!(aged.len(), 1);
+        assert_eq!((aged[0].up_ms, aged[0].started_ms), (Some(2_500), None));
+        assert_eq!(aged[0].ranks, run.ranks);
+        shown.drop_run(ids[3]);
+        assert!(shown.aged(12_500).is_empty());
+        assert!(shown.hold().is_some(), "a place again");
+    }
+
+    #[test]
+    fn a_rank_told_by_a_head_and_its_relay_is_the_one_that_knows_most() {
+        let rank = |spawn: Option<u64>, first: Option<u64>| RankStart {
+            rank: 4,
+            host: "n4".into(),
+            spawn_ms: spawn,
+            first_output_ms: first,
+            ..RankStart::default()
+        };
+        let head = RunStart {
+            up_ms: Some(9_000),
+            ranks: vec![rank(Some(100), None)],
+            ..RunStart::default()
+        };
+        let relay = RunStart {
+            up_ms: Some(8_500),
+            ranks: vec![rank(Some(50), Some(900))],
+            ..RunStart::default()
+        };
+        for runs in [[&head, &relay], [&relay, &head]] {
+            let seen = by_rank(runs);
+            let s = &seen[&(4, "n4".to_string())];
+            assert_eq!((s.run_up_s, s.rank.first_output_ms), (8.5, Some(900)));
+        }
+        let wire = serde_json::to_string(&relay).unwrap();
+        assert_eq!(
+            wire,
+            r#"{"up_ms":8500,"ranks":[{"rank":4,"host":"n4","spawn_ms":50,"first_output_ms":900}]}"#
+        );
+    }
+}
