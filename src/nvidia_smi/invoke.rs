@@ -105,32 +105,59 @@ pub(crate) fn inventory(run: Run<'_>) -> Inventory {
     })
 }
 
+/// `nvidia-smi QUERY --format=csv,noheader,nounits`, within `timeout`.
+async fn csv(program: &str, query: &str, timeout: Duration) -> RunOutput {
+    run_bounded_async(
+        OsStr::new(program),
+        &[query, "--format=csv,noheader,nounits"],
+        timeout,
+    )
+    .await
+}
+
 /// What `snapshot` asks: the compute processes and the GPUs, both queries
 /// at once, at most `timeout` each; `program` is `nvidia-smi` (a fake in tests).
 pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
-    let query = |q: &'static str| {
-        run_bounded_async(
-            OsStr::new(program),
-            &[q, "--format=csv,noheader,nounits"],
-            timeout,
-        )
-    };
-    let (apps, gpus) = tokio::join!(query(APPS_QUERY), query(GPUS_QUERY));
+    let (apps, gpus) = tokio::join!(
+        csv(program, APPS_QUERY, timeout),
+        csv(program, GPUS_QUERY, timeout)
+    );
+    reading(apps, &gpus, timeout)
+}
+
+/// What `top` asks: the compute processes and every GPU's state
+/// ([`GpuDevice`]), two runs at once: the GPUs' index, UUID and use that
+/// the processes are joined with are the first fields of the devices'
+/// query (so a refresh costs a node two runs of `nvidia-smi`, not three).
+pub(crate) async fn processes_and_devices(
+    program: &str,
+    timeout: Duration,
+) -> (GpuReading, Result<Vec<GpuDevice>, String>) {
+    let (apps, gpus) = tokio::join!(
+        csv(program, APPS_QUERY, timeout),
+        device_query(program, timeout)
+    );
+    let reading = reading(apps, &gpus, timeout);
+    (reading, read_devices(gpus, timeout))
+}
+
+/// The compute processes from `apps` (their query's run), joined with the
+/// GPUs of `gpus` (a run whose first fields are index, UUID, utilisation);
+/// a note when either did not answer.
+fn reading(apps: RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
     let secs = timeout.as_secs_f64();
+    let note = |note: String| GpuReading {
+        by_pid: BTreeMap::new(),
+        note: Some(note),
+    };
     match (apps, gpus) {
         (RunOutput::NotFound, _) => GpuReading::default(),
-        (RunOutput::TimedOut, _) | (_, RunOutput::TimedOut) => GpuReading {
-            by_pid: BTreeMap::new(),
-            note: Some(format!("nvidia-smi did not answer within {secs:.1} s")),
-        },
-        (RunOutput::SpawnError(e), _) | (_, RunOutput::SpawnError(e)) => GpuReading {
-            by_pid: BTreeMap::new(),
-            note: Some(format!("cannot run nvidia-smi: {e}")),
-        },
-        (_, RunOutput::NotFound) => GpuReading {
-            by_pid: BTreeMap::new(),
-            note: Some("cannot run nvidia-smi: not found".to_string()),
-        },
+        (RunOutput::TimedOut, _) | (_, RunOutput::TimedOut) => {
+            note(format!("nvidia-smi did not answer within {secs:.1} s"))
+        }
+        (RunOutput::SpawnError(e), _) => note(format!("cannot run nvidia-smi: {e}")),
+        (_, RunOutput::SpawnError(e)) => note(format!("cannot run nvidia-smi: {e}")),
+        (_, RunOutput::NotFound) => note("cannot run nvidia-smi: not found".to_string()),
         (
             RunOutput::Exited {
                 code, stdout: apps, ..
@@ -140,33 +167,24 @@ pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
             if code != Some(0) {
                 let first = apps.lines().next().unwrap_or_default().trim().to_string();
                 let how = crate::process::how_it_ended(code);
-                return GpuReading {
-                    by_pid: BTreeMap::new(),
-                    note: Some(format!("nvidia-smi failed ({how}): {first}")),
-                };
+                return note(format!("nvidia-smi failed ({how}): {first}"));
             }
             GpuReading {
-                by_pid: apps::parse(&apps, &gpus),
+                by_pid: apps::parse(&apps, gpus),
                 note: None,
             }
         }
     }
 }
 
-/// What `top` asks: every GPU's state ([`GpuDevice`]), within `timeout`
-/// (again with the old name of the throttle field when a driver older
-/// than R535 refuses the new one). `Ok` of nothing when `nvidia-smi` is
-/// not installed; an error (one line) when it fails or hangs.
-pub(crate) async fn devices(program: &str, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
+/// Every GPU's state ([`DEVICE_QUERY`]), again with the old name of the
+/// throttle field when a driver older than R535 refuses the new one.
+async fn device_query(program: &str, timeout: Duration) -> RunOutput {
     let query = |fields: &'static str| {
         let arg = format!("--query-gpu={fields}");
-        run_bounded_async(
-            OsStr::new(program),
-            &[arg.as_str(), "--format=csv,noheader,nounits"],
-            timeout,
-        )
+        async move { csv(program, &arg, timeout).await }
     };
-    let mut out = query(DEVICE_QUERY).await;
+    let out = query(DEVICE_QUERY).await;
     if let RunOutput::Exited {
         code: Some(c),
         stdout,
@@ -175,8 +193,20 @@ pub(crate) async fn devices(program: &str, timeout: Duration) -> Result<Vec<GpuD
         && *c != 0
         && (stdout.contains("clocks_event_reasons") || stderr.contains("clocks_event_reasons"))
     {
-        out = query(DEVICE_QUERY_OLD).await;
+        return query(DEVICE_QUERY_OLD).await;
     }
+    out
+}
+
+/// Every GPU's state ([`GpuDevice`]), within `timeout`. `Ok` of nothing
+/// when `nvidia-smi` is not installed; an error (one line) when it fails
+/// or hangs.
+#[cfg(test)]
+pub(crate) async fn devices(program: &str, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
+    read_devices(device_query(program, timeout).await, timeout)
+}
+
+fn read_devices(out: RunOutput, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
     match out {
         RunOutput::NotFound => Ok(Vec::new()),
         RunOutput::TimedOut => Err(format!(
@@ -226,6 +256,40 @@ mod tests {
             devices("/nonexistent/nvidia-smi", Duration::from_secs(1)).await,
             Ok(vec![])
         );
+    }
+
+    #[tokio::test]
+    async fn top_runs_it_twice_a_refresh_and_joins_the_processes_with_the_devices() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (fake, log) = (dir.path().join("nvidia-smi"), dir.path().join("runs"));
+        // As an H100 driver prints each query (`--format=csv,noheader,nounits`).
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$1\" >> {}\ncase \"$1\" in\n\
+                 --query-compute-apps=*) echo '4242, 40210, GPU-5f0e6b1c-0000-0000-0000-000000000000';;\n\
+                 --query-gpu=*) echo '0, GPU-5f0e6b1c-0000-0000-0000-000000000000, 97, 40213, 81559, 512.33, 1980, 1980, 0x0000000000000000';;\n\
+                 esac\n",
+                log.display()
+            ),
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let (reading, devices) =
+            processes_and_devices(fake.to_str().expect("utf-8"), Duration::from_secs(5)).await;
+        let runs = std::fs::read_to_string(&log).expect("it ran");
+        assert_eq!(runs.lines().count(), 2, "{runs}");
+        let used = &reading.by_pid[&4242];
+        assert_eq!(
+            (used.index, used.utilization_pct, used.memory_mib),
+            (Some(0), Some(97), Some(40210))
+        );
+        let devices = devices.expect("answered");
+        assert_eq!((devices.len(), devices[0].sm_clock_mhz), (1, Some(1980)));
+        let (none, no_devices) =
+            processes_and_devices("/nonexistent/nvidia-smi", Duration::from_secs(1)).await;
+        assert_eq!((none, no_devices), (GpuReading::default(), Ok(vec![])));
     }
 
     #[tokio::test]

@@ -21,7 +21,8 @@ mod query;
 pub use apps::GpuUse;
 pub use devices::GpuDevice;
 pub(crate) use invoke::{
-    Inventory, PROGRAM, Run, TIMEOUT_S, count_gpus, devices, inventory, pci_gpus, processes,
+    Inventory, PROGRAM, Run, TIMEOUT_S, count_gpus, inventory, pci_gpus, processes,
+    processes_and_devices,
 };
 pub(crate) use pci::PciGpu;
 pub(crate) use query::{Gpu, first_line, parse_dotted, parse_header, parse_query, visible};

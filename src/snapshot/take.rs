@@ -34,7 +34,7 @@ pub(crate) struct Options {
     pub looks: u32,
     /// `py-spy dump`s of each Python process over the window (at least 1).
     pub py_samples: u32,
-    /// Each GPU's state as well (`nvidia_smi::devices`), for `top`.
+    /// Each GPU's state as well (`nvidia_smi::processes_and_devices`), for `top`.
     pub gpu_devices: bool,
 }
 
@@ -102,12 +102,13 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         .collect();
 
     // Meanwhile: the GPUs and the Python stacks.
-    let gpus = crate::nvidia_smi::processes(&opts.nvidia_smi, opts.tool_timeout);
-    let devices = async {
+    let (program, timeout) = (&opts.nvidia_smi, opts.tool_timeout);
+    let gpus = async {
         if opts.gpu_devices {
-            crate::nvidia_smi::devices(&opts.nvidia_smi, opts.tool_timeout).await
+            crate::nvidia_smi::processes_and_devices(program, timeout).await
         } else {
-            Ok(Vec::new())
+            let reading = crate::nvidia_smi::processes(program, timeout).await;
+            (reading, Ok(Vec::new()))
         }
     };
     let python: Vec<i32> = first
@@ -192,8 +193,8 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         }
         (second, t0.elapsed(), procfs::uptime(&proc), looks)
     };
-    let (gpus, devices, mut stacks, (second, elapsed, uptime, mut looks)) =
-        tokio::join!(gpus, devices, stacks, window);
+    let ((gpus, devices), mut stacks, (second, elapsed, uptime, mut looks)) =
+        tokio::join!(gpus, stacks, window);
 
     let secs = elapsed.as_secs_f64().max(0.001);
     let processes = first
