@@ -69,6 +69,10 @@ import json, sys
 doc = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 named = [s["rank"] for s in doc["straggler"]["stragglers"]]
 print("straggler line:", doc["straggler"]["line"])
+# Within 30 s of the last rank's first line: the start line, with
+# exec_all's phases of the last rank's start where it told its agent.
+print("start line:", doc.get("start", {}).get("line"))
+print("start phases:", doc.get("start", {}).get("last_phases"))
 row = next(r for r in doc["rows"] if r["rank"] == 2)
 gpu = row["gpus"][0] if row["gpus"] else {}
 filled = all(gpu.get(k) is not None for k in ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz", "sm_clock_max_mhz"))

@@ -73,8 +73,30 @@ pub struct Waiting {
     pub unreached_for_s: Option<f64>,
 }
 
-fn printed(r: &Row) -> bool {
-    r.first_output_s.is_some() || r.output_age_s.is_some()
+/// Whether a row printed: its agent saw it (its own output, or what
+/// exec_all passed on for its node), or exec_all says so (a rank that the
+/// head agent sees inside `multinode agent -- JOB`'s tree, whose output
+/// goes to JOB, not through the agent).
+fn printed(r: &Row, starts: &Starts) -> bool {
+    r.first_output_s.is_some()
+        || r.output_age_s.is_some()
+        || seen(r, starts).is_some_and(|s| s.rank.first_output_ms.is_some())
+}
+
+fn seen<'a>(r: &Row, starts: &'a Starts) -> Option<&'a Seen> {
+    starts.get(&(r.rank, r.host.clone()))
+}
+
+/// When a row printed its first line: seconds after its start, and how
+/// long ago; from its agent, else from exec_all's word.
+fn first_line(r: &Row, starts: &Starts) -> Option<(f64, f64)> {
+    if let (Some(up), Some(first)) = (r.up_s, r.first_output_s) {
+        return Some((first, up - first));
+    }
+    let s = seen(r, starts)?;
+    let (spawn, first) = (s.rank.spawn_ms?, s.rank.first_output_ms?);
+    let first_s = first as f64 / 1000.0;
+    Some((first_s - spawn as f64 / 1000.0, s.run_up_s - first_s))
 }
 
 fn describe(w: &Waiting) -> String {
@@ -106,11 +128,11 @@ fn describe(w: &Waiting) -> String {
 /// (by rank and host), or for a node that runs nothing yet (one row,
 /// keyed by the node's rank) whether exec_all reached any of its ranks.
 fn before_spawn(r: &Row, starts: &Starts) -> (Vec<(&'static str, f64)>, Option<f64>) {
-    if let Some(seen) = starts.get(&(r.rank, r.host.clone())) {
-        if seen.rank.spawn_ms.is_some() || r.up_s.is_some() {
-            return (seen.rank.phases(), None);
+    if let Some(s) = seen(r, starts) {
+        if s.rank.spawn_ms.is_some() || r.up_s.is_some() {
+            return (s.rank.phases(), None);
         }
-        return (Vec::new(), Some(seen.run_up_s));
+        return (Vec::new(), Some(s.run_up_s));
     }
     let of_host: Vec<&Seen> = starts.values().filter(|s| s.rank.host == r.host).collect();
     let unreached = r.up_s.is_none()
@@ -129,13 +151,18 @@ pub(crate) fn judge(rows: &[Row], starts: &Starts) -> Option<Start> {
     }
     let mut waiting: Vec<Waiting> = answered
         .iter()
-        .filter(|r| !printed(r))
+        .filter(|r| !printed(r, starts))
         .map(|r| {
             let (phases, unreached_for_s) = before_spawn(r, starts);
+            // Up since its spawn: its agent's, else exec_all's word.
+            let up_s = r.up_s.or_else(|| {
+                let s = seen(r, starts)?;
+                Some(s.run_up_s - s.rank.spawn_ms? as f64 / 1000.0)
+            });
             Waiting {
                 rank: r.rank,
                 host: r.host.clone(),
-                up_s: r.up_s,
+                up_s,
                 heartbeat: r.heartbeat_age_s.is_some(),
                 phases,
                 unreached_for_s,
@@ -172,8 +199,8 @@ pub(crate) fn judge(rows: &[Row], starts: &Starts) -> Option<Start> {
     let (last, first, ago) = answered
         .iter()
         .filter_map(|r| {
-            let (up, first) = (r.up_s?, r.first_output_s?);
-            Some((r, first, up - first))
+            let (first, ago) = first_line(r, starts)?;
+            Some((r, first, ago))
         })
         .min_by(|a, b| a.2.total_cmp(&b.2).then(b.1.total_cmp(&a.1)))?;
     if ago > SHOWN_FOR {
@@ -184,8 +211,7 @@ pub(crate) fn judge(rows: &[Row], starts: &Starts) -> Option<Start> {
     });
     // Every phase, as exec_all's own start line tells them, once the run
     // shown has its first line too.
-    let phases = starts
-        .get(&(last.rank, last.host.clone()))
+    let phases = seen(last, starts)
         .filter(|s| s.rank.first_output_ms.is_some())
         .map(|s| s.rank.phases())
         .unwrap_or_default();
@@ -357,5 +383,32 @@ mod tests {
              spawn 9.27 s, first line 4.50 s: spawn the longest"
         );
         assert_eq!(start.last_phases.len(), 4);
+    }
+
+    #[test]
+    fn a_rank_whose_output_its_agent_does_not_see_printed_by_exec_alls_word() {
+        // Inside `multinode agent -- JOB`: the head's agent sees rank 0 as
+        // part of JOB's tree, one row with no times of its own.
+        let rows = [row(0, None, None), row(1, Some(4.0), Some(3.0))];
+        let waiting: Starts = [seen(0, 9.0, [None, None, Some(20), None])]
+            .into_iter()
+            .collect();
+        let line = judge(&rows, &waiting).unwrap().line;
+        assert_eq!(
+            line,
+            "starting: 1 of 2 ranks printed; waiting: rank 0 (n0) up 9.0 s, no output or \
+             heartbeat (its start: spawn 0.02 s)"
+        );
+        // Once exec_all saw its first line: printed, and the last to.
+        let printed: Starts = [seen(0, 9.5, [None, None, Some(20), Some(9_200)])]
+            .into_iter()
+            .collect();
+        let start = judge(&rows, &printed).unwrap();
+        assert_eq!((start.printed, start.last_rank), (2, Some(0)));
+        assert_eq!(
+            start.line,
+            "started: every rank printed; the last was rank 0 (n0): spawn 0.02 s, first line \
+             9.18 s: first line the longest"
+        );
     }
 }

@@ -102,7 +102,9 @@ struct TopJob {
     hosts: Vec<String>,
     port: u16,
     _agents: Vec<Agent>,
-    exec_all: Child,
+    /// Ended (SIGTERM, then SIGKILL) when the job is dropped: exec_all, or
+    /// the lifecycle's agents.
+    ended: Vec<Child>,
     _dir: tempfile::TempDir,
 }
 
@@ -140,7 +142,7 @@ impl TopJob {
             hosts,
             port,
             _agents: agents,
-            exec_all,
+            ended: vec![exec_all],
             _dir: dir,
         }
     }
@@ -187,10 +189,14 @@ impl TopJob {
 
 impl Drop for TopJob {
     fn drop(&mut self) {
-        signal(self.exec_all.id(), nix::sys::signal::Signal::SIGTERM);
-        if wait_exit(&mut self.exec_all, Duration::from_secs(15)).is_none() {
-            let _ = self.exec_all.kill();
-            let _ = self.exec_all.wait();
+        for child in &mut self.ended {
+            signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+        }
+        for child in &mut self.ended {
+            if wait_exit(child, Duration::from_secs(15)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 }
@@ -351,6 +357,56 @@ fn while_ranks_start_top_names_the_one_that_has_not_printed_then_the_last_to() {
     // Rank 0 (exec_all's own, shown to its agent) and rank 2 printed within
     // their first second.
     assert!(first(0) < 3.0 && first(2) < 3.0, "{started:#}");
+}
+
+#[test]
+fn inside_the_lifecycle_top_tells_a_waiting_ranks_start_from_exec_all_on_shared_connections() {
+    // `multinode agent -- JOB` on every node, JOB the head's exec_all: it
+    // reaches the workers through the head agent's shared connections (no
+    // connect, no login of its own) and tells that agent where each start is.
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("ranks.py");
+    std::fs::write(&prog, PROGRAM).unwrap();
+    let hosts = fresh_loopbacks(3);
+    let port = 29962;
+    let script = format!("exec {PYTHON} {} 3 127.0.0.1:9 late 1", prog.display());
+    let job = ["mn-exec-all", "-c", script.as_str()];
+    let path = path_without_py_spy();
+    let nodes: Vec<Child> = (0..3)
+        .rev()
+        .map(|r| {
+            crate::lifecycle::node(&hosts, r, port, &[], &job)
+                .env("PATH", &path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let top = TopJob {
+        hosts: hosts.clone(),
+        port,
+        _agents: Vec::new(),
+        ended: nodes,
+        _dir: dir,
+    };
+    let waiting = top.top_until(&[], |doc| {
+        doc["start"]["printed"] == 2 && doc["start"]["waiting"][0]["phases"].is_array()
+    });
+    let rank1 = &waiting["start"]["waiting"][0];
+    assert_eq!(rank1["rank"], 1, "{waiting:#}");
+    assert_eq!(rank1["phases"].as_array().unwrap().len(), 1, "{waiting:#}");
+    assert_eq!(rank1["phases"][0][0], "spawn", "{waiting:#}");
+    let started = top.top_until(&[], |doc| doc["start"]["last_phases"].is_array());
+    let line = started["start"]["line"].as_str().unwrap();
+    assert!(
+        line.starts_with(&format!(
+            "started: every rank printed; the last was rank 1 ({}): spawn ",
+            hosts[1]
+        )),
+        "{line}"
+    );
+    assert!(line.ends_with(": first line the longest"), "{line}");
 }
 
 #[test]
