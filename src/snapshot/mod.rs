@@ -15,6 +15,8 @@
 //! - `watch`: what a running command was started as (`RANK`) and has
 //!   printed (when, its last lines) and when it beat its heartbeat.
 //! - `ras`: NCCL's RAS service on this node, asked for its status.
+//! - `tell_agent`: a channel on which exec_all tells this machine's agent
+//!   something while it runs (its own node's output, its ranks' start).
 //! - `run_start`: where a run's start went (each rank's connect, login,
 //!   spawn, first line), as exec_all shows it to its machine's agent.
 //! - `ranks`: with several processes a node, each command's tree labelled
@@ -38,6 +40,7 @@ pub(crate) mod run_start;
 mod samples;
 pub(crate) mod survey;
 mod take;
+mod tell_agent;
 mod trees;
 pub(crate) mod watch;
 

@@ -16,11 +16,10 @@
 
 use std::time::Duration;
 
-use russh::ChannelMsg;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tracing::debug;
 
+use super::tell_agent::Telling;
 use crate::protocol::control::Control;
 use crate::transport::client::{Connector, Target};
 
@@ -202,44 +201,30 @@ pub(crate) fn show_start(
             return;
         }
         let mut ended = starts.clone();
-        let conn = tokio::select! {
-            conn = connector.connect(&target) => conn,
+        let mut telling = tokio::select! {
+            telling = Telling::open(&connector, &target, Control::ShowStart) => match telling {
+                Some(telling) => telling,
+                None => return,
+            },
             () = async { while ended.changed().await.is_ok() {} } => return,
         };
-        let conn = match conn {
-            Ok(conn) => conn,
-            Err(e) => {
-                debug!(host = %target.host, error = %e, "no agent here to show the start to");
-                return;
+        loop {
+            let line = starts.borrow_and_update().as_ref().map(|run| {
+                let mut line = serde_json::to_vec(run).expect("a plain struct serialises");
+                line.push(b'\n');
+                line
+            });
+            if let Some(line) = line
+                && !telling.send(&line).await
+            {
+                break;
             }
-        };
-        let command = crate::protocol::control::command(Control::ShowStart);
-        match conn.exec(command.as_bytes(), &[]).await {
-            Ok(mut channel) => loop {
-                let line = starts.borrow_and_update().as_ref().map(|run| {
-                    let mut line = serde_json::to_vec(run).expect("a plain struct serialises");
-                    line.push(b'\n');
-                    line
-                });
-                if let Some(line) = line
-                    && channel.data(&line[..]).await.is_err()
-                {
-                    break;
-                }
-                tokio::select! {
-                    changed = starts.changed() => if changed.is_err() { break },
-                    msg = channel.wait() => match msg {
-                        Some(ChannelMsg::ExtendedData { data, .. }) => {
-                            debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "start not shown");
-                        }
-                        Some(_) => {}
-                        None => break,
-                    },
-                }
-            },
-            Err(e) => debug!(error = %e, "cannot show the start to this node's agent"),
+            tokio::select! {
+                changed = starts.changed() => if changed.is_err() { break },
+                open = telling.open_still() => if !open { break },
+            }
         }
-        let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+        telling.close().await;
     });
 }
 

@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use russh::ChannelMsg;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tracing::debug;
 
 use super::ranks::{self, Units};
+use super::tell_agent::Telling;
 use super::watch::{OutputTap, Stream, Watched, passed_on_line};
 use super::{NodeSnapshot, fold, render_json, render_table};
 use crate::cli::{PsArgs, TableFormat};
@@ -268,46 +268,31 @@ pub(crate) fn show_in_agent(connector: Connector, target: Target, pgid: i32) -> 
         let Some(pid_ns) = super::pid_namespace() else {
             return;
         };
-        let conn = tokio::select! {
-            conn = connector.connect(&target) => conn,
+        let request = Control::ShowGroup { pgid, pid_ns };
+        let mut telling = tokio::select! {
+            telling = Telling::open(&connector, &target, request) => match telling {
+                Some(telling) => telling,
+                None => return,
+            },
             _ = &mut until => return,
         };
-        let conn = match conn {
-            Ok(conn) => conn,
-            Err(e) => {
-                debug!(host = %target.host, error = %e, "no agent here to show this node to");
-                return;
-            }
-        };
-        let command = crate::protocol::control::command(Control::ShowGroup { pgid, pid_ns });
-        match conn.exec(command.as_bytes(), &[]).await {
-            Ok(mut channel) => {
-                let mut every = tokio::time::interval(PASS_ON_EVERY);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                let mut last = None;
-                loop {
-                    tokio::select! {
-                        _ = &mut until => break,
-                        _ = every.tick() => {
-                            if let Some(line) = passed_on_line(&passed_on, &mut last)
-                                && channel.data(&line[..]).await.is_err()
-                            {
-                                break;
-                            }
-                        }
-                        msg = channel.wait() => match msg {
-                            Some(ChannelMsg::ExtendedData { data, .. }) => {
-                                debug!(answer = %String::from_utf8_lossy(&data).trim_end(), "not shown");
-                            }
-                            Some(_) => {}
-                            None => break,
-                        },
+        let mut every = tokio::time::interval(PASS_ON_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = None;
+        loop {
+            tokio::select! {
+                _ = &mut until => break,
+                _ = every.tick() => {
+                    if let Some(line) = passed_on_line(&passed_on, &mut last)
+                        && !telling.send(&line).await
+                    {
+                        break;
                     }
                 }
+                open = telling.open_still() => if !open { break },
             }
-            Err(e) => debug!(error = %e, "cannot show this node to its agent"),
         }
-        let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
+        telling.close().await;
     });
     ShownGroup {
         _done: done,
