@@ -43,6 +43,12 @@ fn write_report(
     path: &Path,
 ) -> Result<(), Error> {
     let mut report = super::run_report::build(result);
+    // Each node's health check before the last attempt, in its timeline too.
+    if let Some(last) = attempts.as_ref().and_then(|a| a.last()) {
+        for node in &mut report.nodes {
+            node.timeline.health_check_s = last.health_check_s.get(&node.host).copied();
+        }
+    }
     report.attempts = attempts;
     let text = serde_json::to_string_pretty(&report).expect("the report serialises");
     std::fs::write(path, text + "\n").map_err(|e| {

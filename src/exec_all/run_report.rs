@@ -65,6 +65,11 @@ pub struct NodeReport {
 /// reached on a connection of its own, a heartbeat only when it beat.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimelineReport {
+    /// How long the node's health check before this attempt took
+    /// (`--health-check`): the attempt, which the other phases count
+    /// from, starts after the check ends on every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +189,7 @@ pub fn build(result: &RunResult) -> Report {
                         })
                     };
                     TimelineReport {
+                        health_check_s: None,
                         connect_s: since(n.timeline.connected),
                         login_s: since(n.timeline.logged_in),
                         spawn_s: since(n.started),

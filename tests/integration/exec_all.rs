@@ -1010,4 +1010,9 @@ fn the_report_tells_where_each_nodes_start_went() {
     for host in &cluster.hosts {
         assert!(checked[host].as_f64().is_some(), "{checked}");
     }
+    // Each node's own timeline has its check's time too.
+    for node in json["nodes"].as_array().unwrap() {
+        let host = node["host"].as_str().unwrap();
+        assert_eq!(node["timeline"]["health_check_s"], checked[host], "{node}");
+    }
 }
