@@ -224,7 +224,9 @@ impl<'a> Dispatcher<'a> {
 
     /// Tells this machine's agent where each task's start is.
     fn tell_start(&mut self) {
-        let Some(show) = &self.spec.show_start else {
+        self.start_told = (false, Instant::now() + TELL_EVERY);
+        // No one to tell (no agent here): nothing to build.
+        let Some(show) = self.spec.show_start.as_ref().filter(|s| !s.is_closed()) else {
             return;
         };
         let run = RunStart {
@@ -237,7 +239,6 @@ impl<'a> Dispatcher<'a> {
                 .collect(),
         };
         show.send_replace(Some(run));
-        self.start_told = (false, Instant::now() + TELL_EVERY);
     }
 
     fn one_less_unstarted(&mut self) {
