@@ -232,6 +232,7 @@ impl<'a> Dispatcher<'a> {
         let run = RunStart {
             started_ms: Some(crate::snapshot::unix_ms_of(self.started)),
             up_ms: None,
+            health_check: self.spec.health_check,
             ranks: self
                 .tasks
                 .iter()
@@ -463,6 +464,7 @@ mod tests {
             progress_seen: std::sync::Arc::new(super::super::progress::Progress::new(None)),
             start_line: false,
             show_start: None,
+            health_check: false,
         }
     }
 

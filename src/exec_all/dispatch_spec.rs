@@ -30,6 +30,8 @@ pub struct Dispatch {
     /// `top` (`snapshot::run_start::show_start`): told at most every
     /// `TELL_EVERY` while it changes.
     pub show_start: Option<watch::Sender<Option<RunStart>>>,
+    /// The run is the health check before an attempt (its start told so).
+    pub health_check: bool,
 }
 
 /// The dispatcher's handle on one node task: a node, or a relay that runs

@@ -153,7 +153,7 @@ async fn health(
         fail_fast: false,
         timeout: Some(timeout),
         label: true,
-        show_start: false,
+        health_check: true,
         ..RunOptions::new(Script::Inline(cmd.as_bytes().to_vec()))
     };
     let result = launch(&job.attempt(&candidates), env, options, stops).await?;

@@ -72,6 +72,7 @@ pub(crate) async fn launch(
         // head's to read, nor a health check's.
         start_line: options.forward_output && options.shell_hint,
         show_start,
+        health_check: options.health_check,
     };
     let node::StartedTasks {
         handles,

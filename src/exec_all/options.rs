@@ -47,6 +47,9 @@ pub(crate) struct RunOptions {
     /// `multinode top` (a user's run and a relay's; not a probe's nor a
     /// health check's).
     pub show_start: bool,
+    /// This launch is the health check before an attempt (`--health-check`):
+    /// its start is shown as the check's.
+    pub health_check: bool,
     /// The verdict may tell how to get onto the failed node (`multinode
     /// shell RANK`): this is a user's run, whose agents outlive it.
     pub shell_hint: bool,
@@ -86,6 +89,7 @@ impl RunOptions {
             snapshot_on_timeout: false,
             show_local_to_agent: true,
             show_start: true,
+            health_check: false,
             shell_hint: false,
             attempt_env: Vec::new(),
             hang_timeout: None,

@@ -42,6 +42,9 @@ pub struct RunStart {
     /// Since the run started, as the agent passes it on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up_ms: Option<u64>,
+    /// The run is the health check before an attempt (`--health-check`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub health_check: bool,
     pub ranks: Vec<RankStart>,
 }
 
@@ -139,6 +142,7 @@ impl ShownRuns {
                 Some(RunStart {
                     started_ms: None,
                     up_ms: Some(now_ms.saturating_sub(started)),
+                    health_check: run.health_check,
                     ranks: run.ranks.clone(),
                 })
             })
@@ -157,6 +161,8 @@ impl ShownRuns {
 pub struct Seen {
     /// Since its run started.
     pub run_up_s: f64,
+    /// Its run is the health check before an attempt.
+    pub health_check: bool,
     pub rank: RankStart,
 }
 
@@ -171,12 +177,16 @@ pub fn by_rank<'a>(
         for rank in &run.ranks {
             let new = Seen {
                 run_up_s: up as f64 / 1000.0,
+                health_check: run.health_check,
                 rank: rank.clone(),
             };
-            let known = |s: &Seen| s.rank.phases().len();
+            // An attempt's word over its health check's (the check's
+            // channel may outlive it by a moment); then the most phases;
+            // then the newest run.
+            let key = |s: &Seen| (!s.health_check, s.rank.phases().len(), -s.run_up_s);
             seen.entry((rank.rank, rank.host.clone()))
                 .and_modify(|old: &mut Seen| {
-                    if (known(&new), -new.run_up_s) > (known(old), -old.run_up_s) {
+                    if key(&new) > key(old) {
                         *old = new.clone();
                     }
                 })
@@ -261,6 +271,7 @@ mod tests {
         let run = RunStart {
             started_ms: Some(10_000),
             up_ms: None,
+            health_check: false,
             ranks: vec![RankStart {
                 rank: 1,
                 host: "n1".into(),

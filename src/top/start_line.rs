@@ -71,6 +71,9 @@ pub struct Waiting {
     /// been up this long.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreached_for_s: Option<f64>,
+    /// What exec_all runs on it is the health check before an attempt.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub health_check: bool,
 }
 
 /// Whether a row printed: its agent saw it (its own output, or what
@@ -105,14 +108,18 @@ fn describe(w: &Waiting) -> String {
         .iter()
         .map(|(name, s)| format!("{name} {s:.2} s"))
         .collect();
+    let (run, what) = match w.health_check {
+        true => ("its health check", " in its health check,"),
+        false => ("exec_all", ""),
+    };
     match (w.up_s, w.unreached_for_s) {
-        (None, Some(run)) => format!(
-            "rank {} ({}) not started: exec_all has not reached it in {run:.1} s",
+        (None, Some(up)) => format!(
+            "rank {} ({}) not started: {run} has not reached it in {up:.1} s",
             w.rank, w.host
         ),
         (None, None) => format!("rank {} ({}) not started", w.rank, w.host),
         (Some(up), _) => format!(
-            "rank {} ({}) up {up:.1} s, no output{}{}",
+            "rank {} ({}){what} up {up:.1} s, no output{}{}",
             w.rank,
             w.host,
             if w.heartbeat { "" } else { " or heartbeat" },
@@ -159,9 +166,14 @@ pub(crate) fn judge(rows: &[Row], starts: &Starts) -> Option<Start> {
                 let s = seen(r, starts)?;
                 Some(s.run_up_s - s.rank.spawn_ms? as f64 / 1000.0)
             });
+            // A node's row (nothing runs on it) takes its ranks' word.
+            let health_check = seen(r, starts)
+                .or_else(|| starts.values().find(|s| s.rank.host == r.host))
+                .is_some_and(|s| s.health_check);
             Waiting {
                 rank: r.rank,
                 host: r.host.clone(),
+                health_check,
                 up_s,
                 heartbeat: r.heartbeat_age_s.is_some(),
                 phases,
@@ -333,6 +345,7 @@ mod tests {
             (rank, host),
             Seen {
                 run_up_s,
+                health_check: false,
                 rank: rank_start,
             },
         )
@@ -410,5 +423,45 @@ mod tests {
             "started: every rank printed; the last was rank 0 (n0): spawn 0.02 s, first line \
              9.18 s: first line the longest"
         );
+    }
+
+    #[test]
+    fn while_the_health_check_runs_its_ranks_are_told_as_in_it() {
+        let rows = [row(0, Some(2.0), None), row(1, None, None)];
+        let mut starts: Starts = [
+            seen(0, 2.5, [Some(10), Some(20), Some(500), None]),
+            seen(1, 2.5, [None, None, None, None]),
+        ]
+        .into_iter()
+        .collect();
+        for s in starts.values_mut() {
+            s.health_check = true;
+        }
+        let start = judge(&rows, &starts).unwrap();
+        assert_eq!(
+            start.line,
+            "starting: 0 of 2 ranks printed; waiting: rank 1 (n1) not started: its health check \
+             has not reached it in 2.5 s; rank 0 (n0) in its health check, up 2.0 s, no output or \
+             heartbeat (its start: connect 0.01 s, login 0.01 s, spawn 0.48 s)"
+        );
+        assert!(start.waiting.iter().all(|w| w.health_check));
+        // The attempt's word wins over its check's, whatever it knows.
+        let attempt = crate::snapshot::run_start::RunStart {
+            up_ms: Some(100),
+            ranks: vec![crate::snapshot::run_start::RankStart {
+                rank: 0,
+                host: "n0".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let check = crate::snapshot::run_start::RunStart {
+            up_ms: Some(3_000),
+            health_check: true,
+            ranks: vec![starts[&(0, "n0".to_string())].rank.clone()],
+            ..Default::default()
+        };
+        let merged = crate::snapshot::run_start::by_rank([&check, &attempt]);
+        assert!(!merged[&(0, "n0".to_string())].health_check);
     }
 }

@@ -110,6 +110,11 @@ struct TopJob {
 
 impl TopJob {
     fn start(n: usize, port: u16, mode: &str, odd: usize) -> TopJob {
+        TopJob::start_with(n, port, mode, odd, &[])
+    }
+
+    /// As [`TopJob::start`], exec_all given `extra` arguments too.
+    fn start_with(n: usize, port: u16, mode: &str, odd: usize, extra: &[&str]) -> TopJob {
         let dir = tempfile::tempdir().unwrap();
         let prog = dir.path().join("ranks.py");
         std::fs::write(&prog, PROGRAM).unwrap();
@@ -128,6 +133,7 @@ impl TopJob {
             .env("MULTINODE_NODE_RANK", "0")
             .env("MULTINODE_AGENT_PORT", port.to_string())
             .env("PATH", &path)
+            .args(extra)
             .arg("-c")
             .arg(format!(
                 "exec {PYTHON} {} {n} {barrier} {mode} {odd}",
@@ -407,6 +413,31 @@ fn inside_the_lifecycle_top_tells_a_waiting_ranks_start_from_exec_all_on_shared_
         "{line}"
     );
     assert!(line.ends_with(": first line the longest"), "{line}");
+}
+
+#[test]
+fn while_the_health_check_runs_top_tells_its_ranks_as_in_it() {
+    // Every node's check sleeps 4 s (rank 2's 8 s) and prints nothing.
+    let check = "sleep $((4 + 4 * (RANK / 2)))";
+    let job = TopJob::start_with(3, 29963, "even", 1, &["--health-check", check]);
+    let doc = job.top_until(&[], |doc| {
+        doc["start"]["waiting"]
+            .as_array()
+            .is_some_and(|w| w.len() == 3 && w.iter().all(|w| w["health_check"] == true))
+    });
+    let line = doc["start"]["line"].as_str().unwrap();
+    assert!(
+        line.contains(&format!(
+            "rank 2 ({}) in its health check, up ",
+            job.hosts[2]
+        )),
+        "{line}"
+    );
+    // Then the attempt: its ranks start and print, the check's word gone.
+    let started = job.top_until(&[], |doc| doc["start"]["last_phases"].is_array());
+    let line = started["start"]["line"].as_str().unwrap();
+    assert!(line.starts_with("started: every rank printed; "), "{line}");
+    assert!(!line.contains("health check"), "{line}");
 }
 
 #[test]
