@@ -5,6 +5,9 @@
 #
 #   bench/gpu/top_cost.sh [PAIRS] [WINDOW]   # default 8 pairs of 6 s windows
 #                       # MN_GPU_BIN: folder with multinode, mn-exec-all (default .gpu-bin)
+#                       # TOP_COST_ONE_NVSMI=1: node 0's agent alone runs the real
+#                       # nvidia-smi, the others a stub: the machine then runs what
+#                       # one node of a cluster runs (one agent, one GPU)
 #                       # TOP_COST_NO_NVSMI=1: the agents' nvidia-smi is a stub that
 #                       # fails at once (what nvidia-smi itself costs, by difference)
 #
@@ -55,6 +58,12 @@ agent_path=$PATH
 if [ "${TOP_COST_NO_NVSMI:-0}" = 1 ]; then
     mkdir -p "$out/stub"
     printf '#!/bin/sh\nexit 9\n' >"$out/stub/nvidia-smi"
+    chmod +x "$out/stub/nvidia-smi"
+    agent_path=$out/stub:$PATH
+elif [ "${TOP_COST_ONE_NVSMI:-0}" = 1 ]; then
+    mkdir -p "$out/stub"
+    # shellcheck disable=SC2016 # the stub's own variables, expanded when it runs
+    printf '#!/bin/sh\n[ "$MULTINODE_NODE_RANK" = 0 ] && exec %s "$@"\nexit 9\n' "$(command -v nvidia-smi)" >"$out/stub/nvidia-smi"
     chmod +x "$out/stub/nvidia-smi"
     agent_path=$out/stub:$PATH
 fi
