@@ -85,13 +85,9 @@ pub(crate) async fn run(
                 tokio::select! {
                     () = shared.shutdown.cancelled() => {}
                     () = conn.cancelled() => {}
-                    // What it tells of the group's output: lines of JSON
-                    // (`watch::PassedOn`).
-                    () = json_lines(&mut rx, PASSED_ON_MAX, |line| {
-                        match serde_json::from_slice(line) {
-                            Ok(passed_on) => watched.take_passed_on(passed_on),
-                            Err(e) => debug!(error = %e, "an unreadable show-group line"),
-                        }
+                    // What it tells of the group's output (`watch::PassedOn`).
+                    () = json_lines(&mut rx, PASSED_ON_MAX, "show-group", |passed_on| {
+                        watched.take_passed_on(passed_on)
                     }) => {}
                 }
                 shared.running.remove(pgid);
@@ -114,11 +110,8 @@ pub(crate) async fn run(
                 tokio::select! {
                     () = shared.shutdown.cancelled() => {}
                     () = conn.cancelled() => {}
-                    () = json_lines(&mut rx, RUN_START_MAX, |line| {
-                        match serde_json::from_slice(line) {
-                            Ok(run) => shared.runs.set(id, run),
-                            Err(e) => debug!(error = %e, "an unreadable show-start line"),
-                        }
+                    () = json_lines(&mut rx, RUN_START_MAX, "show-start", |run| {
+                        shared.runs.set(id, run)
                     }) => {}
                 }
                 shared.runs.drop_run(id);
@@ -142,10 +135,15 @@ pub(crate) async fn run(
     let _ = tx.close().await;
 }
 
-/// Reads a channel to its end, a line at a time (each line given to
-/// `take` without its newline). At most `max` bytes are held: a longer line
-/// is dropped whole.
-async fn json_lines(rx: &mut ChannelReadHalf, max: usize, mut take: impl FnMut(&[u8])) {
+/// Reads a `request` channel to its end, a line of JSON at a time, each
+/// given to `take` (an unreadable one logged and skipped). At most `max`
+/// bytes are held: a longer line is dropped whole.
+async fn json_lines<T: serde::de::DeserializeOwned>(
+    rx: &mut ChannelReadHalf,
+    max: usize,
+    request: &str,
+    mut take: impl FnMut(T),
+) {
     let mut pending: Vec<u8> = Vec::new();
     let mut skipping = false;
     while let Some(msg) = rx.wait().await {
@@ -164,7 +162,10 @@ async fn json_lines(rx: &mut ChannelReadHalf, max: usize, mut take: impl FnMut(&
             }
             if whole {
                 if !skipping {
-                    take(&pending[..pending.len() - 1]);
+                    match serde_json::from_slice(&pending) {
+                        Ok(value) => take(value),
+                        Err(e) => debug!(error = %e, request, "an unreadable line"),
+                    }
                 }
                 pending.clear();
                 skipping = false;

@@ -181,6 +181,22 @@ impl NodeRecord {
         who(self.rank, &self.host, self.process)
     }
 
+    /// Where its start is, in ms after the run's start `run`, as exec_all
+    /// shows it to its agent for `top` (`snapshot::run_start`).
+    pub fn rank_start(&self, run: SystemTime) -> RankStart {
+        let ms = |t: Option<SystemTime>| {
+            t.map(|t| t.duration_since(run).unwrap_or_default().as_millis() as u64)
+        };
+        RankStart {
+            rank: self.rank,
+            host: self.host.clone(),
+            connect_ms: ms(self.timeline.connected),
+            login_ms: ms(self.timeline.logged_in),
+            spawn_ms: ms(self.started),
+            first_output_ms: ms(self.timeline.first_output),
+        }
+    }
+
     pub fn duration(&self) -> Option<Duration> {
         Some(
             self.ended?
@@ -224,24 +240,6 @@ pub struct Timeline {
     pub first_output: Option<SystemTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_heartbeat: Option<SystemTime>,
-}
-
-impl NodeRecord {
-    /// Where its start is, in ms after the run's start `run`, as exec_all
-    /// shows it to its agent for `top` (`snapshot::run_start`).
-    pub fn rank_start(&self, run: SystemTime) -> RankStart {
-        let ms = |t: Option<SystemTime>| {
-            t.map(|t| t.duration_since(run).unwrap_or_default().as_millis() as u64)
-        };
-        RankStart {
-            rank: self.rank,
-            host: self.host.clone(),
-            connect_ms: ms(self.timeline.connected),
-            login_ms: ms(self.timeline.logged_in),
-            spawn_ms: ms(self.started),
-            first_output_ms: ms(self.timeline.first_output),
-        }
-    }
 }
 
 /// `every node printed within 4.12 s; the last, rank 3 (node4): connect

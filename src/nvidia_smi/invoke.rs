@@ -122,7 +122,7 @@ pub(crate) async fn processes(program: &str, timeout: Duration) -> GpuReading {
         csv(program, APPS_QUERY, timeout),
         csv(program, GPUS_QUERY, timeout)
     );
-    reading(apps, &gpus, timeout)
+    reading(&apps, &gpus, timeout)
 }
 
 /// What `top` asks: the compute processes and every GPU's state
@@ -137,14 +137,14 @@ pub(crate) async fn processes_and_devices(
         csv(program, APPS_QUERY, timeout),
         device_query(program, timeout)
     );
-    let reading = reading(apps, &gpus, timeout);
+    let reading = reading(&apps, &gpus, timeout);
     (reading, read_devices(gpus, timeout))
 }
 
 /// The compute processes from `apps` (their query's run), joined with the
 /// GPUs of `gpus` (a run whose first fields are index, UUID, utilisation);
 /// a note when either did not answer.
-fn reading(apps: RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
+fn reading(apps: &RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
     let secs = timeout.as_secs_f64();
     let note = |note: String| GpuReading {
         by_pid: BTreeMap::new(),
@@ -155,8 +155,9 @@ fn reading(apps: RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
         (RunOutput::TimedOut, _) | (_, RunOutput::TimedOut) => {
             note(format!("nvidia-smi did not answer within {secs:.1} s"))
         }
-        (RunOutput::SpawnError(e), _) => note(format!("cannot run nvidia-smi: {e}")),
-        (_, RunOutput::SpawnError(e)) => note(format!("cannot run nvidia-smi: {e}")),
+        (RunOutput::SpawnError(e), _) | (_, RunOutput::SpawnError(e)) => {
+            note(format!("cannot run nvidia-smi: {e}"))
+        }
         (_, RunOutput::NotFound) => note("cannot run nvidia-smi: not found".to_string()),
         (
             RunOutput::Exited {
@@ -164,13 +165,13 @@ fn reading(apps: RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
             },
             RunOutput::Exited { stdout: gpus, .. },
         ) => {
-            if code != Some(0) {
+            if *code != Some(0) {
                 let first = apps.lines().next().unwrap_or_default().trim().to_string();
-                let how = crate::process::how_it_ended(code);
+                let how = crate::process::how_it_ended(*code);
                 return note(format!("nvidia-smi failed ({how}): {first}"));
             }
             GpuReading {
-                by_pid: apps::parse(&apps, gpus),
+                by_pid: apps::parse(apps, gpus),
                 note: None,
             }
         }

@@ -93,15 +93,20 @@ pub fn phases(marks: &[(&'static str, Option<u64>)]) -> Vec<(&'static str, f64)>
     out
 }
 
-/// `connect 0.01 s, login 2.31 s, spawn 0.02 s, first line 1.78 s: login
-/// the longest`; `None` without a phase.
-pub fn told(phases: &[(&'static str, f64)]) -> Option<String> {
-    let (longest, _) = phases.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+/// `connect 0.01 s, login 2.31 s, spawn 0.02 s`.
+pub fn listed(phases: &[(&'static str, f64)]) -> String {
     let each: Vec<String> = phases
         .iter()
         .map(|(name, s)| format!("{name} {s:.2} s"))
         .collect();
-    Some(format!("{}: {longest} the longest", each.join(", ")))
+    each.join(", ")
+}
+
+/// `connect 0.01 s, login 2.31 s, spawn 0.02 s, first line 1.78 s: login
+/// the longest`; `None` without a phase.
+pub fn told(phases: &[(&'static str, f64)]) -> Option<String> {
+    let (longest, _) = phases.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(format!("{}: {longest} the longest", listed(phases)))
 }
 
 /// The runs an agent is shown, one a channel, each the last line it got.

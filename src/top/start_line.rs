@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::rows::Row;
-use crate::snapshot::run_start::{Seen, told};
+use crate::snapshot::run_start::{Seen, listed, told};
 
 /// What the runs shown to the agents tell of each rank's start, by rank
 /// and host (`run_start::by_rank`).
@@ -103,11 +103,6 @@ fn first_line(r: &Row, starts: &Starts) -> Option<(f64, f64)> {
 }
 
 fn describe(w: &Waiting) -> String {
-    let phases: Vec<String> = w
-        .phases
-        .iter()
-        .map(|(name, s)| format!("{name} {s:.2} s"))
-        .collect();
     let (run, what) = match w.health_check {
         true => ("its health check", " in its health check,"),
         false => ("exec_all", ""),
@@ -123,30 +118,49 @@ fn describe(w: &Waiting) -> String {
             w.rank,
             w.host,
             if w.heartbeat { "" } else { " or heartbeat" },
-            match phases.is_empty() {
+            match w.phases.is_empty() {
                 true => String::new(),
-                false => format!(" (its start: {})", phases.join(", ")),
+                false => format!(" (its start: {})", listed(&w.phases)),
             }
         ),
     }
 }
 
-/// A waiting row's start before its spawn, from the runs shown: its own
-/// (by rank and host), or for a node that runs nothing yet (one row,
-/// keyed by the node's rank) whether exec_all reached any of its ranks.
-fn before_spawn(r: &Row, starts: &Starts) -> (Vec<(&'static str, f64)>, Option<f64>) {
-    if let Some(s) = seen(r, starts) {
-        if s.rank.spawn_ms.is_some() || r.up_s.is_some() {
-            return (s.rank.phases(), None);
+/// A row that has not printed, with its start before its spawn from the
+/// runs shown: its own (by rank and host), or for a node that runs
+/// nothing yet (one row, keyed by the node's rank) whether exec_all
+/// reached any of its ranks, and whether that was its health check.
+fn waiting_of(r: &Row, starts: &Starts) -> Waiting {
+    let own = seen(r, starts);
+    let (phases, unreached_for_s, health_check) = match own {
+        Some(s) if s.rank.spawn_ms.is_some() || r.up_s.is_some() => {
+            (s.rank.phases(), None, s.health_check)
         }
-        return (Vec::new(), Some(s.run_up_s));
+        Some(s) => (Vec::new(), Some(s.run_up_s), s.health_check),
+        None => {
+            let of_host: Vec<&Seen> = starts.values().filter(|s| s.rank.host == r.host).collect();
+            let unreached = r.up_s.is_none()
+                && !of_host.is_empty()
+                && of_host.iter().all(|s| s.rank.spawn_ms.is_none());
+            let run_up = of_host.iter().map(|s| s.run_up_s).fold(0.0, f64::max);
+            let health_check = of_host.first().is_some_and(|s| s.health_check);
+            (Vec::new(), unreached.then_some(run_up), health_check)
+        }
+    };
+    // Up since its spawn: its agent's, else exec_all's word.
+    let up_s = r.up_s.or_else(|| {
+        let s = own?;
+        Some(s.run_up_s - s.rank.spawn_ms? as f64 / 1000.0)
+    });
+    Waiting {
+        rank: r.rank,
+        host: r.host.clone(),
+        up_s,
+        heartbeat: r.heartbeat_age_s.is_some(),
+        phases,
+        unreached_for_s,
+        health_check,
     }
-    let of_host: Vec<&Seen> = starts.values().filter(|s| s.rank.host == r.host).collect();
-    let unreached = r.up_s.is_none()
-        && !of_host.is_empty()
-        && of_host.iter().all(|s| s.rank.spawn_ms.is_none());
-    let run_up = of_host.iter().map(|s| s.run_up_s).fold(0.0, f64::max);
-    (Vec::new(), unreached.then_some(run_up))
 }
 
 /// The start line of `rows`, while there is one to show; `starts`, what
@@ -159,27 +173,7 @@ pub(crate) fn judge(rows: &[Row], starts: &Starts) -> Option<Start> {
     let mut waiting: Vec<Waiting> = answered
         .iter()
         .filter(|r| !printed(r, starts))
-        .map(|r| {
-            let (phases, unreached_for_s) = before_spawn(r, starts);
-            // Up since its spawn: its agent's, else exec_all's word.
-            let up_s = r.up_s.or_else(|| {
-                let s = seen(r, starts)?;
-                Some(s.run_up_s - s.rank.spawn_ms? as f64 / 1000.0)
-            });
-            // A node's row (nothing runs on it) takes its ranks' word.
-            let health_check = seen(r, starts)
-                .or_else(|| starts.values().find(|s| s.rank.host == r.host))
-                .is_some_and(|s| s.health_check);
-            Waiting {
-                rank: r.rank,
-                host: r.host.clone(),
-                health_check,
-                up_s,
-                heartbeat: r.heartbeat_age_s.is_some(),
-                phases,
-                unreached_for_s,
-            }
-        })
+        .map(|r| waiting_of(r, starts))
         .collect();
     // Not started first, then the longest up.
     waiting.sort_by(|a, b| {
