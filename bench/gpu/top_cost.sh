@@ -67,8 +67,34 @@ elif [ "${TOP_COST_ONE_NVSMI:-0}" = 1 ]; then
     chmod +x "$out/stub/nvidia-smi"
     agent_path=$out/stub:$PATH
 fi
-# ticks PID...: utime + stime + cutime + cstime of each, summed (clock ticks).
-ticks() { local t=0 f; for pid in "$@"; do f=$(cut -d')' -f2 "/proc/$pid/stat" 2>/dev/null) || continue; set -- $f; t=$((t + ${12} + ${13} + ${14} + ${15})); done; echo "$t"; }
+# smi_loops PID...: whether any of them has a live nvidia-smi child.
+smi_loops() {
+    local pid c
+    for pid in "$@"; do
+        for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+            [ "$(cat "/proc/$c/comm" 2>/dev/null)" = nvidia-smi ] && return 0
+        done
+    done
+    return 1
+}
+# ticks PID...: utime + stime + cutime + cstime of each, and utime + stime
+# of each one's live nvidia-smi children (an agent's loops, whose time
+# reaches its cutime only once they end), summed (clock ticks).
+ticks() {
+    local t=0 f pid c
+    for pid in "$@"; do
+        f=$(cut -d')' -f2 "/proc/$pid/stat" 2>/dev/null) || continue
+        set -- $f
+        t=$((t + ${12} + ${13} + ${14} + ${15}))
+        for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+            [ "$(cat "/proc/$c/comm" 2>/dev/null)" = nvidia-smi ] || continue
+            f=$(cut -d')' -f2 "/proc/$c/stat" 2>/dev/null) || continue
+            set -- $f
+            t=$((t + ${12} + ${13}))
+        done
+    done
+    echo "$t"
+}
 PATH=$agent_path start_loopback_agents 4 "$PORT"
 
 seconds=$(( pairs * 2 * window + 60 ))
@@ -86,6 +112,14 @@ echo "=== $pairs pairs of $window s windows"
 for p in $(seq 0 $((pairs - 1))); do
     if [ $((p % 2)) = 0 ]; then order="off on"; else order="on off"; fi
     for w in $order; do
+        # An off-window starts once the agents' nvidia-smi loops ended
+        # (they outlive the last refresh by 10 s), so that it reads none.
+        if [ "$w" = off ]; then
+            for _ in $(seq 60); do
+                smi_loops "${agents[@]}" || break
+                sleep 0.5
+            done
+        fi
         start=$(now)
         a0=$(ticks "${agents[@]}")
         top_ticks=0

@@ -22,6 +22,8 @@ pub(crate) struct Shared {
     pub running: running::Running,
     /// Where the start of this machine's exec_alls' runs went (`top`).
     pub runs: crate::snapshot::run_start::ShownRuns,
+    /// `nvidia-smi`'s loops while `top` asks for the GPUs.
+    pub gpus: Arc<crate::nvidia_smi::Watch>,
     /// Admits connections and holds them to the login deadline.
     pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.

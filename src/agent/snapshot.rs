@@ -49,7 +49,11 @@ pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> Node
             crate::snapshot::ras::address(vars.iter().map(|v| Some(v.as_str())).chain([agent_var]));
         crate::snapshot::ras::status(&addr).await
     };
-    let (groups, opts) = (shared.running.groups(), Options::for_top());
+    let opts = Options {
+        gpu_watch: Some(shared.gpus.clone()),
+        ..Options::for_top()
+    };
+    let groups = shared.running.groups();
     let (mut snap, ras) = tokio::join!(crate::snapshot::take(&groups, &opts), ras_text);
     snap.rank = shared.rank.unwrap_or(0);
     if !shared.host.is_empty() {

@@ -122,6 +122,10 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             keeper,
             running: running::Running::default(),
             runs: Default::default(),
+            gpus: Arc::new(crate::nvidia_smi::Watch::new(
+                crate::nvidia_smi::PROGRAM,
+                crate::nvidia_smi::TIMING,
+            )),
             gate: login::Gate::new(limits),
             grace,
             base_env: {

@@ -133,18 +133,28 @@ pub(crate) async fn processes_and_devices(
     program: &str,
     timeout: Duration,
 ) -> (GpuReading, Result<Vec<GpuDevice>, String>) {
-    let (apps, gpus) = tokio::join!(
+    let (apps, gpus, _) = top_runs(program, timeout).await;
+    let reading = reading(&apps, &gpus, timeout);
+    (reading, read_devices(gpus, timeout))
+}
+
+/// [`processes_and_devices`]' two runs as they ended, and the devices'
+/// fields that this driver answered (or was last asked), for `watch`.
+pub(super) async fn top_runs(
+    program: &str,
+    timeout: Duration,
+) -> (RunOutput, RunOutput, &'static str) {
+    let (apps, (gpus, fields)) = tokio::join!(
         csv(program, APPS_QUERY, timeout),
         device_query(program, timeout)
     );
-    let reading = reading(&apps, &gpus, timeout);
-    (reading, read_devices(gpus, timeout))
+    (apps, gpus, fields)
 }
 
 /// The compute processes from `apps` (their query's run), joined with the
 /// GPUs of `gpus` (a run whose first fields are index, UUID, utilisation);
 /// a note when either did not answer.
-fn reading(apps: &RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
+pub(super) fn reading(apps: &RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading {
     let secs = timeout.as_secs_f64();
     let note = |note: String| GpuReading {
         by_pid: BTreeMap::new(),
@@ -179,8 +189,9 @@ fn reading(apps: &RunOutput, gpus: &RunOutput, timeout: Duration) -> GpuReading 
 }
 
 /// Every GPU's state ([`DEVICE_QUERY`]), again with the old name of the
-/// throttle field when a driver older than R535 refuses the new one.
-async fn device_query(program: &str, timeout: Duration) -> RunOutput {
+/// throttle field when a driver older than R535 refuses the new one; and
+/// the fields of the run returned.
+async fn device_query(program: &str, timeout: Duration) -> (RunOutput, &'static str) {
     let query = |fields: &'static str| {
         let arg = format!("--query-gpu={fields}");
         async move { csv(program, &arg, timeout).await }
@@ -194,9 +205,9 @@ async fn device_query(program: &str, timeout: Duration) -> RunOutput {
         && *c != 0
         && (stdout.contains("clocks_event_reasons") || stderr.contains("clocks_event_reasons"))
     {
-        return query(DEVICE_QUERY_OLD).await;
+        return (query(DEVICE_QUERY_OLD).await, DEVICE_QUERY_OLD);
     }
-    out
+    (out, DEVICE_QUERY)
 }
 
 /// Every GPU's state ([`GpuDevice`]), within `timeout`. `Ok` of nothing
@@ -204,10 +215,10 @@ async fn device_query(program: &str, timeout: Duration) -> RunOutput {
 /// or hangs.
 #[cfg(test)]
 pub(crate) async fn devices(program: &str, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
-    read_devices(device_query(program, timeout).await, timeout)
+    read_devices(device_query(program, timeout).await.0, timeout)
 }
 
-fn read_devices(out: RunOutput, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
+pub(super) fn read_devices(out: RunOutput, timeout: Duration) -> Result<Vec<GpuDevice>, String> {
     match out {
         RunOutput::NotFound => Ok(Vec::new()),
         RunOutput::TimedOut => Err(format!(

@@ -11,10 +11,13 @@
 //! - `devices`: each GPU's utilisation, memory, power, clocks and the
 //!   reasons they are held down, for `top` (pure).
 //! - `invoke`: the invocations, each bounded.
+//! - `loops`: `top`'s readings from `nvidia-smi` left running in its loop
+//!   mode while `top` asks (a run each refresh costs a node far more).
 
 mod apps;
 mod devices;
 mod invoke;
+mod loops;
 mod pci;
 mod query;
 
@@ -24,5 +27,6 @@ pub(crate) use invoke::{
     Inventory, PROGRAM, Run, TIMEOUT_S, count_gpus, inventory, pci_gpus, processes,
     processes_and_devices,
 };
+pub(crate) use loops::{TIMING, Watch};
 pub(crate) use pci::PciGpu;
 pub(crate) use query::{Gpu, first_line, parse_dotted, parse_header, parse_query, visible};

@@ -36,6 +36,9 @@ pub(crate) struct Options {
     pub py_samples: u32,
     /// Each GPU's state as well (`nvidia_smi::processes_and_devices`), for `top`.
     pub gpu_devices: bool,
+    /// With `gpu_devices`: read from `nvidia-smi`'s loops kept for the
+    /// asker (an agent's), not by runs each time.
+    pub gpu_watch: Option<std::sync::Arc<crate::nvidia_smi::Watch>>,
 }
 
 impl Options {
@@ -50,6 +53,7 @@ impl Options {
             looks: 0,
             py_samples: 1,
             gpu_devices: false,
+            gpu_watch: None,
         }
     }
 
@@ -104,7 +108,9 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
     // Meanwhile: the GPUs and the Python stacks.
     let (program, timeout) = (&opts.nvidia_smi, opts.tool_timeout);
     let gpus = async {
-        if opts.gpu_devices {
+        if let (true, Some(watch)) = (opts.gpu_devices, &opts.gpu_watch) {
+            watch.processes_and_devices(timeout).await
+        } else if opts.gpu_devices {
             crate::nvidia_smi::processes_and_devices(program, timeout).await
         } else {
             let reading = crate::nvidia_smi::processes(program, timeout).await;

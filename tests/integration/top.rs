@@ -101,7 +101,7 @@ else:
 struct TopJob {
     hosts: Vec<String>,
     port: u16,
-    _agents: Vec<Agent>,
+    agents: Vec<Agent>,
     /// Ended (SIGTERM, then SIGKILL) when the job is dropped: exec_all, or
     /// the lifecycle's agents.
     ended: Vec<Child>,
@@ -115,11 +115,16 @@ impl TopJob {
 
     /// As [`TopJob::start`], exec_all given `extra` arguments too.
     fn start_with(n: usize, port: u16, mode: &str, odd: usize, extra: &[&str]) -> TopJob {
+        TopJob::start_on(n, port, mode, odd, extra, &path_without_py_spy())
+    }
+
+    /// As [`TopJob::start_with`], the agents and exec_all on `path`.
+    fn start_on(n: usize, port: u16, mode: &str, odd: usize, extra: &[&str], path: &str) -> TopJob {
         let dir = tempfile::tempdir().unwrap();
         let prog = dir.path().join("ranks.py");
         std::fs::write(&prog, PROGRAM).unwrap();
         let hosts = fresh_loopbacks(n);
-        let path = path_without_py_spy();
+        let path = path.to_string();
         let agents = hosts
             .iter()
             .map(|h| Agent::start_with(h, port, &[], &[("PATH", path.as_str())]))
@@ -147,7 +152,7 @@ impl TopJob {
         TopJob {
             hosts,
             port,
-            _agents: agents,
+            agents,
             ended: vec![exec_all],
             _dir: dir,
         }
@@ -392,7 +397,7 @@ fn inside_the_lifecycle_top_tells_a_waiting_ranks_start_from_exec_all_on_shared_
     let top = TopJob {
         hosts: hosts.clone(),
         port,
-        _agents: Vec::new(),
+        agents: Vec::new(),
         ended: nodes,
         _dir: dir,
     };
@@ -538,6 +543,116 @@ fn a_live_top_keeps_one_connection_a_node_across_refreshes() {
     // One a node, the same ones: no new login each refresh.
     assert_eq!(before.len(), 3, "{before:?}");
     assert_eq!(before, after);
+}
+
+/// A fake `nvidia-smi` in `dir`: a GPU as an H100's driver prints it for
+/// top's two queries, every process running `ranks.py` a compute process
+/// on it, once or, with `--loop-ms`, a sample each period; every start
+/// logged to `dir/starts` (its pid, its parent's, its arguments).
+/// Anything else fails, as with no GPU. It ignores SIGPIPE: a loop
+/// whose reader died goes on, as only its parent-death signal ends it.
+fn fake_nvidia_smi(dir: &std::path::Path) {
+    let path = dir.join("nvidia-smi");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\ntrap '' PIPE\necho \"$$ $PPID $*\" >> {}/starts\n\
+             sample() {{ case \"$1\" in\n\
+             --query-compute-apps=*) for d in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" in\n\
+               *ranks.py*) echo \"${{d#/proc/}}, 40210, GPU-5f0e6b1c-0000-0000-0000-000000000000\";; esac; done;;\n\
+             --query-gpu=index,uuid,utilization.gpu,memory.used,*) echo '0, GPU-5f0e6b1c-0000-0000-0000-000000000000, 97, 40213, 81559, 512.33, 1980, 1980, 0x0000000000000000';;\n\
+             *) exit 9;;\n\
+             esac; }}\n\
+             case \"$3\" in\n\
+             --loop-ms=*) while :; do sample \"$1\"; sleep $(awk \"BEGIN {{ print ${{3#--loop-ms=}} / 1000 }}\"); done;;\n\
+             *) sample \"$1\";;\n\
+             esac\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_live_top_reads_the_gpus_from_loops_of_nvidia_smi_that_end_with_the_agent() {
+    use std::io::BufRead;
+    let fake = tempfile::tempdir().unwrap();
+    fake_nvidia_smi(fake.path());
+    let path = format!("{}:{}", fake.path().display(), path_without_py_spy());
+    let mut job = TopJob::start_on(3, 29964, "even", 0, &[], &path);
+    let mut top = cmd(&multinode())
+        .env("MULTINODE_HOSTLIST", one_slot_each(&job.hosts))
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_AGENT_PORT", job.port.to_string())
+        .args(["top", "--format", "json", "--interval", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(top.stdout.take().unwrap()).lines();
+    let mut refresh = || -> serde_json::Value {
+        let line = lines.next().expect("a refresh").unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    // Each rank's GPU with the fake's values, every refresh once the job
+    // runs, 4 times.
+    let start = Instant::now();
+    let mut filled = 0;
+    while filled < 4 {
+        let doc = refresh();
+        let rows = doc["rows"].as_array().unwrap();
+        let running = rows.len() == 3 && rows.iter().all(|r| r["comm"] == "python3");
+        if running || filled > 0 {
+            for r in rows {
+                assert_eq!(r["gpus"][0]["sm_clock_mhz"], 1980, "{doc:#}");
+                assert_eq!(r["gpus"][0]["memory_used_mib"], 40213, "{doc:#}");
+                assert_eq!(r["gpus"][0]["power_w"], 512.33, "{doc:#}");
+            }
+            filled += 1;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{doc:#}");
+    }
+    signal(top.id(), nix::sys::signal::Signal::SIGTERM);
+    let _ = wait_exit(&mut top, Duration::from_secs(10));
+    // Each agent ran both queries once, then kept one loop of each: two
+    // runs and two loops, however many refreshes.
+    let starts: Vec<(u32, u32, String)> = std::fs::read_to_string(fake.path().join("starts"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let pid = f.next().unwrap().parse().unwrap();
+            let parent = f.next().unwrap().parse().unwrap();
+            (pid, parent, f.next().unwrap_or_default().to_string())
+        })
+        .collect();
+    for agent in &job.agents {
+        let of: Vec<_> = starts
+            .iter()
+            .filter(|(_, p, _)| *p == agent.pid())
+            .collect();
+        let loops = of
+            .iter()
+            .filter(|(_, _, a)| a.contains("--loop-ms=1000"))
+            .count();
+        assert_eq!((of.len(), loops), (4, 2), "{starts:?}");
+    }
+    // An agent killed with SIGKILL: its loops end with it.
+    let agent = job.agents.remove(1);
+    let loops: Vec<u32> = starts
+        .iter()
+        .filter(|(_, p, a)| *p == agent.pid() && a.contains("--loop-ms"))
+        .map(|(pid, _, _)| *pid)
+        .collect();
+    assert!(loops.iter().all(|pid| alive(*pid)), "{loops:?}");
+    signal(agent.pid(), nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || loops
+            .iter()
+            .all(|pid| !alive(*pid))),
+        "nvidia-smi outlived its agent: {loops:?}"
+    );
 }
 
 #[test]
