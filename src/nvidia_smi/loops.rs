@@ -127,6 +127,10 @@ enum End {
     Here,
 }
 
+/// A sample keeps at most this many lines (a line a GPU, a line a compute
+/// process); one printed without pause is cut there, not kept whole.
+const SAMPLE_LINES: usize = 4096;
+
 impl Feed {
     /// A line printed at `at`: the current sample's, or the first of the next.
     fn push(&mut self, line: String, at: Instant, gap: Duration) {
@@ -134,7 +138,9 @@ impl Feed {
             && at.duration_since(now.last) < gap
         {
             now.last = at;
-            now.lines.push(line);
+            if now.lines.len() < SAMPLE_LINES {
+                now.lines.push(line);
+            }
             return;
         }
         self.before = self.now.take();
@@ -464,6 +470,12 @@ mod tests {
             feed.sample(ms(1200), gap),
             Some((ms(1000), "0, c\n1, d\n".into()))
         );
+        // Lines without pause: one sample, kept to its bound.
+        for n in 0..2 * SAMPLE_LINES as u64 {
+            feed.push(format!("{n}, x"), ms(2000 + n / 100), gap);
+        }
+        let (first, text) = feed.sample(ms(3000), gap).expect("a sample");
+        assert_eq!((first, text.lines().count()), (ms(2000), SAMPLE_LINES));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
