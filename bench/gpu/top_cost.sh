@@ -10,8 +10,10 @@
 #                       # one node of a cluster runs (one agent, one GPU)
 #                       # TOP_COST_NO_NVSMI=1: the agents' nvidia-smi is a stub that
 #                       # fails at once (what nvidia-smi itself costs, by difference)
+#                       # TOP_COST_NODES=N: N loopback nodes, one rank each (default 4;
+#                       # 1: one node's job with the GPU to itself, the steadiest rate)
 #
-# Four loopback "nodes", one rank each, as bench/gpu/top.sh: an agent on
+# Four loopback "nodes" (TOP_COST_NODES), one rank each, as bench/gpu/top.sh: an agent on
 # every node, exec_all on node 0; the even job of bench/gpu/top_worker.py
 # (CPU matmuls, CUDA matmuls on the one GPU, a gloo all-reduce a step; the
 # ranks move in step), each line `step N T` with the rank's time.time().
@@ -40,7 +42,9 @@ exec > >(tee -a "$out/top_cost.log") 2>&1
 for v in $(env | sed -n 's/^\(MULTINODE_[A-Z_]*\)=.*/\1/p') RANK LOCAL_RANK WORLD_SIZE MASTER_ADDR MASTER_PORT; do unset "$v"; done
 MULTINODE_SECRET=top-cost-$$-$(date +%s%N)
 PORT=30620
-export MULTINODE_SECRET MULTINODE_HOSTLIST=127.0.0.2:1,127.0.0.3:1,127.0.0.4:1,127.0.0.5:1
+nodes=${TOP_COST_NODES:-4}
+MULTINODE_HOSTLIST=$(for r in $(seq 0 $((nodes - 1))); do printf '127.0.0.%d:1\n' $((r + 2)); done | paste -sd,)
+export MULTINODE_SECRET MULTINODE_HOSTLIST
 export MULTINODE_AGENT_PORT=$PORT PYTHONUNBUFFERED=1 TOP_WORKER_TIMES=1
 results=()
 # agents (their PIDs), start_loopback_agents, stop_agents (on EXIT), record, now
@@ -95,14 +99,14 @@ ticks() {
     done
     echo "$t"
 }
-PATH=$agent_path start_loopback_agents 4 "$PORT"
+PATH=$agent_path start_loopback_agents "$nodes" "$PORT"
 
 seconds=$(( pairs * 2 * window + 60 ))
 MULTINODE_NODE_RANK=0 mn-exec-all --nproc-per-node 1 --bind none --label \
     -c "exec python3 $repo/bench/gpu/top_worker.py -1 $seconds" >"$out/job.txt" 2>&1 &
 job_pid=$!
 for _ in $(seq 300); do
-    [ "$(grep -c 'step 50 ' "$out/job.txt" 2>/dev/null)" -ge 4 ] && break
+    [ "$(grep -c 'step 50 ' "$out/job.txt" 2>/dev/null)" -ge "$nodes" ] && break
     sleep 0.2
 done
 grep -q 'step 50 ' "$out/job.txt" || { echo "the job did not start"; tail "$out/job.txt"; exit 1; }
@@ -135,9 +139,9 @@ done
 kill -TERM "$job_pid" 2>/dev/null
 wait "$job_pid" 2>/dev/null
 
-python3 - "$out/job.txt" "$out/windows.txt" "$out" <<'PY' | tee "$out/ratios.txt"
+python3 - "$out/job.txt" "$out/windows.txt" "$out" "$nodes" <<'PY' | tee "$out/ratios.txt"
 import json, random, statistics, sys, time
-job, windows, out = sys.argv[1:]
+job, windows, out, nodes = sys.argv[1:]
 # rank 0's lines: "0 HOST: step N T" (--label; T: its time.time(), as `now` here)
 steps = []
 for line in open(job):
@@ -174,9 +178,9 @@ print(f"with/without top, median of {len(ratios)} pairs: {med:.4f}; quartiles {q
       f"steps/s without (median) {statistics.median(offs):.2f}")
 on, off, top = (statistics.median(cpu[k]) for k in ("on", "off", "top"))
 ncpu = os.cpu_count()
-print(f"CPU a second: the 4 agents {off * 1000:.1f} ms idle, {on * 1000:.1f} ms with top (nvidia-smi included); "
+print(f"CPU a second: the agents {off * 1000:.1f} ms idle, {on * 1000:.1f} ms with top (nvidia-smi included); "
       f"top itself {top * 1000:.1f} ms; top's share: {(on - off + top) * 100:.2f}% of one CPU, "
-      f"{(on - off + top) * 100 / ncpu:.3f}% of this machine's {ncpu}; one node of a cluster runs one agent: a quarter of the agents' part")
+      f"{(on - off + top) * 100 / ncpu:.3f}% of this machine's {ncpu}; {nodes} agents here, one a node of a cluster")
 print("VERDICT", "PASS" if boot[50] > 0.99 else "NOT SHOWN", "(the 95% interval's low end above 0.99)")
 PY
 if grep -q "VERDICT PASS" "$out/ratios.txt"; then record "a GPU job's step rate with a live top: within 1%" PASS "$(grep 'median of' "$out/ratios.txt")"
