@@ -208,7 +208,7 @@ mod tests {
         ];
         let verdict = StragglerVerdict {
             stragglers: vec![],
-            line: "no straggler (1 ranks even)".into(),
+            line: "no straggler (1 rank)".into(),
         };
         let refresh = Refresh {
             time_ms: 1,
@@ -220,7 +220,7 @@ mod tests {
         };
         let text = table("multinode top: 2 ranks", &refresh, None);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[1], "no straggler (1 ranks even)");
+        assert_eq!(lines[1], "no straggler (1 rank)");
         assert!(lines[2].starts_with("RANK  HOST"), "{text}");
         assert!(
             lines[3].contains("0     gpu1  S   2m  12    3.0G  50%   0.4s  -     0    99%   40/80G  512W   1980/1980  -         python3 all_reduce"),

@@ -199,7 +199,9 @@ pub fn judge(rows: &[Row]) -> StragglerVerdict {
     }
     found.sort_by_key(|(worst, f)| (*worst, f.rank));
     let stragglers: Vec<Finding> = found.into_iter().map(|(_, f)| f).collect();
-    let line = if stragglers.is_empty() {
+    let line = if stragglers.is_empty() && live.len() == 1 {
+        "no straggler (1 rank)".to_string()
+    } else if stragglers.is_empty() {
         format!("no straggler ({} ranks even)", live.len())
     } else {
         stragglers
@@ -262,6 +264,8 @@ mod tests {
         let v = judge(&rows);
         assert_eq!(v.stragglers, vec![], "{}", v.line);
         assert_eq!(v.line, "no straggler (8 ranks even)");
+        // One rank: nothing to be even with.
+        assert_eq!(judge(&even(1)).line, "no straggler (1 rank)");
         // Nobody waits much (compute-bound, no collective): the least
         // waiting rank is no straggler.
         let mut rows = even(4);
