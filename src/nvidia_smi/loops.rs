@@ -419,6 +419,14 @@ mod tests {
             .collect()
     }
 
+    /// How many of the fake's starts were loops.
+    fn loops_started(dir: &std::path::Path) -> usize {
+        starts(dir)
+            .iter()
+            .filter(|(_, a)| a.contains("--loop-ms"))
+            .count()
+    }
+
     fn alive(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             !s.rsplit(')')
@@ -437,6 +445,12 @@ mod tests {
         stale: Duration::from_secs(3),
         idle: Duration::from_millis(1500),
     };
+
+    /// A reading's GPUs, which must have answered (5 s at most).
+    async fn gpus(watch: &Watch) -> usize {
+        let (_, devices) = watch.processes_and_devices(Duration::from_secs(5)).await;
+        devices.expect("answered").len()
+    }
 
     async fn wait_until(what: &str, done: impl Fn() -> bool) {
         let start = std::time::Instant::now();
@@ -527,11 +541,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let watch = Watch::new(&fake(dir.path()), FAST);
         let timeout = Duration::from_secs(5);
-        watch
-            .processes_and_devices(timeout)
-            .await
-            .1
-            .expect("answered");
+        gpus(&watch).await;
         let loops = |n| -> Vec<i32> {
             starts(dir.path())
                 .into_iter()
@@ -562,38 +572,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let stale = Duration::from_millis(800);
         let watch = Watch::new(&fake(dir.path()), Timing { stale, ..FAST });
-        let timeout = Duration::from_secs(5);
         std::fs::write(dir.path().join("hang"), "").expect("touch");
-        watch
-            .processes_and_devices(timeout)
-            .await
-            .1
-            .expect("answered");
+        gpus(&watch).await;
         wait_until("two loops start", || starts(dir.path()).len() == 4).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         // Its first sample, still fresh.
-        assert_eq!(
-            watch
-                .processes_and_devices(timeout)
-                .await
-                .1
-                .expect("answered")
-                .len(),
-            2
-        );
+        assert_eq!(gpus(&watch).await, 2);
         assert_eq!(starts(dir.path()).len(), 4);
         tokio::time::sleep(Duration::from_millis(900)).await;
         // Stale: the hung loops are ended and the GPUs read by runs (which answer).
         let hung: Vec<i32> = starts(dir.path()).iter().skip(2).map(|(p, _)| *p).collect();
-        assert_eq!(
-            watch
-                .processes_and_devices(timeout)
-                .await
-                .1
-                .expect("answered")
-                .len(),
-            2
-        );
+        assert_eq!(gpus(&watch).await, 2);
         wait_until("two runs and two loops again", || {
             starts(dir.path()).len() == 8
         })
@@ -625,11 +614,7 @@ mod tests {
             // Its loops ended (read) before the next reading.
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        let started = starts(dir.path());
-        let loops = started
-            .iter()
-            .filter(|(_, a)| a.contains("--loop-ms"))
-            .count();
+        let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
         // Six readings by runs; loops started three times, then no more.
         assert_eq!((started.len() - loops, loops), (12, 6), "{started:?}");
     }
@@ -638,24 +623,11 @@ mod tests {
     async fn loops_that_printed_nothing_yet_are_left_to_start() {
         let dir = tempfile::tempdir().expect("tempdir");
         let watch = Watch::new(&fake(dir.path()), FAST);
-        let timeout = Duration::from_secs(5);
         std::fs::write(dir.path().join("slow"), "").expect("touch");
-        watch
-            .processes_and_devices(timeout)
-            .await
-            .1
-            .expect("answered");
+        gpus(&watch).await;
         wait_until("two loops start", || starts(dir.path()).len() == 4).await;
         // Nothing printed yet: runs, and the same loops.
-        assert_eq!(
-            watch
-                .processes_and_devices(timeout)
-                .await
-                .1
-                .expect("answered")
-                .len(),
-            2
-        );
+        assert_eq!(gpus(&watch).await, 2);
         wait_until("two more runs", || starts(dir.path()).len() == 6).await;
         // Then their samples: no more starts.
         wait_until("a sample", || {
@@ -669,21 +641,9 @@ mod tests {
             f.sample(Instant::now(), FAST.gap).is_some()
         })
         .await;
-        assert_eq!(
-            watch
-                .processes_and_devices(timeout)
-                .await
-                .1
-                .expect("answered")
-                .len(),
-            2
-        );
+        assert_eq!(gpus(&watch).await, 2);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let started = starts(dir.path());
-        let loops = started
-            .iter()
-            .filter(|(_, a)| a.contains("--loop-ms"))
-            .count();
+        let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
         assert_eq!((started.len(), loops), (6, 2), "{started:?}");
     }
 

@@ -170,6 +170,19 @@ impl TopJob {
             .unwrap()
     }
 
+    /// A live `top --format json --interval 1`, its stdout piped.
+    fn live_top(&self) -> Child {
+        cmd(&multinode())
+            .env("MULTINODE_HOSTLIST", one_slot_each(&self.hosts))
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", self.port.to_string())
+            .args(["top", "--format", "json", "--interval", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// `top --once --format json ARGS` until `ready` holds of a refresh.
     fn top_until(
         &self,
@@ -507,15 +520,7 @@ fn tcp_sockets_of(pid: u32) -> std::collections::BTreeSet<String> {
 fn a_live_top_keeps_one_connection_a_node_across_refreshes() {
     use std::io::BufRead;
     let job = TopJob::start(3, 29948, "even", 0);
-    let mut top = cmd(&multinode())
-        .env("MULTINODE_HOSTLIST", one_slot_each(&job.hosts))
-        .env("MULTINODE_NODE_RANK", "0")
-        .env("MULTINODE_AGENT_PORT", job.port.to_string())
-        .args(["top", "--format", "json", "--interval", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut top = job.live_top();
     let pid = top.id();
     let mut lines = std::io::BufReader::new(top.stdout.take().unwrap()).lines();
     let mut refresh = || {
@@ -581,15 +586,7 @@ fn a_live_top_reads_the_gpus_from_loops_of_nvidia_smi_that_end_with_the_agent() 
     fake_nvidia_smi(fake.path());
     let path = format!("{}:{}", fake.path().display(), path_without_py_spy());
     let mut job = TopJob::start_on(3, 29964, "even", 0, &[], &path);
-    let mut top = cmd(&multinode())
-        .env("MULTINODE_HOSTLIST", one_slot_each(&job.hosts))
-        .env("MULTINODE_NODE_RANK", "0")
-        .env("MULTINODE_AGENT_PORT", job.port.to_string())
-        .args(["top", "--format", "json", "--interval", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut top = job.live_top();
     let mut lines = std::io::BufReader::new(top.stdout.take().unwrap()).lines();
     let mut refresh = || -> serde_json::Value {
         let line = lines.next().expect("a refresh").unwrap();
