@@ -71,16 +71,17 @@ elif [ "${TOP_COST_ONE_NVSMI:-0}" = 1 ]; then
     chmod +x "$out/stub/nvidia-smi"
     agent_path=$out/stub:$PATH
 fi
-# smi_loops PID...: whether any of them has a live nvidia-smi child.
-smi_loops() {
+# smi_children PID...: the live nvidia-smi children of each (an agent's loops).
+smi_children() {
     local pid c
     for pid in "$@"; do
         for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
-            [ "$(cat "/proc/$c/comm" 2>/dev/null)" = nvidia-smi ] && return 0
+            [ "$(cat "/proc/$c/comm" 2>/dev/null)" = nvidia-smi ] && echo "$c"
         done
     done
-    return 1
 }
+# smi_loops PID...: whether any of them has a live nvidia-smi child.
+smi_loops() { [ -n "$(smi_children "$@")" ]; }
 # ticks PID...: utime + stime + cutime + cstime of each, and utime + stime
 # of each one's live nvidia-smi children (an agent's loops, whose time
 # reaches its cutime only once they end), summed (clock ticks).
@@ -90,8 +91,7 @@ ticks() {
         f=$(cut -d')' -f2 "/proc/$pid/stat" 2>/dev/null) || continue
         set -- $f
         t=$((t + ${12} + ${13} + ${14} + ${15}))
-        for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
-            [ "$(cat "/proc/$c/comm" 2>/dev/null)" = nvidia-smi ] || continue
+        for c in $(smi_children "$pid"); do
             f=$(cut -d')' -f2 "/proc/$c/stat" 2>/dev/null) || continue
             set -- $f
             t=$((t + ${12} + ${13}))

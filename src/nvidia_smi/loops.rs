@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::debug;
 
-use super::apps::{APPS_QUERY, GpuReading};
-use super::devices::GpuDevice;
+use super::apps::{self, APPS_QUERY, GpuReading};
+use super::devices::{GpuDevice, parse_devices};
 use super::invoke;
 use crate::process::RunOutput;
 
@@ -184,7 +184,7 @@ impl Watch {
     /// What `top` asks each refresh: the loops' last samples, or two runs
     /// (each at most `timeout`) that start the loops when both answered.
     pub(crate) async fn processes_and_devices(&self, timeout: Duration) -> Reading {
-        let restart = match self.sampled(timeout) {
+        let restart = match self.sampled() {
             Sampled::Read(reading) => return reading,
             Sampled::Runs => false,
             Sampled::Restart => true,
@@ -202,7 +202,7 @@ impl Watch {
     }
 
     /// The loops' last samples, when they are fresh; else ends them.
-    fn sampled(&self, timeout: Duration) -> Sampled {
+    fn sampled(&self) -> Sampled {
         let mut loops = self.lock();
         let Some(running) = loops.as_ref() else {
             return Sampled::Restart;
@@ -242,14 +242,12 @@ impl Watch {
                 return Sampled::Restart;
             }
         };
-        let printed = |stdout: String| RunOutput::Exited {
-            code: Some(0),
-            stdout,
-            stderr: String::new(),
+        // Both printed, as runs that answered: parsed as theirs are.
+        let reading = GpuReading {
+            by_pid: apps::parse(&apps, &devices),
+            note: None,
         };
-        let gpus = printed(devices);
-        let reading = invoke::reading(&printed(apps), &gpus, timeout);
-        Sampled::Read((reading, invoke::read_devices(gpus, timeout)))
+        Sampled::Read((reading, Ok(parse_devices(&devices))))
     }
 
     /// Loops that `failed` count towards [`GIVE_UP`].

@@ -108,13 +108,13 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
     // Meanwhile: the GPUs and the Python stacks.
     let (program, timeout) = (&opts.nvidia_smi, opts.tool_timeout);
     let gpus = async {
-        if let (true, Some(watch)) = (opts.gpu_devices, &opts.gpu_watch) {
-            watch.processes_and_devices(timeout).await
-        } else if opts.gpu_devices {
-            crate::nvidia_smi::processes_and_devices(program, timeout).await
-        } else {
-            let reading = crate::nvidia_smi::processes(program, timeout).await;
-            (reading, Ok(Vec::new()))
+        match (opts.gpu_devices, &opts.gpu_watch) {
+            (true, Some(watch)) => watch.processes_and_devices(timeout).await,
+            (true, None) => crate::nvidia_smi::processes_and_devices(program, timeout).await,
+            (false, _) => {
+                let reading = crate::nvidia_smi::processes(program, timeout).await;
+                (reading, Ok(Vec::new()))
+            }
         }
     };
     let python: Vec<i32> = first
