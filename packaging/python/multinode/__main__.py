@@ -8,10 +8,15 @@ import sys
 import sysconfig
 
 
+def _site():
+    """The directory that holds this package (site-packages, or pip's --target)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _recorded():
     """The binary as pip recorded it for this package (dist-info RECORD): right
-    for a venv, the system, --user, --prefix and --target alike."""
-    site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for a venv, the system, --user and --prefix alike."""
+    site = _site()
     try:
         entries = sorted(os.listdir(site))
     except OSError:
@@ -31,6 +36,8 @@ def _recorded():
 
 def _candidates():
     yield from _recorded()
+    # pip install --target DIR: DIR/bin (its RECORD names the wrong place).
+    yield os.path.join(_site(), "bin", "multinode")
     # A scheme's scripts directory: this environment's, then the user's.
     for scheme in (None, os.name + "_user"):
         try:
