@@ -11,6 +11,7 @@
 #     binary itself (exec), not a Python process;
 #   - `multinode install-helper DIR` into a temporary root: helpers/generic-helper;
 #   - `python -m multinode --help`, and an exit code passed through;
+#   - `pip install --target DIR`: `python -m multinode` with DIR on PYTHONPATH;
 #   - `pip uninstall -y multinode` removes multinode, mn-ssh and mn-exec-all.
 # Prints one PASS or FAIL line a check and a verdict; exits 0 only when every
 # check passed (1 otherwise, 2 on bad usage).
@@ -185,6 +186,19 @@ if python -c 'import multinode' 2>/dev/null; then
     fail "the multinode package is still importable"
 else
     pass "the multinode package is gone"
+fi
+
+# pip install --target DIR (after the uninstall: the venv's bin has no
+# multinode to fall back on): the three names in DIR/bin; python -m
+# multinode with DIR on PYTHONPATH finds the binary there.
+if "$venv/bin/python" -m pip install --no-index --no-deps --disable-pip-version-check \
+    --target "$tmp/target" "$wheel" >/dev/null 2>&1; then
+    check_eq "pip install --target DIR: python -m multinode --version" "multinode $version" \
+        "$(PYTHONPATH=$tmp/target python -m multinode --version 2>&1)"
+    check_eq "pip install --target DIR: DIR/bin/mn-exec-all --version" "mn-exec-all $version" \
+        "$("$tmp/target/bin/mn-exec-all" --version 2>&1)"
+else
+    fail "pip install --target DIR"
 fi
 
 if ((failures > 0)); then
