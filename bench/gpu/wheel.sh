@@ -7,9 +7,11 @@
 #
 #   bench/gpu/wheel.sh [WHEEL]   # default: the newest target/wheels/multinode-*.whl
 #
-# The wheel is built here first (packaging/build-wheel.sh) and carried to the
-# machine with the working tree; the machine needs no network: pip installs
-# the file with --no-index. The install goes into the image's Python
+# The wheel is built first (packaging/build-wheel.sh, on a machine with Rust)
+# and carried to the GPU machine with the working tree (target/wheels is an
+# ignored folder: carry it); the GPU machine needs no network and no Rust:
+# pip installs the file with --no-index. A stand-in `torchrun` on PATH runs
+# everything but the GPUs. The install goes into the image's Python
 # (site-packages, its bin directory on PATH); where that is refused (read-only
 # or externally managed), into a --target folder of the script's own, with
 # PYTHONPATH and its bin on PATH. The worker agent is started as
