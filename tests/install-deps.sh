@@ -6,9 +6,9 @@
 # base image, PyYAML for the k8s-* cluster tests (they read the manifests of
 # docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
 # a Debian package, so it comes from PyPI), paramiko (a real SSH client of
-# Python's, for the python3 on PATH) and maturin (which builds the wheel
-# tests/wheel.sh installs into a venv: python3-venv), and cargo-nextest, which runs the
-# Rust tests (from crates.io, built by `cargo install`: minutes, so only when
+# Python's, for the python3 on PATH), maturin (it builds the wheel that
+# tests/wheel.sh installs into a venv: python3-venv), and cargo-nextest,
+# which runs the Rust tests (from crates.io, built by `cargo install`: minutes, so only when
 # `cargo nextest` is missing). Does nothing when all are present. Needs root
 # (or sudo) only when a Debian package, py-spy, paramiko or maturin is missing.
 set -euo pipefail

@@ -96,9 +96,9 @@ check_eq "multinode --version" "multinode $version" "$(multinode --version 2>&1)
 check_eq "mn-exec-all --version" "mn-exec-all $version" "$(mn-exec-all --version 2>&1)"
 
 # install-helper into a temporary root.
-out=$(multinode install-helper "$tmp/root/multinode" 2>&1) || true
-check_eq "multinode install-helper DIR" "$tmp/root/multinode/generic-helper: installed" "$out"
-if cmp -s "$tmp/root/multinode/generic-helper" helpers/generic-helper; then
+out=$(multinode install-helper "$tmp/helper-root/multinode" 2>&1) || true
+check_eq "multinode install-helper DIR" "$tmp/helper-root/multinode/generic-helper: installed" "$out"
+if cmp -s "$tmp/helper-root/multinode/generic-helper" helpers/generic-helper; then
     pass "the installed helper is helpers/generic-helper"
 else
     fail "the installed helper differs from helpers/generic-helper"
@@ -122,7 +122,7 @@ export MULTINODE_AGENT_PORT=$port
 mkdir -p "$tmp/job"
 cat >"$tmp/job/job.sh" <<JOB
 #!/bin/sh
-. "$tmp/root/multinode/generic-helper" || exit
+. "$tmp/helper-root/multinode/generic-helper" || exit
 echo "wrapper \$MULTINODE_SSH_WRAPPER"
 exec_all -c 'echo "exec_all rank \$RANK"' || exit
 mn-exec-all -c 'echo "mn-exec-all rank \$RANK"' || exit
