@@ -23,13 +23,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
 log() { printf '[wheel %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 case ${1:-} in
 -h | --help) sed -n '/^# Usage:/,/^# Environment/ s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
 -*) echo "tests/wheel.sh: error: unknown option '$1' (see tests/wheel.sh --help)" >&2; exit 2 ;;
 esac
 wheel=${1:-${MULTINODE_WHEEL:-}}
+# A given wheel, relative to the caller's directory.
+[[ -z $wheel || $wheel == /* ]] || wheel=$PWD/$wheel
+cd "$root"
 port=${MN_WHEEL_PORT:-29956}
 start=$SECONDS
 
