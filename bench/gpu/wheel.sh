@@ -2,8 +2,8 @@
 # The wheel on the GPU machine (issue 56): `pip install --no-deps FILE` into
 # the image's own Python, then the reference multi-node script
 # (bench/gpu/reference.sh, the docs' script) with real torch on two loopback
-# agents, one GPU each, from what pip installed only. From the repository
-# root, on a machine with 2 GPUs:
+# agents, one GPU each (on a one-GPU machine both share it, through gloo
+# with CUDA tensors), from what pip installed only. From the repository root:
 #
 #   bench/gpu/wheel.sh [WHEEL]   # default: the newest target/wheels/multinode-*.whl
 #
@@ -88,7 +88,16 @@ mkdir -p /workspace
 cp bench/gpu/allreduce.py /workspace/train.py
 MULTINODE_SECRET=gpu-wheel-secret-$$-$(date +%s%N)
 export MULTINODE_SECRET MULTINODE_HOSTLIST=127.0.0.2:1,127.0.0.3:1 MULTINODE_AGENT_PORT=29922
-MULTINODE_NODE_RANK=1 CUDA_VISIBLE_DEVICES=1 \
+# One GPU each where there are two; with one, both ranks share GPU 0 and
+# all-reduce their CUDA tensors through gloo (NCCL refuses a shared GPU).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+dev1=1
+if ((gpus < 2)); then
+    dev1=0
+    export MN_GPU_BACKEND=gloo
+    echo "one GPU: both ranks on GPU 0, gloo with CUDA tensors"
+fi
+MULTINODE_NODE_RANK=1 CUDA_VISIBLE_DEVICES=$dev1 \
     "$PYTHON" -m multinode agent --listen 127.0.0.3:29922 -- true &
 agents+=($!)
 sleep 1
