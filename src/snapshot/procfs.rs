@@ -254,6 +254,15 @@ pub(crate) fn read_stat(proc: &Path, pid: i32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?)
 }
 
+/// Whether `pgid` is a live process group of this machine led by a
+/// process of this user (`#multinode:show-group` shows no other).
+pub(crate) fn is_own_group(proc: &Path, pgid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let leads = read_stat(proc, pgid).is_some_and(|s| s.pgrp == pgid && s.state != 'Z');
+    let owner = std::fs::metadata(proc.join(pgid.to_string())).map(|m| m.uid());
+    leads && owner.is_ok_and(|uid| uid == nix::unistd::geteuid().as_raw())
+}
+
 /// Where the process waits: its wchan, or else its syscall.
 pub(crate) fn read_wait(proc: &Path, pid: i32) -> Option<String> {
     let dir = proc.join(pid.to_string());
