@@ -44,6 +44,9 @@ pub(crate) async fn run(
             return;
         }
         Control::Snapshot => {
+            let Some(_slot) = turn(&mut rx).await else {
+                return;
+            };
             let snap = super::snapshot::take(&shared).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
             line.push(b'\n');
@@ -58,6 +61,9 @@ pub(crate) async fn run(
             0
         }
         Control::Top { tail, ras } => {
+            let Some(_slot) = turn(&mut rx).await else {
+                return;
+            };
             let snap = super::snapshot::take_for_top(&shared, tail, ras).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
             line.push(b'\n');
@@ -118,4 +124,15 @@ pub(crate) async fn run(
     let _ = tx.exit_status(code).await;
     let _ = tx.eof().await;
     let _ = tx.close().await;
+}
+
+/// A turn to take a snapshot ([`super::snapshot::slot`]); `None` when the
+/// asker closed its channel (it gave up) while it waited.
+async fn turn(rx: &mut ChannelReadHalf) -> Option<tokio::sync::SemaphorePermit<'static>> {
+    tokio::select! {
+        slot = super::snapshot::slot() => Some(slot),
+        () = async {
+            while !matches!(rx.wait().await, None | Some(russh::ChannelMsg::Close)) {}
+        } => None,
+    }
 }

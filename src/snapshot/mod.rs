@@ -51,6 +51,6 @@ pub use samples::Samples;
 
 pub(crate) use alike::{fold, place};
 pub(crate) use procfs::{is_own_group, pid_namespace};
-pub(crate) use ps_render::{render_json, render_table};
+pub(crate) use ps_render::{left_out, render_json, render_table};
 pub(crate) use ranks::Found;
 pub(crate) use take::{Options, take};

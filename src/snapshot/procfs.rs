@@ -277,10 +277,27 @@ pub(crate) fn read_wait(proc: &Path, pid: i32) -> Option<String> {
 }
 
 pub(crate) fn read_cmdline(proc: &Path, pid: i32) -> String {
-    std::fs::read(proc.join(pid.to_string()).join("cmdline"))
-        .map(|b| parse_cmdline(&b))
-        .unwrap_or_default()
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(proc.join(pid.to_string()).join("cmdline"))
+        .and_then(|f| f.take(CMDLINE_MAX as u64 + 1).read_to_end(&mut bytes));
+    if read.is_err() {
+        return String::new();
+    }
+    let cut = bytes.len() > CMDLINE_MAX;
+    bytes.truncate(CMDLINE_MAX);
+    let mut line = parse_cmdline(&bytes);
+    if cut {
+        line.push_str(CMDLINE_CUT);
+    }
+    line
 }
+
+/// The most of a command line a snapshot reads: a rank's argv may be
+/// megabytes, and every answer and table would carry them.
+pub(crate) const CMDLINE_MAX: usize = 4096;
+/// Ends a command line cut at [`CMDLINE_MAX`] bytes.
+pub(crate) const CMDLINE_CUT: &str = " …[cut at 4 KiB]";
 
 /// Seconds since boot (`/proc/uptime`).
 pub(crate) fn uptime(proc: &Path) -> Option<f64> {

@@ -256,6 +256,18 @@ fn processes(out: &mut String, snap: &NodeSnapshot, cpus: bool) {
             let _ = writeln!(out, "      no python stack: {}", printable(note));
         }
     }
+    if snap.processes_left_out > 0 {
+        let _ = writeln!(out, "  {}", left_out(snap.processes_left_out));
+    }
+}
+
+/// `... and 5 more processes, not shown (a snapshot holds 1024)`.
+pub(crate) fn left_out(n: usize) -> String {
+    format!(
+        "... and {n} more process{}, not shown (a snapshot holds {})",
+        if n == 1 { "" } else { "es" },
+        super::take::PROCESSES_MAX
+    )
 }
 
 impl Proc {

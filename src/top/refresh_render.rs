@@ -165,6 +165,17 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
         );
     }
     out.push_str(&crate::table::render(&lines));
+    let mut told = std::collections::BTreeSet::new();
+    for r in refresh.rows.iter().filter(|r| r.processes_left_out > 0) {
+        if told.insert(r.node_rank) {
+            let n = crate::snapshot::left_out(r.processes_left_out);
+            out.push_str(&format!(
+                "node {} ({}): {n}\n",
+                r.node_rank,
+                printable(&r.host)
+            ));
+        }
+    }
     out
 }
 
