@@ -47,6 +47,7 @@ mod plain;
 mod pty;
 mod running;
 mod server;
+mod session_bounds;
 mod session_channel;
 mod sftp;
 mod sftp_bounds;
