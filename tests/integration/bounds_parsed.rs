@@ -130,7 +130,6 @@ fn show_start_holds_what_it_parses_within_its_bounds() {
     mn_ssh_true(&agent);
 }
 
-
 /// The inode of this process's PID namespace, as show-group names it.
 fn pid_ns() -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -251,7 +250,9 @@ fn session_channels_are_bounded_and_their_memory_given_back() {
         drop(channels);
         conn.close().await;
     });
-    let back = eventually(Duration::from_secs(20), || rss_anon_kib(pid) < start + 8 * 1024);
+    let back = eventually(Duration::from_secs(20), || {
+        rss_anon_kib(pid) < start + 8 * 1024
+    });
     eprintln!(
         "agent RssAnon {} KiB after the client left ({start} KiB at the start)",
         rss_anon_kib(pid)
@@ -313,7 +314,9 @@ fn py_spy_and_snapshots_are_bounded_for_the_whole_agent() {
         );
         let command = conn.exec(script.as_bytes(), &[]).await.unwrap();
         // The 40, and the shell that started them.
-        assert!(eventually(Duration::from_secs(10), || pids_matching(&tag).len() == 41));
+        assert!(eventually(Duration::from_secs(10), || pids_matching(&tag)
+            .len()
+            == 41));
         // Issue 51: 100 `top`s at once ran 41 py-spy at once (16 a snapshot).
         let took = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -370,7 +373,11 @@ fn a_snapshot_holds_4_kib_of_a_command_line_and_1024_processes() {
         assert!(long.len() <= 4096 + 32, "{}", long.len());
         assert!(long.ends_with(" …[cut at 4 KiB]"), "{long}");
         assert_eq!(processes.len(), 1024);
-        assert!(snap["processes_left_out"].as_u64().unwrap() >= 79, "{}", snap["processes_left_out"]);
+        assert!(
+            snap["processes_left_out"].as_u64().unwrap() >= 79,
+            "{}",
+            snap["processes_left_out"]
+        );
         drop(command);
         conn.close().await;
     });
