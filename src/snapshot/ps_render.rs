@@ -410,6 +410,22 @@ mod tests {
     }
 
     #[test]
+    fn processes_past_a_snapshots_bound_are_counted_under_the_node() {
+        let mut one = snap(0, &["train_step"], 50);
+        one.processes_left_out = 79;
+        let snaps = vec![one];
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
+        assert!(
+            table.contains("\n  ... and 79 more processes, not shown (a snapshot holds 1024)\n"),
+            "{table}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&render_json(&groups, &units)).unwrap();
+        assert_eq!(doc["snapshots"][0]["processes_left_out"], 79);
+    }
+
+    #[test]
     fn a_table_that_names_the_odd_rank() {
         let snaps = vec![
             snap(0, &["all_reduce", "train_step"], 100),

@@ -247,6 +247,39 @@ mod tests {
     }
 
     #[test]
+    fn processes_past_a_snapshots_bound_are_counted_under_the_table() {
+        let row = |rank: usize, left_out: usize| Row {
+            rank,
+            node_rank: 1,
+            host: "gpu\x1b]0;x".into(),
+            processes_left_out: left_out,
+            ..Row::default()
+        };
+        let rows = vec![row(0, 0), row(8, 79), row(9, 79)];
+        let verdict = StragglerVerdict {
+            stragglers: vec![],
+            line: String::new(),
+        };
+        let refresh = Refresh {
+            time_ms: 1,
+            ranks: 3,
+            straggler: &verdict,
+            start: None,
+            ras: None,
+            rows: &rows,
+        };
+        let text = table("t", &refresh, None);
+        let said: Vec<&str> = text.lines().filter(|l| l.contains("more processes")).collect();
+        assert_eq!(
+            said,
+            ["node 1 (gpu\\e]0;x): ... and 79 more processes, not shown (a snapshot holds 1024)"]
+        );
+        let doc: serde_json::Value = serde_json::from_str(&json(&refresh)).unwrap();
+        assert_eq!(doc["rows"][1]["processes_left_out"], 79);
+        assert_eq!(doc["rows"][0].get("processes_left_out"), None);
+    }
+
+    #[test]
     fn sorted_by_wait_the_least_waiting_first() {
         let mut rows: Vec<Row> = [(0, 0.5), (1, 0.05), (2, 0.4)]
             .iter()

@@ -382,3 +382,76 @@ fn a_snapshot_holds_4_kib_of_a_command_line_and_1024_processes() {
         conn.close().await;
     });
 }
+
+/// One show-start line of `n` ranks whose hosts are 255 bytes of `\x01`
+/// (1,530 bytes each as JSON): within every bound, and as large as an
+/// answer that passes it on can get.
+fn escaped_hosts_line(n: usize) -> Vec<u8> {
+    let host = "\\u0001".repeat(255);
+    let ranks: Vec<String> = (0..n)
+        .map(|r| format!(r#"{{"rank":{r},"host":"{host}"}}"#))
+        .collect();
+    let line = format!(r#"{{"started_ms":1,"ranks":[{}]}}"#, ranks.join(",")) + "\n";
+    assert!(line.len() <= 8 << 20, "{}", line.len());
+    line.into_bytes()
+}
+
+#[test]
+fn an_answer_past_64_mib_is_that_nodes_error_in_top() {
+    let host = fresh_loopback();
+    let agent = Agent::start(&host);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let conn = rt.block_on(connect_as_job(&agent));
+    // 8 runs of 5,390 ranks (15.1 MB parsed, within the runs' budget) and
+    // 16 processes with 4 KiB of `\x01` arguments: a `top` answer of
+    // about 67.4 MB, past the 64 MiB a client reads.
+    let tag = sleep_tag();
+    let script = format!(
+        "a=$(head -c 4096 /dev/zero | tr '\\0' '\\001'); for i in $(seq 16); do \
+         sh -c 'sleep {tag}; :' x \"$a\" & done; wait"
+    );
+    let (command, channels) = rt.block_on(async {
+        let command = conn.exec(script.as_bytes(), &[]).await.unwrap();
+        let line = escaped_hosts_line(5_390);
+        let mut channels = Vec::new();
+        for _ in 0..8 {
+            let channel = conn.exec(b"#multinode:show-start", &[]).await.unwrap();
+            channel.data(&line[..]).await.unwrap();
+            channels.push(channel);
+        }
+        (command, channels)
+    });
+    assert!(eventually(Duration::from_secs(20), || sleepers(&tag).len() == 16));
+    let top = || {
+        let took = Instant::now();
+        let out = cmd(&multinode())
+            .env("MULTINODE_HOSTLIST", one_slot_each(std::slice::from_ref(&host)))
+            .env("MULTINODE_NODE_RANK", "0")
+            .env("MULTINODE_AGENT_PORT", agent.port.to_string())
+            .args(["top", "--once", "--format", "json"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (out, took.elapsed())
+    };
+    // The runs are kept once parsed: until then the answer is small.
+    let mut said = String::new();
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        let (out, took) = top();
+        said = stdout(&out);
+        eprintln!("top --once: {} bytes of stdout in {took:?}", out.stdout.len());
+        if said.contains("larger than") {
+            break;
+        }
+    }
+    assert!(
+        said.contains(r#""error":"the agent's answer is larger than 64 MiB: not read""#),
+        "{said}"
+    );
+    rt.block_on(async {
+        drop(channels);
+        drop(command);
+        conn.close().await;
+    });
+}
