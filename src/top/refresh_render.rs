@@ -269,7 +269,10 @@ mod tests {
             rows: &rows,
         };
         let text = table("t", &refresh, None);
-        let said: Vec<&str> = text.lines().filter(|l| l.contains("more processes")).collect();
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("more processes"))
+            .collect();
         assert_eq!(
             said,
             ["node 1 (gpu\\e]0;x): ... and 79 more processes, not shown (a snapshot holds 1024)"]

@@ -425,7 +425,10 @@ fn an_answer_past_64_mib_is_that_nodes_error_in_top() {
     let top = || {
         let took = Instant::now();
         let out = cmd(&multinode())
-            .env("MULTINODE_HOSTLIST", one_slot_each(std::slice::from_ref(&host)))
+            .env(
+                "MULTINODE_HOSTLIST",
+                one_slot_each(std::slice::from_ref(&host)),
+            )
             .env("MULTINODE_NODE_RANK", "0")
             .env("MULTINODE_AGENT_PORT", agent.port.to_string())
             .args(["top", "--once", "--format", "json"])
@@ -440,7 +443,10 @@ fn an_answer_past_64_mib_is_that_nodes_error_in_top() {
     while Instant::now() < until {
         let (out, took) = top();
         said = stdout(&out);
-        eprintln!("top --once: {} bytes of stdout in {took:?}", out.stdout.len());
+        eprintln!(
+            "top --once: {} bytes of stdout in {took:?}",
+            out.stdout.len()
+        );
         if said.contains("larger than") {
             break;
         }
