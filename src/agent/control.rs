@@ -50,8 +50,8 @@ pub(crate) async fn run(
             let snap = super::snapshot::take(&shared).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
             line.push(b'\n');
-            let _ = tx.data_bytes(line).await;
-            0
+            drop(snap);
+            send_answer(&tx, line).await
         }
         Control::Ranks => {
             let snap = super::snapshot::ranks(&shared);
@@ -67,8 +67,8 @@ pub(crate) async fn run(
             let snap = super::snapshot::take_for_top(&shared, tail, ras).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
             line.push(b'\n');
-            let _ = tx.data_bytes(line).await;
-            0
+            drop(snap);
+            send_answer(&tx, line).await
         }
         Control::ShowGroup { pgid, pid_ns } => {
             super::show_group::serve(pgid, pid_ns, &mut rx, &tx, &shared, &conn).await
@@ -134,5 +134,21 @@ async fn turn(rx: &mut ChannelReadHalf) -> Option<tokio::sync::SemaphorePermit<'
         () = async {
             while !matches!(rx.wait().await, None | Some(russh::ChannelMsg::Close)) {}
         } => None,
+    }
+}
+
+/// How long a snapshot's answer may take to be sent: a client that does
+/// not read it holds a turn ([`turn`]) no longer than this.
+const SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sends a snapshot's answer within [`SEND_LIMIT`]; the exit status (1:
+/// the client did not take it in time, and gets no answer).
+async fn send_answer(tx: &ChannelWriteHalf<Msg>, line: Vec<u8>) -> u32 {
+    match tokio::time::timeout(SEND_LIMIT, tx.data_bytes(line)).await {
+        Ok(_) => 0,
+        Err(_) => {
+            debug!("a snapshot's answer not taken within {SEND_LIMIT:?}: given up");
+            1
+        }
     }
 }

@@ -461,3 +461,44 @@ fn an_answer_past_64_mib_is_that_nodes_error_in_top() {
         conn.close().await;
     });
 }
+
+#[test]
+fn a_client_that_does_not_read_its_answers_holds_no_snapshot_for_long() {
+    let agent = Agent::start(&fresh_loopback());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // A run of 65,536 ranks shown: every `top` answer is 7 MiB.
+        let shows = connect_as_job(&agent).await;
+        let ranks: Vec<String> = (0..65_536)
+            .map(|r| format!(r#"{{"rank":{r},"host":"gpu-node-{r:010}","spawn_ms":5}}"#))
+            .collect();
+        let line = format!(r#"{{"started_ms":1,"ranks":[{}]}}"#, ranks.join(",")) + "\n";
+        let shown = shows.exec(b"#multinode:show-start", &[]).await.unwrap();
+        shown.data(line.as_bytes()).await.unwrap();
+        let asker = connect_as_job(&agent).await;
+        let until = Instant::now() + Duration::from_secs(20);
+        while ask(&asker, b"#multinode:top").await.1.len() < 1 << 20 {
+            assert!(Instant::now() < until, "the run was never kept");
+        }
+        // A client that asks for 4 answers at once and reads none of them.
+        let stuck = connect_as_job(&agent).await;
+        let mut unread = Vec::new();
+        for _ in 0..4 {
+            unread.push(stuck.exec(b"#multinode:top", &[]).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let took = Instant::now();
+        let answer =
+            tokio::time::timeout(Duration::from_secs(30), ask(&asker, b"#multinode:top")).await;
+        eprintln!(
+            "top while 4 answers of 7 MiB are not read: answered {} after {:?}",
+            answer.is_ok(),
+            took.elapsed()
+        );
+        let (code, out, err) = answer.expect("answered once the unread answers gave up");
+        assert_eq!(code, Some(0), "{err}");
+        assert!(out.len() > 1 << 20);
+        drop(unread);
+        drop(shown);
+    });
+}
