@@ -7,12 +7,12 @@ use std::sync::Arc;
 use russh::server::Msg;
 use russh::{ChannelReadHalf, ChannelWriteHalf};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use super::channel_lines::Lines;
 use super::shared::Shared;
 use crate::protocol::control::{Control, PingReply};
-use crate::snapshot::run_start::RUN_START_MAX;
-use crate::snapshot::watch::{PASSED_ON_MAX, Watched};
+use crate::snapshot::run_start::{RUN_START_MAX, RunStart};
 
 pub(crate) async fn run(
     control: Control,
@@ -44,11 +44,14 @@ pub(crate) async fn run(
             return;
         }
         Control::Snapshot => {
+            let Some(_slot) = turn(&mut rx).await else {
+                return;
+            };
             let snap = super::snapshot::take(&shared).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
             line.push(b'\n');
-            let _ = tx.data_bytes(line).await;
-            0
+            drop(snap);
+            send_answer(&tx, line).await
         }
         Control::Ranks => {
             let snap = super::snapshot::ranks(&shared);
@@ -58,45 +61,17 @@ pub(crate) async fn run(
             0
         }
         Control::Top { tail, ras } => {
+            let Some(_slot) = turn(&mut rx).await else {
+                return;
+            };
             let snap = super::snapshot::take_for_top(&shared, tail, ras).await;
             let mut line = serde_json::to_vec(&snap).expect("a plain struct serialises");
             line.push(b'\n');
-            let _ = tx.data_bytes(line).await;
-            0
+            drop(snap);
+            send_answer(&tx, line).await
         }
         Control::ShowGroup { pgid, pid_ns } => {
-            if crate::snapshot::pid_namespace() != Some(pid_ns) {
-                let msg = format!(
-                    "multinode agent: process group {pgid} is not in this agent's PID namespace: not shown\n"
-                );
-                let _ = tx.extended_data_bytes(1, msg.into_bytes()).await;
-                1
-            } else {
-                let pgid = nix::unistd::Pid::from_raw(pgid);
-                debug!(
-                    pgid = pgid.as_raw(),
-                    "a client's process group shown in snapshots"
-                );
-                let watched = shared.running.add_watched(pgid, |keeps_tail| {
-                    Watched::of_shown_group(pgid.as_raw(), keeps_tail)
-                });
-                // Shown while the client holds the channel; never signalled:
-                // the client owns that group.
-                tokio::select! {
-                    () = shared.shutdown.cancelled() => {}
-                    () = conn.cancelled() => {}
-                    // What it tells of the group's output (`watch::PassedOn`).
-                    () = json_lines(&mut rx, PASSED_ON_MAX, "show-group", |passed_on| {
-                        watched.take_passed_on(passed_on)
-                    }) => {}
-                }
-                shared.running.remove(pgid);
-                debug!(
-                    pgid = pgid.as_raw(),
-                    "a client's process group no longer shown"
-                );
-                0
-            }
+            super::show_group::serve(pgid, pid_ns, &mut rx, &tx, &shared, &conn).await
         }
         Control::ShowStart => match shared.runs.hold() {
             None => {
@@ -106,15 +81,31 @@ pub(crate) async fn run(
             }
             Some(id) => {
                 // Each line the run's start as its exec_all knows it now,
-                // kept until the next; gone with the channel.
+                // kept until the next; gone with the channel. A line is
+                // parsed one at a time in all the agent, with its bounds
+                // (`run_start::Ranks`), and kept within the runs' budget.
                 tokio::select! {
                     () = shared.shutdown.cancelled() => {}
                     () = conn.cancelled() => {}
-                    () = json_lines(&mut rx, RUN_START_MAX, "show-start", |run| {
-                        shared.runs.set(id, run)
-                    }) => {}
+                    () = async {
+                        let mut lines = Lines::new(&mut rx, RUN_START_MAX);
+                        while let Some(line) = lines.next().await {
+                            let Ok(_parsing) = shared.runs.parsing.acquire().await else {
+                                return;
+                            };
+                            match serde_json::from_slice::<RunStart>(&line) {
+                                Ok(run) => {
+                                    if let Err(why) = shared.runs.set(id, run) {
+                                        warn!("show-start: {why}: not kept");
+                                    }
+                                }
+                                Err(e) => debug!(error = %e, "show-start: an unreadable line"),
+                            }
+                        }
+                    } => {}
                 }
                 shared.runs.drop_run(id);
+                super::heap::trim_heap();
                 0
             }
         },
@@ -135,41 +126,29 @@ pub(crate) async fn run(
     let _ = tx.close().await;
 }
 
-/// Reads a `request` channel to its end, a line of JSON at a time, each
-/// given to `take` (an unreadable one logged and skipped). At most `max`
-/// bytes are held: a longer line is dropped whole.
-async fn json_lines<T: serde::de::DeserializeOwned>(
-    rx: &mut ChannelReadHalf,
-    max: usize,
-    request: &str,
-    mut take: impl FnMut(T),
-) {
-    let mut pending: Vec<u8> = Vec::new();
-    let mut skipping = false;
-    while let Some(msg) = rx.wait().await {
-        let russh::ChannelMsg::Data { data } = msg else {
-            continue;
-        };
-        for part in data.split_inclusive(|&b| b == b'\n') {
-            let whole = part.ends_with(b"\n");
-            if !skipping {
-                pending.extend_from_slice(part);
-            }
-            if pending.len() > max {
-                pending.clear();
-                skipping = !whole;
-                continue;
-            }
-            if whole {
-                if !skipping {
-                    match serde_json::from_slice(&pending) {
-                        Ok(value) => take(value),
-                        Err(e) => debug!(error = %e, request, "an unreadable line"),
-                    }
-                }
-                pending.clear();
-                skipping = false;
-            }
+/// A turn to take a snapshot ([`super::snapshot::slot`]); `None` when the
+/// asker closed its channel (it gave up) while it waited.
+async fn turn(rx: &mut ChannelReadHalf) -> Option<tokio::sync::SemaphorePermit<'static>> {
+    tokio::select! {
+        slot = super::snapshot::slot() => Some(slot),
+        () = async {
+            while !matches!(rx.wait().await, None | Some(russh::ChannelMsg::Close)) {}
+        } => None,
+    }
+}
+
+/// How long a snapshot's answer may take to be sent: a client that does
+/// not read it holds a turn ([`turn`]) no longer than this.
+const SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sends a snapshot's answer within [`SEND_LIMIT`]; the exit status (1:
+/// the client did not take it in time, and gets no answer).
+async fn send_answer(tx: &ChannelWriteHalf<Msg>, line: Vec<u8>) -> u32 {
+    match tokio::time::timeout(SEND_LIMIT, tx.data_bytes(line)).await {
+        Ok(_) => 0,
+        Err(_) => {
+            debug!("a snapshot's answer not taken within {SEND_LIMIT:?}: given up");
+            1
         }
     }
 }

@@ -17,6 +17,7 @@ use tracing::{debug, info};
 use super::env_limit::ConnectionEnv;
 use super::login::Login;
 use super::pty::ConnectionPtys;
+use super::session_bounds::ConnectionSessions;
 use super::session_channel::serve_channel;
 use super::shared::Shared;
 use super::{forward, sftp};
@@ -36,6 +37,8 @@ pub(super) struct ConnHandler {
     pub ptys: ConnectionPtys,
     /// Its forwarded (`direct-tcpip`) channels open at once.
     pub forwards: Arc<tokio::sync::Semaphore>,
+    /// Its session channels open at once (and the agent's).
+    pub sessions: Arc<ConnectionSessions>,
 }
 
 impl ConnHandler {
@@ -95,14 +98,29 @@ impl russh::server::Handler for ConnHandler {
         reply: ChannelOpenHandle,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
+        let slot = match self.sessions.slot() {
+            Ok(slot) => slot,
+            Err(why) => {
+                info!(peer = %self.peer, "session channel refused: {why}");
+                // RFC 4254's SSH_OPEN_RESOURCE_SHORTAGE.
+                let failure = russh::ChannelOpenFailure::Other {
+                    code: 4,
+                    reason: why,
+                };
+                reply.reject(failure).await;
+                return Ok(());
+            }
+        };
         reply.accept().await;
         let shared = self.shared.clone();
         let conn = self.conn.clone();
         let handle = session.handle();
         let env = self.env.channel();
         let ptys = self.ptys.clone();
-        self.channels
-            .spawn(async move { serve_channel(channel, handle, env, ptys, shared, conn).await });
+        self.channels.spawn(async move {
+            serve_channel(channel, handle, env, ptys, shared, conn).await;
+            drop(slot);
+        });
         Ok(())
     }
 

@@ -26,6 +26,7 @@
 //!   runs JOB and releases them; a worker serves until released.
 //! - `head_wait`: the head's wait for its workers.
 
+mod channel_lines;
 mod command;
 mod command_reply;
 mod control;
@@ -46,6 +47,7 @@ mod plain;
 mod pty;
 mod running;
 mod server;
+mod session_bounds;
 mod session_channel;
 mod sftp;
 mod sftp_bounds;
@@ -53,6 +55,7 @@ mod sftp_fs;
 mod sftp_handler;
 mod shards;
 mod shared;
+mod show_group;
 mod snapshot;
 mod start;
 

@@ -20,7 +20,13 @@ pub(crate) struct Running {
 struct Entry {
     count: usize,
     watched: Option<Arc<Watched>>,
+    /// Added by a client's show-group alone: its record is the client's word.
+    shown: bool,
 }
+
+/// The groups clients may show at once (`#multinode:show-group`): as many
+/// processes as one node may run, each shown by its exec_all.
+pub(crate) const SHOWN_GROUPS_MAX: usize = 4096;
 
 impl Running {
     pub(crate) fn add(&self, pgid: nix::unistd::Pid) {
@@ -38,10 +44,47 @@ impl Running {
         let tails = groups.values().filter(|e| e.watched.is_some()).count();
         let entry = groups.entry(pgid.as_raw()).or_default();
         entry.count += 1;
+        if entry.shown {
+            // A command's record is the agent's own: a client's word for
+            // the group (shown while its pid was free) gives way.
+            entry.shown = false;
+            entry.watched = None;
+        }
         entry
             .watched
             .get_or_insert_with(|| Arc::new(make(tails < MAX_TAILS)))
             .clone()
+    }
+
+    /// Adds a group a client shows (`#multinode:show-group`) with its
+    /// record: refused (`Err` with why, to follow "process group N") for a group already kept (a
+    /// command's record is never a client's to write) and past
+    /// [`SHOWN_GROUPS_MAX`].
+    pub(crate) fn add_shown(
+        &self,
+        pgid: nix::unistd::Pid,
+        make: impl FnOnce(bool) -> Watched,
+    ) -> Result<Arc<Watched>, String> {
+        let mut groups = self.lock();
+        if groups.contains_key(&pgid.as_raw()) {
+            return Err("is already shown or run by this agent".to_string());
+        }
+        if groups.values().filter(|e| e.shown).count() >= SHOWN_GROUPS_MAX {
+            return Err(format!(
+                "is one too many: {SHOWN_GROUPS_MAX} groups are already shown to this agent"
+            ));
+        }
+        let tails = groups.values().filter(|e| e.watched.is_some()).count();
+        let watched = Arc::new(make(tails < MAX_TAILS));
+        groups.insert(
+            pgid.as_raw(),
+            Entry {
+                count: 1,
+                watched: Some(watched.clone()),
+                shown: true,
+            },
+        );
+        Ok(watched)
     }
 
     pub(crate) fn remove(&self, pgid: nix::unistd::Pid) {
@@ -103,6 +146,39 @@ mod tests {
         running.remove(Pid::from_raw(7));
         running.remove(Pid::from_raw(11));
         assert_eq!(running.groups(), BTreeSet::from([9]));
+    }
+
+    #[test]
+    fn a_shown_group_never_writes_a_commands_record_and_is_bounded() {
+        let running = Running::default();
+        let command =
+            running.add_watched(Pid::from_raw(5), |tail| Watched::new(Some(1), None, tail));
+        let refused = running.add_shown(Pid::from_raw(5), |tail| Watched::new(Some(9), None, tail));
+        assert!(refused.unwrap_err().contains("already shown or run"));
+        assert_eq!(running.commands(false)[0].rank, Some(1));
+        // Shown first, then a command of the agent's takes the pid: its record.
+        let shown = running.add_shown(Pid::from_raw(6), |tail| Watched::new(Some(9), None, tail));
+        assert!(shown.is_ok());
+        let again = running.add_watched(Pid::from_raw(6), |tail| Watched::new(Some(2), None, tail));
+        assert!(!Arc::ptr_eq(&shown.unwrap(), &again));
+        assert_eq!(running.commands(false)[1].rank, Some(2));
+        assert!(Arc::ptr_eq(
+            &command,
+            &running.add_watched(Pid::from_raw(5), |t| Watched::new(None, None, t))
+        ));
+        for pgid in 0..SHOWN_GROUPS_MAX as i32 {
+            running
+                .add_shown(Pid::from_raw(pgid + 100), |t| Watched::new(None, None, t))
+                .unwrap();
+        }
+        let past = running.add_shown(Pid::from_raw(99), |t| Watched::new(None, None, t));
+        assert!(past.unwrap_err().contains("already shown to this agent"));
+        running.remove(Pid::from_raw(100));
+        assert!(
+            running
+                .add_shown(Pid::from_raw(99), |t| Watched::new(None, None, t))
+                .is_ok()
+        );
     }
 
     #[test]

@@ -160,6 +160,7 @@ async fn connection(
         env: shared.env.connection(),
         ptys: shared.ptys.connection(),
         forwards: forward::slots(),
+        sessions: shared.sessions.connection(),
     };
     // Before the session runs, its future owns the stream: dropping it closes
     // the socket (after the penalty is recorded, so a reconnection pays it).

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::sftp_bounds::SftpBounds;
-use super::{env_limit, forward, keeper, login, pty, running};
+use super::{env_limit, forward, keeper, login, pty, running, session_bounds};
 use crate::env::hostlists;
 use crate::keys::JobKeys;
 
@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub destinations: forward::Destinations,
     /// The bound on forwarded channels of all connections together.
     pub forwards: forward::ForwardBounds,
+    /// The bound on session channels of all connections together.
+    pub sessions: session_bounds::SessionBounds,
     pub host: String,
     pub rank: Option<usize>,
     /// When a client of this job last authenticated (the head pinging a

@@ -5,6 +5,22 @@
 use super::shared::Shared;
 use crate::snapshot::{NodeSnapshot, Options};
 
+/// Snapshots (`snapshot`, `top`) an agent takes at once, each held from
+/// its first look to its answer sent; more askers wait their turn. With
+/// py-spy's own bound (`take::PY_SPY_AT_ONCE`), what a burst of askers
+/// costs the node is bounded, not one set of tools an asker.
+pub(crate) const SNAPSHOTS_AT_ONCE: usize = 4;
+static SNAPSHOT_SLOTS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(SNAPSHOTS_AT_ONCE);
+
+/// A turn to take a snapshot and send it, waited for.
+pub(crate) async fn slot() -> tokio::sync::SemaphorePermit<'static> {
+    SNAPSHOT_SLOTS
+        .acquire()
+        .await
+        .expect("never closed: a static semaphore")
+}
+
 /// The snapshot of every running command of this agent, with each
 /// command's record (its `RANK` and `LOCAL_RANK`, its output's age; no
 /// tail): with several processes a node, the asker labels each tree.

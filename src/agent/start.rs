@@ -145,6 +145,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
             ptys: pty::PtyBounds::new(),
             destinations,
             forwards: forward::ForwardBounds::new(),
+            sessions: Default::default(),
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),

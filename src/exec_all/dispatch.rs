@@ -237,7 +237,8 @@ impl<'a> Dispatcher<'a> {
                 .tasks
                 .iter()
                 .map(|t| self.nodes[self.index[&t.rank]].rank_start(self.started))
-                .collect(),
+                .collect::<Vec<_>>()
+                .into(),
         };
         show.send_replace(Some(run));
     }

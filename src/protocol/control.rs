@@ -35,6 +35,11 @@
 
 const PREFIX: &[u8] = b"#multinode:";
 
+/// The largest answer a client reads of a request (a `top` snapshot of a
+/// node at every agent bound is well below it): past it the answer is
+/// that node's error, not memory without bound.
+pub const ANSWER_MAX: usize = 64 << 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
     Ping,

@@ -50,7 +50,7 @@ pub(crate) use node_snapshot::{unix_ms, unix_ms_of};
 pub use samples::Samples;
 
 pub(crate) use alike::{fold, place};
-pub(crate) use procfs::pid_namespace;
-pub(crate) use ps_render::{render_json, render_table};
+pub(crate) use procfs::{is_own_group, pid_namespace};
+pub(crate) use ps_render::{left_out, render_json, render_table};
 pub(crate) use ranks::Found;
 pub(crate) use take::{Options, take};

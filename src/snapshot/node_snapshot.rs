@@ -24,6 +24,10 @@ pub struct NodeSnapshot {
     /// Every process of the node's commands, parents before children.
     #[serde(default)]
     pub processes: Vec<Proc>,
+    /// The processes past a snapshot's bound (`take::PROCESSES_MAX`),
+    /// counted, not shown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub processes_left_out: usize,
     /// Whether Python stacks were asked for, and if not, why.
     #[serde(default)]
     pub py_spy: String,
@@ -54,6 +58,10 @@ pub struct NodeSnapshot {
     pub node_rank: Option<usize>,
     #[serde(skip)]
     pub local_rank: Option<usize>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One command an agent runs (or a group it was shown), for `top`.

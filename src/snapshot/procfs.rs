@@ -254,6 +254,15 @@ pub(crate) fn read_stat(proc: &Path, pid: i32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?)
 }
 
+/// Whether `pgid` is a live process group of this machine led by a
+/// process of this user (`#multinode:show-group` shows no other).
+pub(crate) fn is_own_group(proc: &Path, pgid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let leads = read_stat(proc, pgid).is_some_and(|s| s.pgrp == pgid && s.state != 'Z');
+    let owner = std::fs::metadata(proc.join(pgid.to_string())).map(|m| m.uid());
+    leads && owner.is_ok_and(|uid| uid == nix::unistd::geteuid().as_raw())
+}
+
 /// Where the process waits: its wchan, or else its syscall.
 pub(crate) fn read_wait(proc: &Path, pid: i32) -> Option<String> {
     let dir = proc.join(pid.to_string());
@@ -268,10 +277,27 @@ pub(crate) fn read_wait(proc: &Path, pid: i32) -> Option<String> {
 }
 
 pub(crate) fn read_cmdline(proc: &Path, pid: i32) -> String {
-    std::fs::read(proc.join(pid.to_string()).join("cmdline"))
-        .map(|b| parse_cmdline(&b))
-        .unwrap_or_default()
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(proc.join(pid.to_string()).join("cmdline"))
+        .and_then(|f| f.take(CMDLINE_MAX as u64 + 1).read_to_end(&mut bytes));
+    if read.is_err() {
+        return String::new();
+    }
+    let cut = bytes.len() > CMDLINE_MAX;
+    bytes.truncate(CMDLINE_MAX);
+    let mut line = parse_cmdline(&bytes);
+    if cut {
+        line.push_str(CMDLINE_CUT);
+    }
+    line
 }
+
+/// The most of a command line a snapshot reads: a rank's argv may be
+/// megabytes, and every answer and table would carry them.
+pub(crate) const CMDLINE_MAX: usize = 4096;
+/// Ends a command line cut at [`CMDLINE_MAX`] bytes.
+pub(crate) const CMDLINE_CUT: &str = " …[cut at 4 KiB]";
 
 /// Seconds since boot (`/proc/uptime`).
 pub(crate) fn uptime(proc: &Path) -> Option<f64> {

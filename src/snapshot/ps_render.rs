@@ -256,6 +256,18 @@ fn processes(out: &mut String, snap: &NodeSnapshot, cpus: bool) {
             let _ = writeln!(out, "      no python stack: {}", printable(note));
         }
     }
+    if snap.processes_left_out > 0 {
+        let _ = writeln!(out, "  {}", left_out(snap.processes_left_out));
+    }
+}
+
+/// `... and 5 more processes, not shown (a snapshot holds 1024)`.
+pub(crate) fn left_out(n: usize) -> String {
+    format!(
+        "... and {n} more process{}, not shown (a snapshot holds {})",
+        if n == 1 { "" } else { "es" },
+        super::take::PROCESSES_MAX
+    )
 }
 
 impl Proc {
@@ -395,6 +407,22 @@ mod tests {
             }],
             ..NodeSnapshot::default()
         }
+    }
+
+    #[test]
+    fn processes_past_a_snapshots_bound_are_counted_under_the_node() {
+        let mut one = snap(0, &["train_step"], 50);
+        one.processes_left_out = 79;
+        let snaps = vec![one];
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
+        assert!(
+            table.contains("\n  ... and 79 more processes, not shown (a snapshot holds 1024)\n"),
+            "{table}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&render_json(&groups, &units)).unwrap();
+        assert_eq!(doc["snapshots"][0]["processes_left_out"], 79);
     }
 
     #[test]

@@ -27,6 +27,14 @@ use crate::transport::client::{Connector, Target};
 pub(crate) const RUN_START_MAX: usize = 8 << 20;
 /// The runs an agent keeps at once (one a channel; past it one is refused).
 pub(crate) const SHOWN_RUNS_MAX: usize = 16;
+/// The most ranks one run's start holds, however its line is written
+/// (`{}` is a rank): as many names as a folded hostlist may expand to.
+pub const RANKS_MAX: usize = 65_536;
+/// The longest host name a rank's start holds (a DNS name is at most 253).
+pub const HOST_MAX: usize = 255;
+/// What the runs an agent is shown may hold together, reckoned as parsed
+/// ([`Ranks::held_bytes`]): two runs of 65,536 ranks with 20-byte names.
+pub(crate) const SHOWN_RUNS_BUDGET: usize = 16 << 20;
 /// exec_all tells its agent of a change at most this often, and the first
 /// time this long into the run: a run that ends sooner opens no channel.
 pub(crate) const TELL_EVERY: Duration = Duration::from_millis(500);
@@ -45,7 +53,81 @@ pub struct RunStart {
     /// The run is the health check before an attempt (`--health-check`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub health_check: bool,
-    pub ranks: Vec<RankStart>,
+    pub ranks: Ranks,
+}
+
+/// A run's ranks, shared by every `top` answer that passes them on (an
+/// agent keeps one copy however many ask), read with their bounds: at
+/// most [`RANKS_MAX`], hosts of at most [`HOST_MAX`] bytes, each rank once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ranks(std::sync::Arc<Vec<RankStart>>);
+
+impl Ranks {
+    /// What they hold in memory, parsed (not as text: `{}` is 2 bytes of
+    /// text and a whole [`RankStart`] parsed).
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.0
+            .iter()
+            .map(|r| std::mem::size_of::<RankStart>() + r.host.len())
+            .sum()
+    }
+}
+
+impl From<Vec<RankStart>> for Ranks {
+    fn from(ranks: Vec<RankStart>) -> Self {
+        Ranks(std::sync::Arc::new(ranks))
+    }
+}
+
+impl std::ops::Deref for Ranks {
+    type Target = [RankStart];
+    fn deref(&self) -> &[RankStart] {
+        &self.0
+    }
+}
+
+impl Serialize for Ranks {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Ranks {
+    /// Stops at the first rank past a bound: what a line parses into is
+    /// bounded before it is held, not after.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Bounded;
+        impl<'de> serde::de::Visitor<'de> for Bounded {
+            type Value = Vec<RankStart>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "at most {RANKS_MAX} ranks, each once")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                use serde::de::Error;
+                let mut ranks = Vec::new();
+                let mut seen = std::collections::HashSet::new();
+                while let Some(rank) = seq.next_element::<RankStart>()? {
+                    if ranks.len() == RANKS_MAX {
+                        return Err(A::Error::custom(format!("more than {RANKS_MAX} ranks")));
+                    }
+                    if rank.host.len() > HOST_MAX {
+                        return Err(A::Error::custom(format!(
+                            "a host name longer than {HOST_MAX} bytes"
+                        )));
+                    }
+                    if !seen.insert(rank.rank) {
+                        return Err(A::Error::custom(format!("rank {} twice", rank.rank)));
+                    }
+                    ranks.push(rank);
+                }
+                Ok(ranks)
+            }
+        }
+        d.deserialize_seq(Bounded).map(Ranks::from)
+    }
 }
 
 /// One rank (a node, or a process with `--nproc-per-node`) of a run:
@@ -110,10 +192,23 @@ pub fn told(phases: &[(&'static str, f64)]) -> Option<String> {
 }
 
 /// The runs an agent is shown, one a channel, each the last line it got.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ShownRuns {
     runs: std::sync::Mutex<Vec<(u64, RunStart)>>,
     next: std::sync::atomic::AtomicU64,
+    /// One line parsed at a time, whichever channel sent it: what parsing
+    /// holds for a moment is one run's, not one a channel.
+    pub(crate) parsing: tokio::sync::Semaphore,
+}
+
+impl Default for ShownRuns {
+    fn default() -> Self {
+        ShownRuns {
+            runs: Default::default(),
+            next: Default::default(),
+            parsing: tokio::sync::Semaphore::new(1),
+        }
+    }
 }
 
 impl ShownRuns {
@@ -128,10 +223,29 @@ impl ShownRuns {
         Some(id)
     }
 
-    pub(crate) fn set(&self, id: u64, run: RunStart) {
-        if let Some(slot) = self.lock().iter_mut().find(|(i, _)| *i == id) {
+    /// Keeps `run` as channel `id`'s, unless the runs would then hold more
+    /// than [`SHOWN_RUNS_BUDGET`] together: then `Err` with why, and the
+    /// channel's last run stays.
+    pub(crate) fn set(&self, id: u64, run: RunStart) -> Result<(), String> {
+        let mut runs = self.lock();
+        let others: usize = runs
+            .iter()
+            .filter(|(i, _)| *i != id)
+            .map(|(_, r)| r.ranks.held_bytes())
+            .sum();
+        let held = run.ranks.held_bytes();
+        if others + held > SHOWN_RUNS_BUDGET {
+            return Err(format!(
+                "a run's start of {} ranks ({held} bytes parsed) is past what the runs shown \
+                 to this agent may hold together ({SHOWN_RUNS_BUDGET} bytes; the others hold \
+                 {others})",
+                run.ranks.len()
+            ));
+        }
+        if let Some(slot) = runs.iter_mut().find(|(i, _)| *i == id) {
             slot.1 = run;
         }
+        Ok(())
     }
 
     pub(crate) fn drop_run(&self, id: u64) {
@@ -179,7 +293,7 @@ pub fn by_rank<'a>(
     let mut seen = std::collections::BTreeMap::new();
     for run in runs {
         let Some(up) = run.up_ms else { continue };
-        for rank in &run.ranks {
+        for rank in run.ranks.iter() {
             let new = Seen {
                 run_up_s: up as f64 / 1000.0,
                 health_check: run.health_check,
@@ -282,9 +396,10 @@ mod tests {
                 host: "n1".into(),
                 spawn_ms: Some(300),
                 ..RankStart::default()
-            }],
+            }]
+            .into(),
         };
-        shown.set(ids[3], run.clone());
+        shown.set(ids[3], run.clone()).unwrap();
         // A channel that sent nothing yet is not passed on.
         let aged = shown.aged(12_500);
         assert_eq!(aged.len(), 1);
@@ -293,6 +408,59 @@ mod tests {
         shown.drop_run(ids[3]);
         assert!(shown.aged(12_500).is_empty());
         assert!(shown.hold().is_some(), "a place again");
+    }
+
+    #[test]
+    fn a_runs_ranks_are_bounded_as_they_are_parsed() {
+        let line = |ranks: &str| format!(r#"{{"started_ms":1,"ranks":[{ranks}]}}"#);
+        let many = |n: usize| {
+            (0..n)
+                .map(|r| format!(r#"{{"rank":{r}}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let run: RunStart = serde_json::from_str(&line(&many(RANKS_MAX))).unwrap();
+        assert_eq!(run.ranks.len(), RANKS_MAX);
+        let err = serde_json::from_str::<RunStart>(&line(&many(RANKS_MAX + 1))).unwrap_err();
+        assert!(err.to_string().contains("more than 65536 ranks"), "{err}");
+        // Issue 51's line: `{}` is a rank (rank 0), each the same one.
+        let err = serde_json::from_str::<RunStart>(&line("{},{},{}")).unwrap_err();
+        assert!(err.to_string().contains("rank 0 twice"), "{err}");
+        let host = |n: usize| format!(r#"{{"rank":1,"host":"{}"}}"#, "h".repeat(n));
+        assert!(serde_json::from_str::<RunStart>(&line(&host(HOST_MAX))).is_ok());
+        let err = serde_json::from_str::<RunStart>(&line(&host(HOST_MAX + 1))).unwrap_err();
+        assert!(err.to_string().contains("longer than 255 bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_runs_an_agent_keeps_are_within_one_budget_and_shared_by_askers() {
+        let shown = ShownRuns::default();
+        let run = |n: usize| RunStart {
+            started_ms: Some(1),
+            ranks: (0..n)
+                .map(|rank| RankStart {
+                    rank,
+                    host: "gpu-node-0001".into(),
+                    ..RankStart::default()
+                })
+                .collect::<Vec<_>>()
+                .into(),
+            ..RunStart::default()
+        };
+        let (a, b, c) = (
+            shown.hold().unwrap(),
+            shown.hold().unwrap(),
+            shown.hold().unwrap(),
+        );
+        shown.set(a, run(RANKS_MAX)).unwrap();
+        shown.set(b, run(RANKS_MAX)).unwrap();
+        let err = shown.set(c, run(RANKS_MAX)).unwrap_err();
+        assert!(err.contains("past what the runs shown"), "{err}");
+        // A channel's own run is replaced, not added to.
+        shown.set(a, run(RANKS_MAX)).unwrap();
+        // Every asker gets the one copy.
+        let (one, two) = (shown.aged(5), shown.aged(6));
+        assert!(std::sync::Arc::ptr_eq(&one[0].ranks.0, &two[0].ranks.0));
     }
 
     #[test]
@@ -306,12 +474,12 @@ mod tests {
         };
         let head = RunStart {
             up_ms: Some(9_000),
-            ranks: vec![rank(Some(100), None)],
+            ranks: vec![rank(Some(100), None)].into(),
             ..RunStart::default()
         };
         let relay = RunStart {
             up_ms: Some(8_500),
-            ranks: vec![rank(Some(50), Some(900))],
+            ranks: vec![rank(Some(50), Some(900))].into(),
             ..RunStart::default()
         };
         for runs in [[&head, &relay], [&relay, &head]] {

@@ -24,6 +24,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
+use crate::transport::ControlError;
 use crate::transport::client::{Auth, Connection, Connector, Target};
 
 /// A node's agent gets this long to answer, once connected: its own tools
@@ -171,7 +172,8 @@ async fn ask_over(conn: &Connection, node: &Ask, control: Control) -> Result<Nod
                 ANSWER_TIMEOUT.as_secs()
             )));
         }
-        Ok(Err(e)) => return Err(Failed::Lost(e)),
+        Ok(Err(ControlError::Lost(e))) => return Err(Failed::Lost(e)),
+        Ok(Err(e @ ControlError::TooLarge)) => return Err(Failed::Other(e.to_string())),
         Ok(Ok(answer)) => answer,
     };
     if status != 0 {

@@ -18,8 +18,14 @@ use super::samples::{self, Samples};
 pub(crate) const WINDOW: Duration = Duration::from_millis(200);
 /// `nvidia-smi` and each `py-spy dump` get at most this long.
 pub(crate) const TOOL_TIMEOUT: Duration = Duration::from_secs(3);
-/// At most this many `py-spy dump`s at once on a node.
-const PY_SPY_AT_ONCE: usize = 16;
+/// At most this many `py-spy dump`s at once in this process (an agent:
+/// however many snapshots are taken at once).
+pub(crate) const PY_SPY_AT_ONCE: usize = 16;
+static PY_SPY_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PY_SPY_AT_ONCE);
+
+/// The processes one snapshot holds (parents before children, the first
+/// found): the rest are counted (`NodeSnapshot::processes_left_out`).
+pub(crate) const PROCESSES_MAX: usize = 1024;
 
 /// How to take a snapshot.
 #[derive(Debug, Clone)]
@@ -88,7 +94,9 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
     let proc = opts.proc_root.clone();
     let (tck, page) = procfs::clock_and_page();
     let taken_ms = unix_ms();
-    let first: Vec<Stat> = super::trees::read(&proc, roots);
+    let mut first: Vec<Stat> = super::trees::read(&proc, roots);
+    let processes_left_out = first.len().saturating_sub(PROCESSES_MAX);
+    first.truncate(PROCESSES_MAX);
     let t0 = Instant::now();
     let cmdlines: Vec<String> = first
         .iter()
@@ -136,11 +144,10 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         let Some(py_spy) = &opts.py_spy else {
             return out;
         };
-        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(PY_SPY_AT_ONCE));
         let mut set = JoinSet::new();
         let n = opts.py_samples.max(1);
         for &pid in &python {
-            let (py_spy, slots, timeout) = (py_spy.clone(), slots.clone(), opts.tool_timeout);
+            let (py_spy, timeout) = (py_spy.clone(), opts.tool_timeout);
             let window = opts.window;
             set.spawn(async move {
                 // The first stack is the one shown; each counts as a sample.
@@ -151,7 +158,7 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
                         tokio::time::sleep_until((t0 + window * k / n).into()).await;
                     }
                     let stack = {
-                        let _slot = slots.acquire().await;
+                        let _slot = PY_SPY_SLOTS.acquire().await;
                         pystack::dump(&py_spy, pid, timeout).await
                     };
                     if let PyStack::Stack { frames, .. } = &stack {
@@ -264,6 +271,7 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         },
         gpu_note: gpus.note.or(devices.as_ref().err().cloned()),
         gpus: devices.unwrap_or_default(),
+        processes_left_out,
         error: None,
         ..NodeSnapshot::default()
     }

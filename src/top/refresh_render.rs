@@ -165,6 +165,17 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
         );
     }
     out.push_str(&crate::table::render(&lines));
+    let mut told = std::collections::BTreeSet::new();
+    for r in refresh.rows.iter().filter(|r| r.processes_left_out > 0) {
+        if told.insert(r.node_rank) {
+            let n = crate::snapshot::left_out(r.processes_left_out);
+            out.push_str(&format!(
+                "node {} ({}): {n}\n",
+                r.node_rank,
+                printable(&r.host)
+            ));
+        }
+    }
     out
 }
 
@@ -233,6 +244,42 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&json(&refresh)).expect("json");
         assert_eq!(doc["rows"][0]["gpus"][0]["sm_clock_mhz"], 1980);
         assert_eq!(doc["straggler"]["stragglers"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn processes_past_a_snapshots_bound_are_counted_under_the_table() {
+        let row = |rank: usize, left_out: usize| Row {
+            rank,
+            node_rank: 1,
+            host: "gpu\x1b]0;x".into(),
+            processes_left_out: left_out,
+            ..Row::default()
+        };
+        let rows = vec![row(0, 0), row(8, 79), row(9, 79)];
+        let verdict = StragglerVerdict {
+            stragglers: vec![],
+            line: String::new(),
+        };
+        let refresh = Refresh {
+            time_ms: 1,
+            ranks: 3,
+            straggler: &verdict,
+            start: None,
+            ras: None,
+            rows: &rows,
+        };
+        let text = table("t", &refresh, None);
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("more processes"))
+            .collect();
+        assert_eq!(
+            said,
+            ["node 1 (gpu\\e]0;x): ... and 79 more processes, not shown (a snapshot holds 1024)"]
+        );
+        let doc: serde_json::Value = serde_json::from_str(&json(&refresh)).unwrap();
+        assert_eq!(doc["rows"][1]["processes_left_out"], 79);
+        assert_eq!(doc["rows"][0].get("processes_left_out"), None);
     }
 
     #[test]

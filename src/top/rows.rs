@@ -30,6 +30,9 @@ pub struct Row {
     /// Why the node gave no snapshot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its node's processes past a snapshot's bound, not shown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub processes_left_out: usize,
     /// The main process: pid, name, state (`R`, `S`, `D`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,
@@ -87,6 +90,10 @@ pub struct Row {
     /// When the node took its snapshot (its clock), for the step rate.
     #[serde(skip)]
     pub taken_ms: u64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `multinode`'s own processes, which are never a rank's main process.
@@ -169,6 +176,7 @@ fn row_of(snap: &NodeSnapshot, processes: &[&Proc], cmds: &[&CommandInfo]) -> Ro
         local_rank: cmds.iter().find_map(|c| c.local_rank),
         host: snap.host.clone(),
         error: snap.error.clone(),
+        processes_left_out: snap.processes_left_out,
         pid: main.map(|p| p.pid),
         comm: main.map(|p| p.comm.clone()).unwrap_or_default(),
         state: if any_d {

@@ -446,13 +446,14 @@ mod tests {
                 rank: 0,
                 host: "n0".into(),
                 ..Default::default()
-            }],
+            }]
+            .into(),
             ..Default::default()
         };
         let check = crate::snapshot::run_start::RunStart {
             up_ms: Some(3_000),
             health_check: true,
-            ranks: vec![starts[&(0, "n0".to_string())].rank.clone()],
+            ranks: vec![starts[&(0, "n0".to_string())].rank.clone()].into(),
             ..Default::default()
         };
         let merged = crate::snapshot::run_start::by_rank([&check, &attempt]);

@@ -7,23 +7,56 @@ use super::client::Connection;
 use crate::protocol;
 use crate::protocol::control::{Control, PingReply};
 
+/// Why a control request got no answer.
+#[derive(Debug)]
+pub(crate) enum ControlError {
+    /// The connection broke.
+    Lost(russh::Error),
+    /// The answer went past [`protocol::control::ANSWER_MAX`].
+    TooLarge,
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::Lost(e) => e.fmt(f),
+            ControlError::TooLarge => write!(
+                f,
+                "the agent's answer is larger than {} MiB: not read",
+                protocol::control::ANSWER_MAX >> 20
+            ),
+        }
+    }
+}
+
 impl Connection {
-    /// Sends an agent control request; returns its exit status and stdout.
-    pub(crate) async fn control(&self, control: Control) -> Result<(u32, Vec<u8>), russh::Error> {
+    /// Sends an agent control request; returns its exit status and stdout,
+    /// read up to [`protocol::control::ANSWER_MAX`] bytes: a longer answer
+    /// is not read on ([`ControlError::TooLarge`]) and its channel closed.
+    pub(crate) async fn control(&self, control: Control) -> Result<(u32, Vec<u8>), ControlError> {
         let mut channel = self
             .exec(protocol::control::command(control).as_bytes(), &[])
-            .await?;
+            .await
+            .map_err(ControlError::Lost)?;
         let _ = channel.eof().await;
         let mut out = Vec::new();
         let mut status = None;
         while let Some(msg) = channel.wait().await {
             match msg {
-                ChannelMsg::Data { data } => out.extend_from_slice(&data),
+                ChannelMsg::Data { data } => {
+                    if out.len() + data.len() > protocol::control::ANSWER_MAX {
+                        let _ = channel.close().await;
+                        return Err(ControlError::TooLarge);
+                    }
+                    out.extend_from_slice(&data);
+                }
                 ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
                 _ => {}
             }
         }
-        status.map(|s| (s, out)).ok_or(russh::Error::Disconnect)
+        status
+            .map(|s| (s, out))
+            .ok_or(ControlError::Lost(russh::Error::Disconnect))
     }
 
     /// Asks an agent who it is.

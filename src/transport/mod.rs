@@ -7,6 +7,7 @@ pub mod channel;
 pub(crate) mod choice;
 pub mod client;
 mod control_requests;
+pub(crate) use control_requests::ControlError;
 pub(crate) mod forward;
 mod lost_after;
 pub mod mux;

@@ -7,6 +7,7 @@ mod agent;
 mod agent_login;
 mod binding;
 mod bounds;
+mod bounds_parsed;
 mod bytepipe;
 mod check;
 mod diagnose;
