@@ -33,7 +33,7 @@ pub(crate) fn ranks(shared: &Shared) -> NodeSnapshot {
 /// `top`'s snapshot: sampled over a longer window, each GPU, each
 /// command's record (its last lines with `tail`), and NCCL's RAS status on
 /// this node with `ras` (at `NCCL_RAS_ADDR` as a command or this agent
-/// has it).
+/// has it; its last answer, asked in the background: `snapshot::ras`).
 pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> NodeSnapshot {
     let ras_text = async {
         if !ras {
@@ -47,7 +47,7 @@ pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> Node
         let vars = shared.running.ras_addrs();
         let addr =
             crate::snapshot::ras::address(vars.iter().map(|v| Some(v.as_str())).chain([agent_var]));
-        crate::snapshot::ras::status(&addr).await
+        shared.ras.latest(&addr).await
     };
     let opts = Options {
         gpu_watch: Some(shared.gpus.clone()),
