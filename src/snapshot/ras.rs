@@ -80,8 +80,8 @@ pub(crate) struct Answers {
 struct AskState {
     /// The last ask that ended: where, when, and what it got.
     last: Option<(String, Instant, Option<String>)>,
-    /// The ask under way: when it started, and its end (sent `true`).
-    asking: Option<(Instant, tokio::sync::watch::Receiver<bool>)>,
+    /// The ask under way: where, when it started, and its end (sent `true`).
+    asking: Option<(String, Instant, tokio::sync::watch::Receiver<bool>)>,
 }
 
 impl Answers {
@@ -105,19 +105,22 @@ impl Answers {
         let (started, mut done, had) = {
             let mut st = self.lock();
             let (started, done) = match &st.asking {
-                Some((started, done)) => (*started, done.clone()),
-                None => {
+                Some((at, started, done)) if at == addr => (*started, done.clone()),
+                _ => {
                     let (tx, rx) = tokio::sync::watch::channel(false);
-                    st.asking = Some((Instant::now(), rx.clone()));
+                    let started = Instant::now();
+                    st.asking = Some((addr.to_string(), started, rx.clone()));
                     let (state, addr) = (self.state.clone(), addr.to_string());
                     tokio::spawn(async move {
                         let text = status(&addr).await;
                         let mut st = state.lock().expect("not poisoned: no panics while held");
+                        if st.asking.as_ref().is_some_and(|(_, at, _)| *at == started) {
+                            st.asking = None;
+                        }
                         st.last = Some((addr, Instant::now(), text));
-                        st.asking = None;
                         let _ = tx.send(true);
                     });
-                    (Instant::now(), rx)
+                    (started, rx)
                 }
             };
             (started, done, fresh(&st).is_some())
@@ -249,7 +252,11 @@ mod tests {
         // Not this node's loopback: refused before any connection.
         let t = std::time::Instant::now();
         assert_eq!(status("169.254.169.254:28028").await, None);
-        assert!(t.elapsed() < Duration::from_millis(100), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,8 +96,7 @@ pub(crate) fn held_by(dest: SocketAddr, listening: &[(SocketAddr, u32)], uid: u3
     let mut takers = listening.iter().filter(|(at, _)| {
         at.port() == dest.port() && {
             let at = at.ip().to_canonical();
-            at == ip
-                || at.is_unspecified() && (at.is_ipv4() == ip.is_ipv4() || at.is_ipv6())
+            at == ip || at.is_unspecified() && (at.is_ipv4() == ip.is_ipv4() || at.is_ipv6())
         }
     });
     let mut any = false;
