@@ -716,6 +716,10 @@ mod tests {
         }
         // One reading's two runs (and the loops they started), not 100 runs.
         let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
+        println!(
+            "50 askers at once: {} runs, {loops} loops",
+            started.len() - loops
+        );
         assert_eq!(started.len() - loops, 2, "{started:?}");
         assert!(loops <= 2, "{started:?}");
     }
@@ -742,6 +746,7 @@ mod tests {
         .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let left: Vec<&i32> = kids.iter().filter(|pid| alive(**pid)).collect();
+        println!("wrappers' children left after their loops: {}", left.len());
         for pid in &left {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(**pid),
@@ -780,6 +785,7 @@ mod tests {
         }
         // The peak: the loops' memory is given back once they end.
         let grew = rss_kib("VmHWM:").saturating_sub(before);
+        println!("a loop printing no newline for 3 s: peak +{grew} KiB");
         assert!(grew < 16 * 1024, "the agent grew {grew} KiB");
     }
 

@@ -766,6 +766,9 @@ fn sigterm_ends_an_agent_within_its_grace_whatever_it_runs() {
         let _ = client.kill();
         let _ = client.wait();
     }
+    println!(
+        "SIGTERM to an agent (--grace 1) running a deaf command, a terminal, a full forward: ended in {took:?}"
+    );
     assert_eq!(ended.and_then(|s| s.code()), Some(0), "after {took:?}");
     assert!(took < Duration::from_secs(3), "the agent took {took:?}");
     assert!(sleepers(&deaf).is_empty() && sleepers(&tty).is_empty());

@@ -287,9 +287,11 @@ fn a_head_whose_job_ignores_sigterm_ends_within_its_grace() {
     signal(head.id(), nix::sys::signal::Signal::SIGTERM);
     let code = wait_exit(&mut head, Duration::from_secs(15));
     let took = start.elapsed();
+    println!("a head whose JOB ignores SIGTERM (--grace 1): ended in {took:?}, exit {code:?}");
     assert_eq!(code, Some(137), "JOB is SIGKILLed, after {took:?}");
-    // Grace 1 s and 3 s more (generous for a loaded machine).
-    assert!(took < Duration::from_secs(6), "the head took {took:?}");
+    // Grace 1 s and 3 s more, then at most 2 s to release the worker
+    // (and slack for a loaded machine).
+    assert!(took < Duration::from_secs(8), "the head took {took:?}");
     assert!(took >= Duration::from_secs(4), "JOB had no grace: {took:?}");
     assert!(sleepers(&tag).is_empty(), "JOB outlived the head");
     assert_eq!(wait_exit(&mut worker, Duration::from_secs(10)), Some(0));

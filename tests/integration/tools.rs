@@ -46,9 +46,15 @@ fn kill_9_leaves_no_nvidia_smi(dir: &std::path::Path, asker: u32, what: &str) {
     let fakes = started(dir);
     assert!(fakes.iter().all(|pid| alive(*pid)), "{fakes:?}");
     signal(asker, nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
     let gone = eventually(Duration::from_secs(5), || {
         fakes.iter().all(|pid| !alive(*pid))
     });
+    println!(
+        "kill -9 of {what}: {} hung nvidia-smi, gone: {gone} ({:?})",
+        fakes.len(),
+        killed.elapsed()
+    );
     for pid in fakes.iter().filter(|pid| alive(**pid)) {
         signal(*pid, nix::sys::signal::Signal::SIGKILL);
     }
@@ -173,6 +179,7 @@ fn a_silent_ras_listener_holds_top_at_most_a_second_and_another_users_is_never_a
     };
     // Ours says nothing: top waits for it a second, not the ask's 4 s.
     let took = top(ours_port);
+    println!("top --once with a silent RAS listener of the job's user: {took:?}");
     assert!(took < Duration::from_millis(2500), "{took:?}");
     assert_eq!(
         std::fs::read_to_string(&ours_log).unwrap_or_default(),
@@ -180,6 +187,7 @@ fn a_silent_ras_listener_holds_top_at_most_a_second_and_another_users_is_never_a
     );
     // Another user's: never connected to, and no wait.
     let took = top(theirs_port);
+    println!("top --once with another user's silent RAS listener: {took:?}");
     let _ = theirs.kill();
     let _ = theirs.wait();
     let _ = ours.kill();
