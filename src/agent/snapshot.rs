@@ -9,7 +9,12 @@ use crate::snapshot::{NodeSnapshot, Options};
 /// command's record (its `RANK` and `LOCAL_RANK`, its output's age; no
 /// tail): with several processes a node, the asker labels each tree.
 pub(crate) async fn take(shared: &Shared) -> NodeSnapshot {
-    let mut snap = crate::snapshot::take(&shared.running.groups(), &Options::from_env()).await;
+    // The GPUs read once for the askers at once (`nvidia_smi::Watch`).
+    let opts = Options {
+        gpu_watch: Some(shared.gpus.clone()),
+        ..Options::from_env()
+    };
+    let mut snap = crate::snapshot::take(&shared.running.groups(), &opts).await;
     snap.rank = shared.rank.unwrap_or(0);
     if !shared.host.is_empty() {
         snap.host = shared.host.clone();

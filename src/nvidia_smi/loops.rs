@@ -83,6 +83,8 @@ pub(crate) struct Watch {
     /// Held while runs read the GPUs; the last runs' reading and when they
     /// ended, for the askers that waited.
     runs: tokio::sync::Mutex<Option<(Instant, Reading)>>,
+    /// The same for a snapshot's reading ([`Watch::processes`]).
+    snapshot_runs: tokio::sync::Mutex<Option<(Instant, GpuReading)>>,
 }
 
 /// Loops failed this many times: no more are started.
@@ -196,6 +198,7 @@ impl Watch {
             loops: Mutex::new(None),
             failed: std::sync::atomic::AtomicU32::new(0),
             runs: tokio::sync::Mutex::new(None),
+            snapshot_runs: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -232,6 +235,21 @@ impl Watch {
         }
         *last = Some((Instant::now(), (reading.clone(), devices.clone())));
         (reading, devices)
+    }
+
+    /// What a snapshot (`ps`) asks, [`invoke::processes`]' two runs,
+    /// single-flight too: askers while they run share their reading.
+    pub(crate) async fn processes(&self, timeout: Duration) -> GpuReading {
+        let asked = Instant::now();
+        let mut last = self.snapshot_runs.lock().await;
+        if let Some((ended, reading)) = &*last
+            && *ended >= asked
+        {
+            return reading.clone();
+        }
+        let reading = invoke::processes(&self.program, timeout).await;
+        *last = Some((Instant::now(), reading.clone()));
+        reading
     }
 
     /// The loops' last samples, when they are fresh; else ends them.
@@ -722,6 +740,20 @@ mod tests {
         );
         assert_eq!(started.len() - loops, 2, "{started:?}");
         assert!(loops <= 2, "{started:?}");
+        // A snapshot's reading (`ps`) alike: 50 askers, two runs more.
+        for _ in 0..50 {
+            let watch = watch.clone();
+            askers.spawn(async move {
+                let reading = watch.processes(Duration::from_secs(5)).await;
+                usize::from(reading.note.is_none()) * 2
+            });
+        }
+        while let Some(got) = askers.join_next().await {
+            assert_eq!(got.expect("asker"), 2);
+        }
+        let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
+        println!("50 snapshots at once: {} runs", started.len() - loops - 2);
+        assert_eq!(started.len() - loops, 4, "{started:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
