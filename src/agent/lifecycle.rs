@@ -29,9 +29,10 @@ use crate::transport::client::{Auth, ConnectError, Connector, Target};
 
 /// One release's limit when the head gives up before the job.
 const RELEASE_ON_GIVE_UP: Duration = Duration::from_secs(2);
-/// After a signal was passed to JOB, how long past the grace period the rest
-/// of JOB's group has to end on its own (exec_all's SIGKILL to its nodes and
-/// its report) before it is SIGKILLed.
+/// After a signal was passed to JOB, how long past the grace period JOB's
+/// group has to end on its own (exec_all's SIGKILL to its nodes and its
+/// report) before it is SIGKILLed, its leader with it: a JOB that ignores
+/// the signal does not keep the head.
 const SIGNALLED_JOB_MARGIN: Duration = Duration::from_secs(3);
 
 pub(crate) struct JobRun {
@@ -124,12 +125,31 @@ async fn head(shared: &Arc<Shared>, plan: &JobRun, connector: &Connector) -> Res
     shared.running.add(child.pgid());
     let mut signals = 0;
     let mut first_signal = None;
+    // Once signalled: when the group is SIGKILLed, leader and all.
+    let mut kill_at: Option<tokio::time::Instant> = None;
     let outcome = loop {
+        let kill = async {
+            match kill_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             status = child.wait() => break status,
+            () = kill => {
+                warn!(
+                    grace = ?shared.grace,
+                    "the job did not end within the grace period after the signal: SIGKILL"
+                );
+                child.signal(Signal::SIGKILL);
+                kill_at = None;
+            }
             sig = stops.next_distinct() => {
                 signals += 1;
-                first_signal.get_or_insert_with(tokio::time::Instant::now);
+                let at = *first_signal.get_or_insert_with(tokio::time::Instant::now);
+                if signals == 1 {
+                    kill_at = Some(at + shared.grace + SIGNALLED_JOB_MARGIN);
+                }
                 let sent = if signals == 1 {
                     Signal::try_from(sig).unwrap_or(Signal::SIGTERM)
                 } else {
@@ -156,6 +176,12 @@ async fn head(shared: &Arc<Shared>, plan: &JobRun, connector: &Connector) -> Res
     shared.running.remove(child.pgid());
     let outcome = outcome.map_err(|e| Error::Failed(format!("cannot wait for the job: {e}")))?;
     info!(%outcome, "job ended: releasing the workers");
+    // Stopped by a signal: a worker that does not answer holds the head's
+    // end no longer than a short try.
+    let connector = match first_signal {
+        Some(_) => &connector.clone().with_timeout(RELEASE_ON_GIVE_UP),
+        None => connector,
+    };
     release(shared, &plan.job, connector).await;
     Ok(outcome.shell_code())
 }

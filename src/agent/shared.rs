@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub runs: crate::snapshot::run_start::ShownRuns,
     /// `nvidia-smi`'s loops while `top` asks for the GPUs.
     pub gpus: Arc<crate::nvidia_smi::Watch>,
+    /// NCCL's RAS service's last answer, asked one ask at a time.
+    pub ras: crate::snapshot::ras::Answers,
     /// Admits connections and holds them to the login deadline.
     pub gate: Arc<login::Gate>,
     /// Between SIGTERM and SIGKILL when a command's group is ended.

@@ -25,7 +25,12 @@ pub(crate) async fn slot() -> tokio::sync::SemaphorePermit<'static> {
 /// command's record (its `RANK` and `LOCAL_RANK`, its output's age; no
 /// tail): with several processes a node, the asker labels each tree.
 pub(crate) async fn take(shared: &Shared) -> NodeSnapshot {
-    let mut snap = crate::snapshot::take(&shared.running.groups(), &Options::from_env()).await;
+    // The GPUs read once for the askers at once (`nvidia_smi::Watch`).
+    let opts = Options {
+        gpu_watch: Some(shared.gpus.clone()),
+        ..Options::from_env()
+    };
+    let mut snap = crate::snapshot::take(&shared.running.groups(), &opts).await;
     snap.rank = shared.rank.unwrap_or(0);
     if !shared.host.is_empty() {
         snap.host = shared.host.clone();
@@ -49,7 +54,7 @@ pub(crate) fn ranks(shared: &Shared) -> NodeSnapshot {
 /// `top`'s snapshot: sampled over a longer window, each GPU, each
 /// command's record (its last lines with `tail`), and NCCL's RAS status on
 /// this node with `ras` (at `NCCL_RAS_ADDR` as a command or this agent
-/// has it).
+/// has it; its last answer, asked in the background: `snapshot::ras`).
 pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> NodeSnapshot {
     let ras_text = async {
         if !ras {
@@ -63,7 +68,7 @@ pub(crate) async fn take_for_top(shared: &Shared, tail: bool, ras: bool) -> Node
         let vars = shared.running.ras_addrs();
         let addr =
             crate::snapshot::ras::address(vars.iter().map(|v| Some(v.as_str())).chain([agent_var]));
-        crate::snapshot::ras::status(&addr).await
+        shared.ras.latest(&addr).await
     };
     let opts = Options {
         gpu_watch: Some(shared.gpus.clone()),

@@ -126,6 +126,7 @@ pub fn main(args: AgentArgs) -> Result<i32, Error> {
                 crate::nvidia_smi::PROGRAM,
                 crate::nvidia_smi::TIMING,
             )),
+            ras: Default::default(),
             gate: login::Gate::new(limits),
             grace,
             base_env: {

@@ -18,16 +18,27 @@
 //! themselves, or go stale) [`GIVE_UP`] times are not started again: an
 //! `nvidia-smi` without a loop mode, or one that hangs, is read by runs.
 //!
+//! Readings by runs are single-flight: askers that come while runs are
+//! under way (200 `top`s asking one agent at once) wait for them and share
+//! their reading, rather than starting two runs each.
+//!
+//! A loop's output is read a line of at most [`LINE_BYTES`] at a time (the
+//! rest of a longer line is dropped: a line without end holds no more),
+//! and a sample keeps at most [`SAMPLE_LINES`] lines and [`SAMPLE_BYTES`].
+//!
 //! The loops end when no reading was asked for [`Timing::idle`], when the
 //! watch is dropped or the agent ends, and when the agent dies, even by
 //! SIGKILL: the kernel kills them then (`PR_SET_PDEATHSIG`; it fires when
 //! the thread that started them ends: an agent's connection threads live
-//! as long as the agent). No `nvidia-smi` outlives its asker.
+//! as long as the agent). A loop is ended by its process group (SIGKILL),
+//! not its leader alone: a site's `nvidia-smi` that is a script running the
+//! tool as its child leaves no child behind. No `nvidia-smi` outlives its
+//! asker.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::debug;
@@ -69,6 +80,11 @@ pub(crate) struct Watch {
     /// `nvidia-smi` without the loop mode, or failing in it; or went
     /// stale): at [`GIVE_UP`], readings are runs from then on.
     failed: std::sync::atomic::AtomicU32,
+    /// Held while runs read the GPUs; the last runs' reading and when they
+    /// ended, for the askers that waited.
+    runs: tokio::sync::Mutex<Option<(Instant, Reading)>>,
+    /// The same for a snapshot's reading ([`Watch::processes`]).
+    snapshot_runs: tokio::sync::Mutex<Option<(Instant, GpuReading)>>,
 }
 
 /// Loops failed this many times: no more are started.
@@ -107,6 +123,8 @@ struct Burst {
     first: Instant,
     last: Instant,
     lines: Vec<String>,
+    /// The bytes of `lines`.
+    bytes: usize,
 }
 
 /// What one loop printed: the sample it prints now and the one before.
@@ -130,6 +148,11 @@ enum End {
 /// A sample keeps at most this many lines (a line a GPU, a line a compute
 /// process); one printed without pause is cut there, not kept whole.
 const SAMPLE_LINES: usize = 4096;
+/// And at most this many bytes (an H100's GPU line is about 100 bytes, a
+/// compute process's about 70).
+const SAMPLE_BYTES: usize = 256 * 1024;
+/// A line keeps at most this many bytes; the rest of it is dropped.
+const LINE_BYTES: usize = 1024;
 
 impl Feed {
     /// A line printed at `at`: the current sample's, or the first of the next.
@@ -138,7 +161,8 @@ impl Feed {
             && at.duration_since(now.last) < gap
         {
             now.last = at;
-            if now.lines.len() < SAMPLE_LINES {
+            if now.lines.len() < SAMPLE_LINES && now.bytes + line.len() <= SAMPLE_BYTES {
+                now.bytes += line.len();
                 now.lines.push(line);
             }
             return;
@@ -147,6 +171,7 @@ impl Feed {
         self.now = Some(Burst {
             first: at,
             last: at,
+            bytes: line.len(),
             lines: vec![line],
         });
     }
@@ -172,6 +197,8 @@ impl Watch {
             timing,
             loops: Mutex::new(None),
             failed: std::sync::atomic::AtomicU32::new(0),
+            runs: tokio::sync::Mutex::new(None),
+            snapshot_runs: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -183,12 +210,20 @@ impl Watch {
 
     /// What `top` asks each refresh: the loops' last samples, or two runs
     /// (each at most `timeout`) that start the loops when both answered.
+    /// Runs under way are waited for and their reading shared.
     pub(crate) async fn processes_and_devices(&self, timeout: Duration) -> Reading {
+        let asked = Instant::now();
         let restart = match self.sampled() {
             Sampled::Read(reading) => return reading,
             Sampled::Runs => false,
             Sampled::Restart => true,
         };
+        let mut last = self.runs.lock().await;
+        if let Some((ended, reading)) = &*last
+            && *ended >= asked
+        {
+            return reading.clone();
+        }
         let (apps, gpus, fields) = invoke::top_runs(&self.program, timeout).await;
         let answered = |out: &RunOutput| matches!(out, RunOutput::Exited { code: Some(0), .. });
         let both = answered(&apps) && answered(&gpus);
@@ -198,7 +233,23 @@ impl Watch {
         if restart && both && !gave_up {
             *self.lock() = Some(self.start(fields));
         }
+        *last = Some((Instant::now(), (reading.clone(), devices.clone())));
         (reading, devices)
+    }
+
+    /// What a snapshot (`ps`) asks, [`invoke::processes`]' two runs,
+    /// single-flight too: askers while they run share their reading.
+    pub(crate) async fn processes(&self, timeout: Duration) -> GpuReading {
+        let asked = Instant::now();
+        let mut last = self.snapshot_runs.lock().await;
+        if let Some((ended, reading)) = &*last
+            && *ended >= asked
+        {
+            return reading.clone();
+        }
+        let reading = invoke::processes(&self.program, timeout).await;
+        *last = Some((Instant::now(), reading.clone()));
+        reading
     }
 
     /// The loops' last samples, when they are fresh; else ends them.
@@ -314,38 +365,29 @@ impl Loop {
             .stderr(std::process::Stdio::null())
             .process_group(0)
             .kill_on_drop(true);
-        let parent = nix::unistd::getpid();
-        // SAFETY: prctl and getppid are async-signal-safe and touch no memory.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
-                if libc::getppid() != parent.as_raw() {
-                    return Err(std::io::Error::other("its parent died"));
-                }
-                Ok(())
-            });
-        }
+        crate::process::dies_with_its_parent(cmd.as_std_mut());
         let mut child = cmd.spawn()?;
+        // Its whole group is killed when the task ends, or is dropped with
+        // its runtime.
+        let group = crate::process::KillGroup::new(child.id());
         let stdout = child.stdout.take().expect("piped above");
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
+            let mut out = BufReader::new(stdout);
+            let mut line = Vec::new();
             let mut look = tokio::time::interval(self.timing.idle / 4);
             let end = loop {
                 tokio::select! {
                     () = self.end.cancelled() => break End::Here,
-                    line = lines.next_line() => match line {
-                        Ok(Some(line)) => self
-                            .feed
-                            .lock()
-                            .expect("not poisoned: no panics while held")
-                            .push(line, Instant::now(), self.timing.gap),
-                        Ok(None) | Err(_) => break End::Itself,
+                    whole = next_line(&mut out, &mut line) => match whole {
+                        Ok(true) => {
+                            let text = String::from_utf8_lossy(&line).into_owned();
+                            line.clear();
+                            self.feed
+                                .lock()
+                                .expect("not poisoned: no panics while held")
+                                .push(text, Instant::now(), self.timing.gap);
+                        }
+                        Ok(false) | Err(_) => break End::Itself,
                     },
                     _ = look.tick() => {
                         let asked = *self.asked.lock().expect("not poisoned: no panics while held");
@@ -359,11 +401,37 @@ impl Loop {
                 .lock()
                 .expect("not poisoned: no panics while held")
                 .end = Some(end);
-            let _ = child.start_kill();
+            drop(group);
             let status = child.wait().await;
             debug!(query = %self.query, ?status, "nvidia-smi's loop ended");
         });
         Ok(())
+    }
+}
+
+/// Reads up to the end of the next line into `line` (which keeps the start
+/// of one cut short by a cancel: the future may be dropped between bytes
+/// and called again): `true` with a whole line (without its newline), cut
+/// at [`LINE_BYTES`]; `false` at the end of the output.
+async fn next_line(
+    out: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    loop {
+        let buf = out.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(false);
+        }
+        let (upto, whole) = match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => (at, true),
+            None => (buf.len(), false),
+        };
+        let room = LINE_BYTES.saturating_sub(line.len());
+        line.extend_from_slice(&buf[..upto.min(room)]);
+        out.consume(upto + usize::from(whole));
+        if whole {
+            return Ok(true);
+        }
     }
 }
 
@@ -379,7 +447,10 @@ mod tests {
     /// compute process; no line when it runs none). The processes' query
     /// lists pid 4242 while the file `apps` exists; `hang` (a file) makes
     /// every loop stop printing after its first sample, `slow` wait 1 s
-    /// before it.
+    /// before it; `slow_runs` makes a run take 0.5 s; `endless` makes a
+    /// loop print 64 KiB chunks with no newline; `wrapper` makes a loop a
+    /// wrapper that runs its samples in a child ignoring SIGPIPE (its pid
+    /// in `children`), as a site's script that does not `exec`.
     fn fake(dir: &std::path::Path) -> String {
         let path = dir.join("nvidia-smi");
         let d = dir.display();
@@ -394,8 +465,11 @@ mod tests {
                  esac; }}\n\
                  case \"$3\" in\n\
                  --loop-ms=*) ms=${{3#--loop-ms=}}; [ -e {d}/slow ] && sleep 1\n\
+                   if [ -e {d}/endless ]; then while :; do head -c 65536 /dev/zero | tr '\\0' x; done; fi\n\
+                   if [ -e {d}/wrapper ]; then sh -c 'echo $$ >> {d}/children; trap \"\" PIPE\n\
+                     while :; do echo 0, {UUID}, 97, 40213, 81559, 512.33, 1980, 1980, 0x0; sleep 0.2; done'; exit; fi\n\
                    while :; do sample \"$1\"; [ -e {d}/hang ] && exec sleep 1000; sleep $(awk \"BEGIN {{ print $ms / 1000 }}\"); done;;\n\
-                 *) sample \"$1\";;\n\
+                 *) [ -e {d}/slow_runs ] && sleep 0.5; sample \"$1\";;\n\
                  esac\n"
             ),
         )
@@ -643,6 +717,108 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
         assert_eq!((started.len(), loops), (6, 2), "{started:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn askers_at_once_share_one_reading_by_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let watch = Arc::new(Watch::new(&fake(dir.path()), FAST));
+        std::fs::write(dir.path().join("slow_runs"), "").expect("touch");
+        let mut askers = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let watch = watch.clone();
+            askers.spawn(async move { gpus(&watch).await });
+        }
+        while let Some(got) = askers.join_next().await {
+            assert_eq!(got.expect("asker"), 2);
+        }
+        // One reading's two runs (and the loops they started), not 100 runs.
+        let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
+        println!(
+            "50 askers at once: {} runs, {loops} loops",
+            started.len() - loops
+        );
+        assert_eq!(started.len() - loops, 2, "{started:?}");
+        assert!(loops <= 2, "{started:?}");
+        // A snapshot's reading (`ps`) alike: 50 askers, two runs more.
+        for _ in 0..50 {
+            let watch = watch.clone();
+            askers.spawn(async move {
+                let reading = watch.processes(Duration::from_secs(5)).await;
+                usize::from(reading.note.is_none()) * 2
+            });
+        }
+        while let Some(got) = askers.join_next().await {
+            assert_eq!(got.expect("asker"), 2);
+        }
+        let (started, loops) = (starts(dir.path()), loops_started(dir.path()));
+        println!("50 snapshots at once: {} runs", started.len() - loops - 2);
+        assert_eq!(started.len() - loops, 4, "{started:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wrappers_child_ends_with_its_loop() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let watch = Watch::new(&fake(dir.path()), FAST);
+        std::fs::write(dir.path().join("wrapper"), "").expect("touch");
+        gpus(&watch).await;
+        let children = || -> Vec<i32> {
+            std::fs::read_to_string(dir.path().join("children"))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.parse().expect("a pid"))
+                .collect()
+        };
+        wait_until("the wrappers' children start", || children().len() == 2).await;
+        let (kids, loops) = (children(), starts(dir.path()));
+        // No reading asked for 1.5 s: the loops end, their children too.
+        wait_until("the loops end", || {
+            loops.iter().skip(2).all(|(pid, _)| !alive(*pid))
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let left: Vec<&i32> = kids.iter().filter(|pid| alive(**pid)).collect();
+        println!("wrappers' children left after their loops: {}", left.len());
+        for pid in &left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(**pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        assert!(
+            left.is_empty(),
+            "a wrapper's child outlived its loop: {left:?}"
+        );
+    }
+
+    /// This process's resident memory (`VmRSS`), or its peak (`VmHWM`).
+    fn rss_kib(which: &str) -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .expect("status")
+            .lines()
+            .find_map(|l| l.strip_prefix(which))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_loop_that_prints_no_newline_holds_no_more_than_a_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let watch = Watch::new(&fake(dir.path()), FAST);
+        std::fs::write(dir.path().join("endless"), "").expect("touch");
+        gpus(&watch).await;
+        let before = rss_kib("VmRSS:");
+        // Readings every 200 ms keep the loops asked for (by runs: they
+        // print no line) for 3 s.
+        for _ in 0..15 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let (_, devices) = watch.processes_and_devices(Duration::from_secs(5)).await;
+            assert_eq!(devices.expect("answered by runs").len(), 2);
+        }
+        // The peak: the loops' memory is given back once they end.
+        let grew = rss_kib("VmHWM:").saturating_sub(before);
+        println!("a loop printing no newline for 3 s: peak +{grew} KiB");
+        assert!(grew < 16 * 1024, "the agent grew {grew} KiB");
     }
 
     #[tokio::test]

@@ -1,10 +1,19 @@
 //! The one bounded command runner: a program (`nvidia-smi`, `py-spy`,
 //! `nvcc`, a check's probe) run with no stdin, its output read as it
-//! comes, for at most a time limit. It leads a process group of its own;
-//! on timeout the whole group is killed, and so is a group whose pipes a
+//! comes, for at most a time limit and [`OUTPUT_MAX`] bytes a stream (the
+//! rest is read and dropped). It leads a process group of its own; on
+//! timeout the whole group is killed, and so is a group whose pipes a
 //! grandchild still holds when the time is up. A blocking form and one for
 //! a tokio runtime (which also kills the group when its caller stops
 //! waiting).
+//!
+//! The program dies with its asker, even one killed outright: it is started
+//! with the parent-death signal (`PR_SET_PDEATHSIG`, SIGKILL). The kernel
+//! sends it when the *thread* that started it ends, not the process: the
+//! blocking form runs on its caller's thread, which waits for the program;
+//! the async form on a runtime's thread (a worker, or the one that blocks
+//! on the runtime), which lives as long as the runtime, and the program
+//! is killed with the runtime's tasks anyway.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -17,6 +26,34 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::group::signal_group;
+
+/// The most output kept of a stream (a `py-spy dump` of a process with
+/// hundreds of threads is a few hundred KiB; `nvidia-smi`'s, a few KiB).
+pub const OUTPUT_MAX: usize = 4 * 1024 * 1024;
+
+/// Makes `cmd`'s process die (SIGKILL) when the thread that spawns it
+/// ends: an asker killed with `kill -9` leaves no program behind. If that
+/// thread is already gone when the child gets to ask, the child does not
+/// start.
+pub(crate) fn dies_with_its_parent(cmd: &mut std::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: prctl and getppid are async-signal-safe and touch no memory.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            if libc::getppid() != parent.as_raw() {
+                return Err(std::io::Error::other("its parent died"));
+            }
+            Ok(())
+        });
+    }
+}
 
 /// How a program run by [`run_bounded`] or [`run_bounded_async`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,14 +87,16 @@ impl RunOutput {
     }
 }
 
-/// SIGKILLs the program's group when dropped, unless disarmed once its
-/// pipes closed (then the group may be gone, and its id reused).
-struct KillGroup {
+/// SIGKILLs a program's group when dropped, unless disarmed once its
+/// pipes closed (then the group may be gone, and its id reused). Dropped
+/// before its leader is waited for, the group id is still the leader's.
+pub(crate) struct KillGroup {
     pgid: Option<Pid>,
 }
 
 impl KillGroup {
-    fn new(pid: Option<u32>) -> Self {
+    /// The group led by `pid` (`None`: nothing to kill).
+    pub(crate) fn new(pid: Option<u32>) -> Self {
         KillGroup {
             pgid: pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw),
         }
@@ -83,14 +122,14 @@ impl Drop for KillGroup {
 /// that fell off the bus) would not die anyway.
 pub fn run_bounded(program: impl AsRef<OsStr>, args: &[&str], timeout: Duration) -> RunOutput {
     let deadline = Instant::now() + timeout;
-    let mut child = match std::process::Command::new(program)
-        .args(args)
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-    {
+        .process_group(0);
+    dies_with_its_parent(&mut cmd);
+    let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => return RunOutput::spawn_failed(&e),
     };
@@ -100,7 +139,8 @@ pub fn run_bounded(program: impl AsRef<OsStr>, args: &[&str], timeout: Duration)
         if let Some(mut pipe) = pipe {
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
-                let _ = pipe.read_to_end(&mut buf);
+                let _ = (&mut pipe).take(OUTPUT_MAX as u64).read_to_end(&mut buf);
+                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
                 let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
             });
         }
@@ -157,25 +197,46 @@ pub fn run_bounded_async(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    dies_with_its_parent(cmd.as_std_mut());
     async move {
-        let child = match cmd.spawn() {
+        let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => return RunOutput::spawn_failed(&e),
         };
         let mut group = KillGroup::new(child.id());
-        match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        let all = async {
+            let (out, err, status) = tokio::join!(read_some(out), read_some(err), child.wait());
+            (out, err, status)
+        };
+        match tokio::time::timeout(timeout, all).await {
             Err(_) => RunOutput::TimedOut,
-            Ok(Err(e)) => RunOutput::SpawnError(e.to_string()),
-            Ok(Ok(out)) => {
+            Ok((_, _, Err(e))) => RunOutput::SpawnError(e.to_string()),
+            Ok((stdout, stderr, Ok(status))) => {
                 group.disarm();
                 RunOutput::Exited {
-                    code: out.status.code(),
-                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                    code: status.code(),
+                    stdout,
+                    stderr,
                 }
             }
         }
     }
+}
+
+/// A pipe read to its end, the first [`OUTPUT_MAX`] bytes kept.
+async fn read_some(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> String {
+    use tokio::io::AsyncReadExt;
+    let Some(mut pipe) = pipe else {
+        return String::new();
+    };
+    let mut buf = Vec::new();
+    let _ = (&mut pipe)
+        .take(OUTPUT_MAX as u64)
+        .read_to_end(&mut buf)
+        .await;
+    let _ = tokio::io::copy(&mut pipe, &mut tokio::io::sink()).await;
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 #[cfg(test)]
@@ -288,6 +349,30 @@ mod tests {
             .expect("sleep's argument")
             .to_string();
         assert!(wait_gone(&arg), "a sleep of the group outlived the timeout");
+    }
+
+    #[tokio::test]
+    async fn output_past_its_bound_is_read_and_dropped() {
+        let script = format!("head -c {} /dev/zero; echo done >&2", OUTPUT_MAX * 2);
+        let got =
+            run_bounded_async(OsStr::new("sh"), &["-c", &script], Duration::from_secs(20)).await;
+        let RunOutput::Exited {
+            code,
+            stdout,
+            stderr,
+        } = got
+        else {
+            panic!("{got:?}");
+        };
+        assert_eq!(
+            (code, stdout.len(), stderr.as_str()),
+            (Some(0), OUTPUT_MAX, "done\n")
+        );
+        let got = run_bounded("sh", &["-c", &script], Duration::from_secs(20));
+        let RunOutput::Exited { code, stdout, .. } = got else {
+            panic!("{got:?}");
+        };
+        assert_eq!((code, stdout.len()), (Some(0), OUTPUT_MAX));
     }
 
     #[tokio::test]

@@ -23,6 +23,7 @@ mod group;
 mod outcome;
 mod spawn;
 
+pub(crate) use bounded::{KillGroup, dies_with_its_parent};
 pub use bounded::{RunOutput, how_it_ended, run_bounded, run_bounded_async};
 pub use child::GroupChild;
 pub use child_setup::{raise_fd_limit, reset_signals};

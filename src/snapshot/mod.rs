@@ -36,6 +36,7 @@ mod ps_render;
 mod pystack;
 mod ranks;
 pub(crate) mod ras;
+mod ras_owner;
 pub(crate) mod run_start;
 mod samples;
 pub(crate) mod survey;

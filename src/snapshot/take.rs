@@ -43,7 +43,8 @@ pub(crate) struct Options {
     /// Each GPU's state as well (`nvidia_smi::processes_and_devices`), for `top`.
     pub gpu_devices: bool,
     /// With `gpu_devices`: read from `nvidia-smi`'s loops kept for the
-    /// asker (an agent's), not by runs each time.
+    /// asker (an agent's), not by runs each time; without, by runs shared
+    /// with the snapshots asked meanwhile.
     pub gpu_watch: Option<std::sync::Arc<crate::nvidia_smi::Watch>>,
 }
 
@@ -119,7 +120,8 @@ pub(crate) async fn take(roots: &BTreeSet<i32>, opts: &Options) -> NodeSnapshot 
         match (opts.gpu_devices, &opts.gpu_watch) {
             (true, Some(watch)) => watch.processes_and_devices(timeout).await,
             (true, None) => crate::nvidia_smi::processes_and_devices(program, timeout).await,
-            (false, _) => {
+            (false, Some(watch)) => (watch.processes(timeout).await, Ok(Vec::new())),
+            (false, None) => {
                 let reading = crate::nvidia_smi::processes(program, timeout).await;
                 (reading, Ok(Vec::new()))
             }

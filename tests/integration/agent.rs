@@ -701,3 +701,75 @@ fn a_client_that_stops_reading_for_longer_than_lost_after_does_not_lose_the_agen
     assert_eq!(stdout(&out).trim(), "20000004");
     assert_eq!(stderr(&out), "");
 }
+
+/// An agent given SIGTERM ends within its grace (`--grace 1`, and 2 s
+/// more for a loaded machine) while it runs a command that ignores
+/// SIGTERM, one with a terminal that ignores SIGHUP too, and a forward
+/// whose destination takes nothing; none of them outlives it.
+#[test]
+fn sigterm_ends_an_agent_within_its_grace_whatever_it_runs() {
+    let host = fresh_loopback();
+    let mut agent = Agent::start_with(&host, 29922, &["--grace", "1"], &[]);
+    let (deaf, tty) = (sleep_tag(), sleep_tag());
+    let mut clients = vec![
+        cmd(&mn_ssh())
+            .args([&host, &format!("trap '' TERM; sleep {deaf}")])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+        cmd(&mn_ssh())
+            .args(["-tt", &host, &format!("trap '' TERM HUP; sleep {tty}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ];
+    // A destination that accepts and never reads; the forward is full.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = silent.local_addr().unwrap().port();
+    let from = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    clients.push(
+        cmd(&mn_ssh())
+            .args([
+                "-N",
+                "-L",
+                &format!("127.0.0.1:{from}:127.0.0.1:{to}"),
+                &host,
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(
+        &format!("127.0.0.1:{from}").parse().unwrap(),
+        Duration::from_secs(10),
+    );
+    let mut sender = std::net::TcpStream::connect(("127.0.0.1", from)).unwrap();
+    let _held = silent.accept().unwrap();
+    sender.set_nonblocking(true).unwrap();
+    let chunk = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        let _ = std::io::Write::write(&mut sender, &chunk);
+    }
+    assert!(eventually(Duration::from_secs(10), || sleepers(&deaf)
+        .len()
+        == 1
+        && sleepers(&tty).len() == 1));
+    let start = Instant::now();
+    signal(agent.pid(), nix::sys::signal::Signal::SIGTERM);
+    let ended = wait_within(&mut agent.child, Duration::from_secs(15));
+    let took = start.elapsed();
+    for client in &mut clients {
+        let _ = client.kill();
+        let _ = client.wait();
+    }
+    println!(
+        "SIGTERM to an agent (--grace 1) running a deaf command, a terminal, a full forward: ended in {took:?}"
+    );
+    assert_eq!(ended.and_then(|s| s.code()), Some(0), "after {took:?}");
+    assert!(took < Duration::from_secs(3), "the agent took {took:?}");
+    assert!(sleepers(&deaf).is_empty() && sleepers(&tty).is_empty());
+}

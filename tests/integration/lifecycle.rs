@@ -262,3 +262,37 @@ fn a_sigterm_to_the_head_gives_every_node_its_grace() {
         assert_eq!(wait_exit(worker, Duration::from_secs(10)), Some(0));
     }
 }
+
+/// A head whose JOB ignores SIGTERM ends within `--grace` + 3 s of the
+/// signal (it waited for JOB for ever): JOB's group, leader and all, is
+/// SIGKILLed then, and the worker is released.
+#[test]
+fn a_head_whose_job_ignores_sigterm_ends_within_its_grace() {
+    let hosts = fresh_loopbacks(2);
+    let port = 29612;
+    let tag = sleep_tag();
+    let script = format!("trap '' TERM; sleep {tag}");
+    let job = ["sh", "-c", &script];
+    let mut worker = node(&hosts, 1, port, &["--grace", "1"], &job)
+        .spawn()
+        .unwrap();
+    let mut head = node(&hosts, 0, port, &["--grace", "1"], &job)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || sleepers(&tag).len() == 1),
+        "the job did not start"
+    );
+    let start = Instant::now();
+    signal(head.id(), nix::sys::signal::Signal::SIGTERM);
+    let code = wait_exit(&mut head, Duration::from_secs(15));
+    let took = start.elapsed();
+    println!("a head whose JOB ignores SIGTERM (--grace 1): ended in {took:?}, exit {code:?}");
+    assert_eq!(code, Some(137), "JOB is SIGKILLed, after {took:?}");
+    // Grace 1 s and 3 s more, then at most 2 s to release the worker
+    // (and slack for a loaded machine).
+    assert!(took < Duration::from_secs(8), "the head took {took:?}");
+    assert!(took >= Duration::from_secs(4), "JOB had no grace: {took:?}");
+    assert!(sleepers(&tag).is_empty(), "JOB outlived the head");
+    assert_eq!(wait_exit(&mut worker, Duration::from_secs(10)), Some(0));
+}

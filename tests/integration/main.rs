@@ -31,5 +31,6 @@ mod restarts;
 mod shell;
 mod snapshot;
 mod terminal;
+mod tools;
 mod top;
 mod topology;
