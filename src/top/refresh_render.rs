@@ -104,9 +104,15 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in refresh.rows {
         if let Some(e) = &r.error {
-            let mut cells = vec![r.rank.to_string(), r.host.clone(), "?".into()];
+            // Every cell through `printable`: a host's name and an error
+            // (a server's words, an agent's) are text from outside.
+            let mut cells = vec![
+                r.rank.to_string(),
+                printable(&r.host).into_owned(),
+                "?".into(),
+            ];
             cells.resize(header.len() - 1, String::new());
-            cells.push(format!("no snapshot: {e}"));
+            cells.push(format!("no snapshot: {}", printable(e)));
             lines.push(cells);
             continue;
         }
@@ -119,7 +125,8 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
                 r.state.clone()
             },
             age(r.up_s),
-            format!("{:.0}", r.cpu_pct),
+            // A sum that rounds to nothing, or a clock that went back, is 0, never `-0`.
+            format!("{:.0}", if r.cpu_pct > 0.0 { r.cpu_pct } else { 0.0 }),
             size(r.rss_kib),
             r.wait_share
                 .map_or("-".into(), |w| format!("{:.0}%", w * 100.0)),
@@ -233,6 +240,43 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&json(&refresh)).expect("json");
         assert_eq!(doc["rows"][0]["gpus"][0]["sm_clock_mhz"], 1980);
         assert_eq!(doc["straggler"]["stragglers"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn an_error_row_is_escaped_in_every_cell_and_cpu_is_never_minus_zero() {
+        let rows = vec![
+            Row {
+                rank: 0,
+                host: "n0".into(),
+                cpu_pct: -0.3,
+                ..Row::default()
+            },
+            Row {
+                rank: 3,
+                host: "n\x1b]0;x\x07".into(),
+                error: Some("\x1b[2J\x1b[H\x1b[31mrank 3: all good\x1b[0m\nFAKE \u{202e}".into()),
+                ..Row::default()
+            },
+        ];
+        let verdict = StragglerVerdict {
+            stragglers: vec![],
+            line: "no straggler (1 rank)".into(),
+        };
+        let refresh = Refresh {
+            time_ms: 1,
+            ranks: 2,
+            straggler: &verdict,
+            start: None,
+            ras: None,
+            rows: &rows,
+        };
+        let text = table("multinode top: 2 ranks", &refresh, None);
+        assert!(!text.contains(['\x1b', '\x07', '\u{202e}']), "{text:?}");
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(text.contains("no snapshot: \\e[2J\\e[H"), "{text}");
+        assert!(text.contains("n\\e]0;x\\x07"), "{text}");
+        let cpu = text.lines().nth(3).expect("rank 0's row");
+        assert!(!cpu.contains("-0"), "{cpu}");
     }
 
     #[test]
