@@ -44,6 +44,19 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// An error line that may hold text escaped where it came in (a server's
+/// disconnect text, escaped by the transport) beside text from elsewhere
+/// (an agent's words): as [`printable`] shows it when it holds a control
+/// or format character, else as it is, so that text escaped once is not
+/// escaped again (its backslashes doubled).
+pub fn printable_once(text: &str) -> Cow<'_, str> {
+    if text.contains(|c: char| c.is_control() || is_format(c)) {
+        printable(text)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
 /// Text from outside (a server's disconnect message, a node's error) as
 /// [`printable`] shows it, cut to `max` characters first (with `...`): a
 /// peer chooses its length too.
@@ -166,6 +179,10 @@ mod tests {
             "rank\\u202etxt.exe\\u200b\\u2066x\\ufeff\\u2028"
         );
         assert!(matches!(printable("ǅ ﬁ 日本 ü"), Cow::Borrowed(_)));
+        // Escaped once, shown as it is; raw, escaped.
+        let once = printable("\x1b]0;x\x07 C:\\dir");
+        assert_eq!(printable_once(&once), once);
+        assert_eq!(printable_once("\x1b[2J"), "\\e[2J");
         assert_eq!(printable_cut("abc", 3), "abc");
         assert_eq!(printable_cut("ab\x1bcd", 3), "ab\\e...");
         assert_eq!(printable_cut(&"é".repeat(300), 200).chars().count(), 203);

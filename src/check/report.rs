@@ -3,7 +3,7 @@
 //! `{check, status, nodes, detail, fix}` for programs. Pure.
 
 use super::checks::{CheckResult, Status};
-use crate::table::printable;
+use crate::table::printable_once;
 use crate::topology::nodeset::fold;
 
 /// The NODES column is cut to about this many characters (the JSON has them all).
@@ -50,7 +50,7 @@ pub(crate) fn render_table(results: &[CheckResult]) -> String {
     // Hosts' names and what the nodes said are text from outside.
     let rows: Vec<[String; 4]> = rows
         .into_iter()
-        .map(|row| row.map(|c| printable(&c).into_owned()))
+        .map(|row| row.map(|c| printable_once(&c).into_owned()))
         .collect();
     let lines: Vec<&[String; 4]> = std::iter::once(&header).chain(&rows).collect();
     let mut out = crate::table::render(&lines);
@@ -62,7 +62,7 @@ pub(crate) fn render_table(results: &[CheckResult]) -> String {
                 "{} ({}): {}\n",
                 r.check,
                 r.status.as_str(),
-                printable(&r.detail)
+                printable_once(&r.detail)
             ));
         }
     }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{ErrorLines, NodeOutcome, ProcessOf, RunResult};
 use crate::process::{Outcome, signal_name};
-use crate::table::printable;
+use crate::table::{printable, printable_once};
 
 /// The first failure of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,7 +147,8 @@ pub fn render(v: &Verdict) -> String {
         v.how
     );
     if let Some(error) = &v.error {
-        let _ = writeln!(out, "  why: {}", printable(error));
+        // Escaped by the transport where it came in (a server's words).
+        let _ = writeln!(out, "  why: {}", printable_once(error));
     }
     let oom = match (v.oom_killed, &v.cgroup) {
         (Some(true), Some(cgroup)) => format!("yes (oom_kill rose in {})", printable(cgroup)),

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::alike::Alike;
 use super::node_snapshot::{NodeSnapshot, Proc};
 use super::ranks::Units;
-use crate::table::printable;
+use crate::table::{printable, printable_once};
 use crate::topology::nodeset::fold_ranks;
 
 /// The JSON document of `--format json` and of the report's `snapshot`.
@@ -181,7 +181,7 @@ fn shorten(s: &str, max: usize) -> String {
 /// with `cpus`, the CPUs each may run on.
 fn processes(out: &mut String, snap: &NodeSnapshot, cpus: bool) {
     if let Some(e) = &snap.error {
-        let _ = writeln!(out, "  no snapshot: {}", printable(e));
+        let _ = writeln!(out, "  no snapshot: {}", printable_once(e));
         return;
     }
     if snap.processes.is_empty() {

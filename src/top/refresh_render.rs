@@ -9,7 +9,7 @@ use super::rows::Row;
 use super::start_line::Start;
 use super::straggler::StragglerVerdict;
 use crate::cli::TopSort;
-use crate::table::printable;
+use crate::table::{printable, printable_once};
 
 /// One refresh, as `--format json` prints it (one line).
 #[derive(Debug, Serialize)]
@@ -112,7 +112,7 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
                 "?".into(),
             ];
             cells.resize(header.len() - 1, String::new());
-            cells.push(format!("no snapshot: {}", printable(e)));
+            cells.push(format!("no snapshot: {}", printable_once(e)));
             lines.push(cells);
             continue;
         }
