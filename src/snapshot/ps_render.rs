@@ -279,6 +279,10 @@ pub(crate) fn render_table(groups: &[Alike], units: &Units) -> String {
     if let Some(hint) = shell_hint(groups, units) {
         let _ = writeln!(out, "{hint}");
     }
+    // Two processes that claim one rank are both shown, and said to be.
+    for (rank, claims) in super::ranks::claimed_twice(units.nodes) {
+        let _ = writeln!(out, "{}", super::ranks::claimed_line(rank, &claims));
+    }
     let _ = writeln!(out);
     let ranks_w = groups
         .iter()
@@ -572,6 +576,27 @@ mod tests {
         );
         assert!(
             table.contains("\nnode 1 (127.0.0.3):\n  no snapshot: connection refused\n"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn two_processes_that_claim_one_rank_are_said_to() {
+        let mut snaps: Vec<NodeSnapshot> = (0..2).map(|node| snap(node, &["all_reduce"], 0)).collect();
+        for (node, s) in snaps.iter_mut().enumerate() {
+            s.commands = vec![crate::snapshot::CommandInfo {
+                pgid: 40 + node as i32,
+                rank: Some(1),
+                ..Default::default()
+            }];
+        }
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
+        assert!(
+            table.contains(
+                "\nrank 1 is claimed by 2 processes: node 0 (127.0.0.2, group 40), node 1 (127.0.0.3, group 41)\n"
+            ),
             "{table}"
         );
     }

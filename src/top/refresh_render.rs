@@ -24,6 +24,10 @@ pub struct Refresh<'a> {
     pub start: Option<&'a Start>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ras: Option<&'a RasFacts>,
+    /// Each rank that more than one process claims (started with its
+    /// `RANK`), as a line: both are shown, neither is guessed.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub claimed_twice: &'a [String],
     pub rows: &'a [Row],
 }
 
@@ -91,6 +95,10 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
     }
     if let Some(ras) = ras_line {
         out.push_str(&printable(ras));
+        out.push('\n');
+    }
+    for line in refresh.claimed_twice {
+        out.push_str(line);
         out.push('\n');
     }
     let progress = refresh.rows.iter().any(|r| r.step.is_some());
@@ -223,6 +231,7 @@ mod tests {
             straggler: &verdict,
             start: None,
             ras: None,
+            claimed_twice: &[],
             rows: &rows,
         };
         let text = table("multinode top: 2 ranks", &refresh, None);
@@ -262,20 +271,23 @@ mod tests {
             stragglers: vec![],
             line: "no straggler (1 rank)".into(),
         };
+        let claimed = ["rank 0 is claimed by 2 processes: node 0 (n0, group 5), node 1 (n1, group 9)".to_string()];
         let refresh = Refresh {
             time_ms: 1,
             ranks: 2,
             straggler: &verdict,
             start: None,
             ras: None,
+            claimed_twice: &claimed,
             rows: &rows,
         };
         let text = table("multinode top: 2 ranks", &refresh, None);
         assert!(!text.contains(['\x1b', '\x07', '\u{202e}']), "{text:?}");
-        assert_eq!(text.lines().count(), 5, "{text}");
+        assert_eq!(text.lines().nth(2), Some(claimed[0].as_str()), "{text}");
+        assert_eq!(text.lines().count(), 6, "{text}");
         assert!(text.contains("no snapshot: \\e[2J\\e[H"), "{text}");
         assert!(text.contains("n\\e]0;x\\x07"), "{text}");
-        let cpu = text.lines().nth(3).expect("rank 0's row");
+        let cpu = text.lines().nth(4).expect("rank 0's row");
         assert!(!cpu.contains("-0"), "{cpu}");
     }
 
