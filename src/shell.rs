@@ -35,11 +35,11 @@ use crate::error::Error;
 use crate::exec_all::script::Export;
 use crate::keys::{JobKeys, Secret};
 
-use crate::snapshot::{Found, claimed_line};
 use crate::snapshot::survey::{find_rank, job_agents};
+use crate::snapshot::{Found, claimed_line};
+use crate::table::printable_once;
 use crate::topology::Node;
 use crate::topology::machine::{Machine, System, lookup_all};
-use crate::table::printable_once;
 use crate::topology::nodeset::fold;
 use crate::transport::client::{Auth, Connector, Target};
 use crate::transport::ssh_invocation::{RequestTty, SshInvocation};

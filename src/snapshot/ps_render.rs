@@ -582,7 +582,8 @@ mod tests {
 
     #[test]
     fn two_processes_that_claim_one_rank_are_said_to() {
-        let mut snaps: Vec<NodeSnapshot> = (0..2).map(|node| snap(node, &["all_reduce"], 0)).collect();
+        let mut snaps: Vec<NodeSnapshot> =
+            (0..2).map(|node| snap(node, &["all_reduce"], 0)).collect();
         for (node, s) in snaps.iter_mut().enumerate() {
             s.commands = vec![crate::snapshot::CommandInfo {
                 pgid: 40 + node as i32,

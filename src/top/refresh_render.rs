@@ -271,7 +271,10 @@ mod tests {
             stragglers: vec![],
             line: "no straggler (1 rank)".into(),
         };
-        let claimed = ["rank 0 is claimed by 2 processes: node 0 (n0, group 5), node 1 (n1, group 9)".to_string()];
+        let claimed = [
+            "rank 0 is claimed by 2 processes: node 0 (n0, group 5), node 1 (n1, group 9)"
+                .to_string(),
+        ];
         let refresh = Refresh {
             time_ms: 1,
             ranks: 2,

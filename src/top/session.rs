@@ -24,8 +24,8 @@ use crate::error::Error;
 use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
 use crate::snapshot::run_start::by_rank;
-use crate::snapshot::{claimed_line, claimed_twice};
 use crate::snapshot::survey::{Ask, Kept, ask_each, job_agents};
+use crate::snapshot::{claimed_line, claimed_twice};
 use crate::transport::client::{Auth, Connector};
 
 /// The order `s` cycles through.

@@ -148,5 +148,8 @@ fn what_a_failed_rank_printed_is_escaped_in_the_verdict() {
         summary.contains(r"\e]0;PWN\x07\e[2J\e[Hfake verdict: all ok"),
         "{summary}"
     );
-    assert!(summary.contains("  last lines:\n    \\e]0;PWN"), "{summary}");
+    assert!(
+        summary.contains("  last lines:\n    \\e]0;PWN"),
+        "{summary}"
+    );
 }

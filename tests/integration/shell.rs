@@ -350,7 +350,9 @@ fn by_a_process_rank_it_lands_on_that_processs_node() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(20), || sleepers(&other).len() == 1));
+    assert!(eventually(Duration::from_secs(20), || sleepers(&other)
+        .len()
+        == 1));
     let out = run(job.shell(&["--rank", "3", "--", "true"]));
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -365,7 +367,10 @@ fn by_a_process_rank_it_lands_on_that_processs_node() {
     let mut ps = cmd(&multinode());
     ps.envs(job.env()).arg("ps");
     let table = stdout(&run(ps));
-    assert!(table.contains("rank 3 is claimed by 2 processes: node 1 ("), "{table}");
+    assert!(
+        table.contains("rank 3 is claimed by 2 processes: node 1 ("),
+        "{table}"
+    );
     let _ = second.kill();
     let _ = second.wait();
     assert!(eventually(Duration::from_secs(20), || sleepers(&other).is_empty()));
