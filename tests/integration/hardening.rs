@@ -400,11 +400,18 @@ fn huge_counts_are_one_line_and_exit_2_before_anything_starts() {
         .output()
         .unwrap();
     one_line(&out, "bind with LOCAL_RANK=2^64-1");
-    assert!(stderr(&out).contains("LOCAL_RANK=18446744073709551615"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("LOCAL_RANK=18446744073709551615"),
+        "{}",
+        stderr(&out)
+    );
     let host = fresh_loopback();
     for (hosts, count) in [
         (host.clone(), "18446744073709551615"),
-        (format!("{host},{}", fresh_loopback()), "1,1x18446744073709551615"),
+        (
+            format!("{host},{}", fresh_loopback()),
+            "1,1x18446744073709551615",
+        ),
         (host.clone(), "1000000000"),
         (format!("{host}:100000"), "slots"),
     ] {
@@ -422,6 +429,10 @@ fn huge_counts_are_one_line_and_exit_2_before_anything_starts() {
             err.contains("4096") || err.contains("is not a list of process counts"),
             "{what}: {err}"
         );
-        assert!(start.elapsed() < Duration::from_secs(20), "{what}: {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: {:?}",
+            start.elapsed()
+        );
     }
 }
