@@ -6,6 +6,11 @@
 # the repository root. The base image is built locally, with no registry, by
 # docker/build-base-image.sh.
 #
+# The pip way, for an image with Python (an NGC PyTorch image, say), is
+# docker/pip.Dockerfile: the wheel (packaging/build-wheel.sh) installed by
+# the image's pip, `pip install multinode` once it is published. This one
+# copies the binary, as the cluster tests' base image has no pip.
+#
 # No ENTRYPOINT: the cluster tests run `multinode agent -- JOB` themselves.
 # BASE: the base image's tag (docker/build-image.sh passes MULTINODE_BASE_IMAGE).
 ARG BASE=multinode-base:bookworm

@@ -51,14 +51,16 @@ if [[ -n ${MULTINODE_BIN:-} ]]; then
     [[ -x $bin ]] || die "MULTINODE_BIN=$bin is not an executable file"
     kind="given (MULTINODE_BIN)"
 elif musl_available; then
-    log "cargo build --release --target $MUSL_TARGET --bin multinode"
-    cargo build --release --target "$MUSL_TARGET" --bin multinode
+    # Without the default feature (the alias binaries, which the image does
+    # not use), as packaging/build-wheel.sh builds it: the two share one build.
+    log "cargo build --release --target $MUSL_TARGET --bin multinode --no-default-features"
+    cargo build --release --target "$MUSL_TARGET" --bin multinode --no-default-features
     bin=$(cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$MUSL_TARGET/release/multinode
     kind="static (musl)"
 else
-    log "cargo build --release --bin multinode"
-    cargo build --release --bin multinode
+    log "cargo build --release --bin multinode --no-default-features"
+    cargo build --release --bin multinode --no-default-features
     bin=$(cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/multinode
     kind="dynamic (glibc)"

@@ -75,26 +75,68 @@ impl EnvMap {
             return Ok(flag);
         }
         self.get(name)
-            .map(|value| {
-                parse(value).ok_or_else(|| BadVar {
-                    name: name.to_string(),
-                    value: value.to_string(),
-                    what: what.to_string(),
-                })
-            })
+            .map(|value| parse(value).ok_or_else(|| BadVar::new(name, value, what)))
             .transpose()
     }
 }
 
+/// Inputs quoted in messages are cut to this many characters.
+const QUOTE_MAX: usize = 120;
+
+/// `s`, cut to [`QUOTE_MAX`] characters with `...` when longer, so that one
+/// bad million-host expression does not make a million-character message.
+pub fn shorten(s: &str) -> String {
+    match s.char_indices().nth(QUOTE_MAX) {
+        Some((cut, _)) => format!("{}...", &s[..cut]),
+        None => s.to_string(),
+    }
+}
+
 /// A variable set to what it cannot be, as one line: "NAME='value' is not
-/// WHAT; fix it or unset it" (a usage error).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}='{value}' is not {what}; fix it or unset it")]
+/// WHAT; fix it or unset it", or "...; fix it, or unset it for the default
+/// D" where unsetting it gives a default worth naming (a usage error). The
+/// one wording of that advice: every reading of a variable says it so.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadVar {
     pub name: String,
+    /// The value as set, cut to [`QUOTE_MAX`] characters.
     pub value: String,
     pub what: String,
+    /// What unsetting it gives, when that is worth naming.
+    pub default: Option<String>,
 }
+
+impl BadVar {
+    pub fn new(name: impl Into<String>, value: &str, what: impl Into<String>) -> Self {
+        BadVar {
+            name: name.into(),
+            value: shorten(value),
+            what: what.into(),
+            default: None,
+        }
+    }
+
+    /// The same, naming the default that unsetting the variable gives.
+    pub fn unset_for(mut self, default: impl std::fmt::Display) -> Self {
+        self.default = Some(default.to_string());
+        self
+    }
+}
+
+impl std::fmt::Display for BadVar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let BadVar {
+            name, value, what, ..
+        } = self;
+        write!(f, "{name}='{value}' is not {what}; ")?;
+        match &self.default {
+            None => write!(f, "fix it or unset it"),
+            Some(d) => write!(f, "fix it, or unset it for the default {d}"),
+        }
+    }
+}
+
+impl std::error::Error for BadVar {}
 
 /// Variables given as UTF-8 pairs (tests, and callers that build an environment).
 impl FromIterator<(String, String)> for EnvMap {
@@ -127,5 +169,27 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn shorten_cuts_long_inputs_on_a_char_boundary() {
+        assert_eq!(shorten("gpu[1-2]"), "gpu[1-2]");
+        let long = "é".repeat(200);
+        let cut = shorten(&long);
+        assert_eq!(cut, format!("{}...", "é".repeat(QUOTE_MAX)));
+    }
+
+    #[test]
+    fn a_bad_variable_names_its_default_and_is_cut_when_long() {
+        let bad =
+            BadVar::new("MULTINODE_AGENT_PORT", "0", "a port number (1-65535)").unset_for(29922);
+        assert_eq!(
+            bad.to_string(),
+            "MULTINODE_AGENT_PORT='0' is not a port number (1-65535); fix it, or unset it for the default 29922"
+        );
+        let long = "x".repeat(1000);
+        let msg = BadVar::new("V", &long, "a number").to_string();
+        assert!(msg.len() < 200, "{msg}");
+        assert!(msg.contains("..."), "{msg}");
     }
 }

@@ -30,6 +30,7 @@
 //! - `restart`: the restart policy (pure): which nodes an attempt runs on, who is excluded, when to stop.
 //! - `defaults`: every default of a flag or a variable, written once, for clap and the runtime alike.
 //! - `vars`: every `MULTINODE_*` variable name and the contract's list of names, written once.
+//! - `values`: the one parser of each kind of value (seconds, a port) for flags and variables alike.
 //!
 //! Only `keys`, `transport::client` and the entry points are public (the
 //! integration tests use them); the rest is `pub(crate)`, so dead code shows.
@@ -64,6 +65,7 @@ pub(crate) mod supervise;
 pub(crate) mod top;
 pub(crate) mod topology;
 pub mod transport;
+pub(crate) mod values;
 pub(crate) mod vars;
 
 mod logging;

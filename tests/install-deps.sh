@@ -5,11 +5,12 @@
 # shells the helper is checked with, debootstrap for the cluster tests'
 # base image, PyYAML for the k8s-* cluster tests (they read the manifests of
 # docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
-# a Debian package, so it comes from PyPI) and paramiko (a real SSH client of
-# Python's, for the python3 on PATH), and cargo-nextest, which runs the
-# Rust tests (from crates.io, built by `cargo install`: minutes, so only when
+# a Debian package, so it comes from PyPI), paramiko (a real SSH client of
+# Python's, for the python3 on PATH), maturin (it builds the wheel that
+# tests/wheel.sh installs into a venv: python3-venv), and cargo-nextest,
+# which runs the Rust tests (from crates.io, built by `cargo install`: minutes, so only when
 # `cargo nextest` is missing). Does nothing when all are present. Needs root
-# (or sudo) only when a Debian package, py-spy or paramiko is missing.
+# (or sudo) only when a Debian package, py-spy, paramiko or maturin is missing.
 set -euo pipefail
 
 PACKAGES=(
@@ -17,14 +18,16 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev mpich libmpich-dev
     shellcheck dash debootstrap hyperfine musl-tools
     iproute2 procps psmisc python3 python3-yaml gcc
-    rsync git python3-pip vim-tiny
+    rsync git python3-pip python3-venv vim-tiny
 )
 
-# py-spy and paramiko from PyPI, after the Debian packages (pip is one of them).
+# py-spy, paramiko and maturin from PyPI, after the Debian packages (pip is
+# one of them).
 py_spy() {
     local wanted=()
     command -v py-spy >/dev/null || wanted+=(py-spy)
     python3 -c 'import paramiko' 2>/dev/null || wanted+=(paramiko)
+    command -v maturin >/dev/null || wanted+=(maturin)
     ((${#wanted[@]} > 0)) || return 0
     echo "test dependencies: installing ${wanted[*]} from PyPI"
     local sudo=()

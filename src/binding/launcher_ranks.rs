@@ -6,7 +6,7 @@
 //! read from one launcher's set of variables together: a torchrun inside an
 //! `srun` step sees both sets, and torchrun's are those of its own workers.
 
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::error::Error;
 
 /// Where this process stands among its node's.
@@ -75,9 +75,9 @@ pub(crate) fn from_env(env: &EnvMap) -> Result<Ranks, Error> {
     let number = |name: &str, what: &str| -> Result<Option<usize>, Error> {
         env.get(name)
             .map(|v| {
-                v.trim().parse::<usize>().map_err(|_| {
-                    Error::usage(format!("{name}='{v}' is not {what}; fix it or unset it"))
-                })
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| BadVar::new(name, v, what).into())
             })
             .transpose()
     };

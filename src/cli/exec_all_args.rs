@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::topology_args::TopologyArgs;
-use super::value_parsers::{at_least_one, bind_mode, seconds};
+use super::value_parsers::{at_least_one, bind_mode, port, positive_seconds, seconds};
 use crate::{defaults, vars};
 
 /// The names of exec-all and of its flags that a head writes on a relay's
@@ -120,7 +120,7 @@ pub struct ExecAllArgs {
     /// An attempt in which no node printed anything or touched its heartbeat
     /// file ($MULTINODE_HEARTBEAT_FILE) for SECONDS is hung: a snapshot of every node is taken, and the attempt ends as a failure
     /// (exit code 124) [env: MULTINODE_HANG_TIMEOUT].
-    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
     pub hang_timeout: Option<Duration>,
     /// Start the script N times on every node, each process with torchrun's
     /// worker variables (RANK global, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
@@ -137,7 +137,7 @@ pub struct ExecAllArgs {
     /// (rank, GPU bus id, NUMA node, CPUs), as mpirun's.
     #[arg(long = exec_all_flags::REPORT_BINDINGS)]
     pub report_bindings: bool,
-    #[arg(long = exec_all_flags::MASTER_PORT, value_name = "PORT", help = format!(
+    #[arg(long = exec_all_flags::MASTER_PORT, value_name = "PORT", value_parser = port, help = format!(
         "With --nproc-per-node: MASTER_PORT, rank 0's store on the head [env: {}] [default: {}]",
         vars::MASTER_PORT,
         defaults::MASTER_PORT

@@ -1,6 +1,7 @@
 //! The parsers of flag values (seconds, counts, a binding mode): clap calls
 //! them, with one message each for a value they refuse.
 
+use crate::values;
 use std::time::Duration;
 
 /// `--bind`'s mode.
@@ -8,21 +9,20 @@ pub(super) fn bind_mode(text: &str) -> Result<crate::binding::Mode, String> {
     text.parse()
 }
 
-/// A number of seconds above 0 (`--interval`).
+/// A number of seconds above 0 (`--interval`, `--hang-timeout`).
 pub(super) fn positive_seconds(value: &str) -> Result<Duration, String> {
-    seconds(value)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{value:?} is not a number of seconds > 0"))
+    values::positive_seconds(value)
+        .ok_or_else(|| format!("{value:?} is not {}", values::POSITIVE_SECONDS))
 }
 
 /// A number of seconds (`2`, `0.5`), for the flags that take one.
 pub(super) fn seconds(value: &str) -> Result<Duration, String> {
-    value
-        .parse::<f64>()
-        .ok()
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .ok_or_else(|| format!("{value:?} is not a number of seconds >= 0"))
+    values::seconds(value).ok_or_else(|| format!("{value:?} is not {}", values::SECONDS))
+}
+
+/// A port (`--master-port`).
+pub(super) fn port(value: &str) -> Result<u16, String> {
+    values::port(value).ok_or_else(|| format!("{value:?} is not {}", values::PORT))
 }
 
 /// A count of 1 or more (0 would be a silent guess of what was meant).

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 
 use super::programs;
 use crate::defaults;
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::error::Error;
 use crate::topology::machine::System;
-use crate::topology::{Inputs, Placement, Topology, resolve_placement, shorten};
+use crate::topology::{Inputs, Placement, Topology, resolve_placement};
 use crate::vars;
 
 /// This node's job: the topology, which node this is, the addresses, the
@@ -139,16 +139,9 @@ pub fn agent_port(env: &EnvMap) -> Result<u16, Error> {
     let Some(value) = env.get(vars::AGENT_PORT) else {
         return Ok(defaults::AGENT_PORT);
     };
-    value
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| {
-            Error::usage(format!(
-                "{}='{}' is not a port number (1-65535); fix it, or unset it for the default {}",
-                vars::AGENT_PORT,
-                shorten(value),
-                defaults::AGENT_PORT
-            ))
-        })
+    crate::values::port(value).ok_or_else(|| {
+        BadVar::new(vars::AGENT_PORT, value, crate::values::PORT)
+            .unset_for(defaults::AGENT_PORT)
+            .into()
+    })
 }

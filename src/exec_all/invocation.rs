@@ -8,7 +8,6 @@
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use super::options::{Head, Invocation, Restarts, Role, RunOptions};
 use super::procs::{PerNode, Procs};
@@ -19,6 +18,7 @@ use crate::env_map::EnvMap;
 use crate::error::Error;
 use crate::read_limit::{read_at_most, read_file_at_most};
 use crate::topology::nodeset;
+use crate::values;
 use crate::vars;
 
 /// `multinode exec-all`, `mn-exec-all`, the helper's `exec_all`: its
@@ -78,13 +78,8 @@ fn run_options(
         false => env.flag_or_var(
             args.hang_timeout,
             vars::HANG_TIMEOUT,
-            "a number of seconds > 0",
-            |v| {
-                v.parse::<f64>()
-                    .ok()
-                    .filter(|s| *s > 0.0)
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            },
+            values::POSITIVE_SECONDS,
+            values::positive_seconds,
         )?,
     };
     let (script, rest) = read_script(args)?;
@@ -154,14 +149,9 @@ fn procs(args: &ExecAllArgs, env: &EnvMap, relay: bool) -> Result<Option<Procs>,
     let master_port = env.flag_or_var(
         args.master_port,
         vars::MASTER_PORT,
-        "a port number (1-65535)",
-        |v| v.parse().ok().filter(|&p| p > 0),
+        values::PORT,
+        values::port,
     )?;
-    if master_port == Some(0) {
-        return Err(Error::usage(
-            "--master-port 0: give a port number (1-65535)",
-        ));
-    }
     Ok(Some(Procs {
         per_node,
         bind: crate::binding::mode_from(args.bind, env)?,
@@ -198,12 +188,8 @@ fn restarts(args: &ExecAllArgs, env: &EnvMap) -> Result<Option<Restarts>, Error>
         .flag_or_var(
             args.health_timeout,
             vars::HEALTH_TIMEOUT,
-            "a number of seconds >= 0",
-            |v| {
-                v.parse::<f64>()
-                    .ok()
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            },
+            values::SECONDS,
+            values::seconds,
         )?
         .unwrap_or(defaults::HEALTH_TIMEOUT);
     if max_restarts.is_none() && min_nodes.is_none() && health_check.is_none() {
@@ -318,6 +304,7 @@ mod tests {
     fn a_relay_command_line_parses_back_to_the_heads_options() {
         use super::super::procs::{PerNode, Procs};
         use crate::binding::Mode;
+        use std::time::Duration;
         let head = RunOptions {
             args: vec!["a b".into(), "it's".into()],
             label: true,

@@ -13,12 +13,13 @@ use super::options::RunOptions;
 use super::script::Script;
 use crate::defaults;
 use crate::env::Job;
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::error::Error;
 use crate::snapshot::survey::{Ask, RunNodes};
 use crate::transport::choice::{ClientSpec, Requested, Route, TransportKind};
 use crate::transport::client::{Connector, Target};
 use crate::transport::mux::MuxClient;
+use crate::values;
 use crate::vars;
 
 /// How the other nodes are reached, decided once a run.
@@ -81,11 +82,8 @@ impl Reach {
                 connector: route.connector,
                 port: match env.get(vars::SSH_PORT) {
                     None => route.port,
-                    Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                        Error::usage(format!(
-                            "{}={p:?} is not a port number; set it to 1..65535 or unset it for 22",
-                            vars::SSH_PORT
-                        ))
+                    Some(p) => values::port(p).ok_or_else(|| {
+                        BadVar::new(vars::SSH_PORT, p, values::PORT).unset_for(22)
                     })?,
                 },
                 user: route.user,

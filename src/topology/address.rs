@@ -21,7 +21,7 @@ use super::kernel_routes::{default_ifaces_v4, default_ifaces_v6};
 use super::machine::{Interface, Machine};
 use super::nccl::NcclList;
 use super::topology_error::{TopologyError, shorten};
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::vars;
 
 /// How this machine's own address is chosen.
@@ -175,11 +175,11 @@ fn ip_var(env: &EnvMap, name: &str) -> Result<Option<IpAddr>, TopologyError> {
             debug!(%ip, var = name, "address from the environment");
             Ok(Some(ip))
         }
-        _ => Err(TopologyError::BadVar {
-            name: name.to_string(),
-            value: shorten(value),
-            what: "an IP address",
-        }),
+        _ => Err(TopologyError::from(BadVar::new(
+            name,
+            value,
+            "an IP address",
+        ))),
     }
 }
 

@@ -26,7 +26,7 @@ use super::hostlist::{MAX_HOSTS, validate_host};
 use super::job_nodes::Topology;
 use super::machine::{Machine, local_slots};
 use super::topology_error::{KubeError, TopologyError, shorten};
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::vars;
 
 /// Where the MPI Operator mounts its hostfile in the launcher.
@@ -47,22 +47,20 @@ pub(super) fn from_env(
 }
 
 fn number(name: &'static str, value: &str, what: &'static str) -> Result<usize, TopologyError> {
-    value.parse().map_err(|_| TopologyError::BadVar {
-        name: name.to_string(),
-        value: shorten(value),
-        what,
-    })
+    value
+        .parse()
+        .map_err(|_| TopologyError::from(BadVar::new(name, value, what)))
 }
 
 /// A node count from `name`: a positive number, at most [`MAX_HOSTS`].
 fn node_count(name: &'static str, value: &str) -> Result<usize, TopologyError> {
     let n = number(name, value, "a node count (1, 2, ...)")?;
     if n == 0 {
-        return Err(TopologyError::BadVar {
-            name: name.to_string(),
-            value: shorten(value),
-            what: "a node count (1, 2, ...)",
-        });
+        return Err(TopologyError::from(BadVar::new(
+            name,
+            value,
+            "a node count (1, 2, ...)",
+        )));
     }
     if n > MAX_HOSTS {
         return Err(KubeError::TooMany {
@@ -104,11 +102,11 @@ fn pod_slots(env: &EnvMap, machine: &dyn Machine) -> Result<u32, TopologyError> 
     match env.get("PET_NPROC_PER_NODE") {
         Some(v) if v.bytes().all(|b| b.is_ascii_digit()) => match v.parse::<u32>() {
             Ok(n) if n > 0 => Ok(n),
-            _ => Err(TopologyError::BadVar {
-                name: "PET_NPROC_PER_NODE".into(),
-                value: shorten(v),
-                what: "a process count (1, 2, ..., or auto, gpu, cpu)",
-            }),
+            _ => Err(TopologyError::from(BadVar::new(
+                "PET_NPROC_PER_NODE",
+                v,
+                "a process count (1, 2, ..., or auto, gpu, cpu)",
+            ))),
         },
         // auto, gpu, cpu: torchrun decides on each node; count this pod's GPUs.
         _ => Ok(local_slots(env, machine)),

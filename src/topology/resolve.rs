@@ -20,7 +20,7 @@ use super::job_nodes::Topology;
 use super::machine::{Machine, local_slots};
 use super::tasks_per_node::parse_tasks_per_node;
 use super::topology_error::{ParseError, TopologyError, shorten};
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::vars;
 
 /// The variables that describe the environment's topology.
@@ -251,11 +251,7 @@ fn check_against_env(topology: &Topology, env: &EnvMap) -> Result<(), TopologyEr
             .map(|v| {
                 v.parse::<u64>()
                     .map(|n| (n, v))
-                    .map_err(|_| TopologyError::BadVar {
-                        name: name.to_string(),
-                        value: shorten(v),
-                        what: "a number",
-                    })
+                    .map_err(|_| TopologyError::from(BadVar::new(name, v, "a number")))
             })
             .transpose()
     };

@@ -8,7 +8,7 @@ use super::host_slots::Node;
 use super::host_slots::parse_host_slots;
 use super::job_nodes::Topology;
 use super::topology_error::{ParseError, TopologyError};
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::vars;
 
 /// Puts the spares `MULTINODE_SPARE_HOSTLIST` lists behind the job's nodes
@@ -24,10 +24,12 @@ pub(crate) fn apply(
 ) -> Result<usize, TopologyError> {
     let from_env = match env.get(vars::SPARES) {
         None => None,
-        Some(v) => Some(v.parse::<usize>().map_err(|_| TopologyError::BadVar {
-            name: vars::SPARES.into(),
-            value: v.into(),
-            what: "a number of spare nodes (0, 1, 2, ...)",
+        Some(v) => Some(v.parse::<usize>().map_err(|_| {
+            TopologyError::from(BadVar::new(
+                vars::SPARES,
+                v,
+                "a number of spare nodes (0, 1, 2, ...)",
+            ))
         })?),
     };
     let listed = match env.get(vars::SPARE_HOSTLIST).filter(|_| !from_flags) {

@@ -14,7 +14,7 @@ use super::host_slots::Node;
 use super::job_nodes::Topology;
 use super::machine::Machine;
 use super::topology_error::{TopologyError, shorten};
-use crate::env_map::EnvMap;
+use crate::env_map::{BadVar, EnvMap};
 use crate::vars;
 
 /// What this machine is called and where it is.
@@ -77,11 +77,9 @@ pub(crate) fn matching_ranks(nodes: &[Node], me: &Identity) -> Vec<usize> {
 }
 
 fn parse_rank(name: &str, value: &str) -> Result<usize, TopologyError> {
-    value.parse().map_err(|_| TopologyError::BadVar {
-        name: name.to_string(),
-        value: shorten(value),
-        what: "a node rank (0, 1, 2, ...)",
-    })
+    value
+        .parse()
+        .map_err(|_| TopologyError::from(BadVar::new(name, value, "a node rank (0, 1, 2, ...)")))
 }
 
 /// This node's rank in `topology`.

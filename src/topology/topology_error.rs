@@ -6,17 +6,7 @@
 use crate::error::Error;
 use crate::vars;
 
-/// Inputs quoted in messages are cut to this many characters.
-const QUOTE_MAX: usize = 120;
-
-/// `s`, cut to [`QUOTE_MAX`] characters with `...` when longer, so that one
-/// bad million-host expression does not make a million-character message.
-pub(crate) fn shorten(s: &str) -> String {
-    match s.char_indices().nth(QUOTE_MAX) {
-        Some((cut, _)) => format!("{}...", &s[..cut]),
-        None => s.to_string(),
-    }
-}
+pub(crate) use crate::env_map::shorten;
 
 /// A syntax error in a hostlist, a slot count, `SLURM_TASKS_PER_NODE` or a hostfile.
 ///
@@ -135,12 +125,8 @@ pub enum TopologyError {
         noslots_var = vars::HOSTLIST_NOSLOTS
     )]
     HostlistsDisagree { hostlist: String, noslots: String },
-    #[error("{name}='{value}' is not {what}; fix it or unset it")]
-    BadVar {
-        name: String,
-        value: String,
-        what: &'static str,
-    },
+    #[error(transparent)]
+    BadVar(#[from] crate::env_map::BadVar),
     #[error(
         "{name}={value} but the hostlist from {origin} gives {actual}; fix or unset {name}, or fix the hostlist"
     )]
@@ -299,14 +285,6 @@ pub enum KubeError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shorten_cuts_long_inputs_on_a_char_boundary() {
-        assert_eq!(shorten("gpu[1-2]"), "gpu[1-2]");
-        let long = "é".repeat(200);
-        let cut = shorten(&long);
-        assert_eq!(cut, format!("{}...", "é".repeat(QUOTE_MAX)));
-    }
 
     #[test]
     fn messages_are_one_line_and_name_the_input() {

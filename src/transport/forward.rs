@@ -75,9 +75,7 @@ pub fn parse_spec(spec: &str) -> Result<LocalForward, String> {
         _ => return Err(usage()),
     };
     let port_of = |what: &str, text: &str| {
-        text.parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
+        crate::values::port(text)
             .ok_or_else(|| format!("bad -L {spec:?}: {what} {text:?} is not a port 1..65535"))
     };
     let host = rest[1].clone();

@@ -11,18 +11,15 @@ pub fn lost_after(env: &crate::env_map::EnvMap) -> Result<Option<Duration>, crat
     let Some(text) = env.get(vars::LOST_AFTER) else {
         return Ok(Some(defaults::LOST_AFTER));
     };
-    match text
-        .parse::<f64>()
-        .ok()
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-    {
+    match crate::values::seconds(text) {
         Some(d) if d.is_zero() => Ok(None),
         Some(d) if d >= Duration::from_millis(400) => Ok(Some(d)),
-        _ => Err(crate::error::Error::usage(format!(
-            "{}='{}' is not a number of seconds of at least 0.4 (or 0 for never); fix it, or unset it for the default {}",
+        _ => Err(crate::env_map::BadVar::new(
             vars::LOST_AFTER,
-            crate::topology::shorten(text),
-            defaults::LOST_AFTER.as_secs()
-        ))),
+            text,
+            "a number of seconds of at least 0.4 (or 0 for never)",
+        )
+        .unset_for(defaults::LOST_AFTER.as_secs())
+        .into()),
     }
 }

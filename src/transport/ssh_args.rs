@@ -300,10 +300,7 @@ fn parse_bind_address(option: &str, value: &str) -> Result<IpAddr, SshArgsError>
 }
 
 fn parse_port(value: &str) -> Result<u16, SshArgsError> {
-    value
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
+    crate::values::port(value)
         .ok_or_else(|| err(format!("bad port {value:?}: give a number 1..65535")))
 }
 

@@ -393,7 +393,7 @@ fn the_mpi_page_runs_on_one_machine_as_written() {
 /// (which tests/run-all.sh runs before `cargo nextest`) installs
 /// cargo-nextest with `cargo install --locked cargo-nextest` when `cargo
 /// nextest` is missing, and leaves it alone when it is there. Stand-ins for
-/// `cargo`, `dpkg-query` (every package installed) and `py-spy` record
+/// `cargo`, `dpkg-query` (every package installed), `py-spy` and `maturin` record
 /// what the script asks.
 #[test]
 fn install_deps_builds_cargo_nextest_only_when_missing() {
@@ -420,6 +420,7 @@ fn install_deps_builds_cargo_nextest_only_when_missing() {
     };
     stand_in("dpkg-query", "echo 'install ok installed'");
     stand_in("py-spy", "exit 0");
+    stand_in("maturin", "exit 0");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").expect("PATH"));
     for (has_nextest, want) in [
         (false, "nextest --version\ninstall --locked cargo-nextest\n"),

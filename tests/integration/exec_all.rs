@@ -962,6 +962,38 @@ fn a_bad_lost_after_is_one_clear_error() {
     }
 }
 
+/// One parser a value: `--hang-timeout 0` would call every run hung at
+/// once, and is refused as its variable is, with one line and exit code 2.
+#[test]
+fn a_hang_timeout_of_zero_is_refused_as_flag_and_as_variable() {
+    let cluster = Cluster::start(1);
+    let flag = cluster
+        .command(&mn_exec_all())
+        .args(["--hang-timeout", "0", "-c", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(flag.status.code(), Some(2), "{}", stderr(&flag));
+    let err = stderr(&flag);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("'--hang-timeout <SECONDS>': \"0\" is not a number of seconds > 0"),
+        "{err}"
+    );
+    let var = cluster
+        .command(&mn_exec_all())
+        .env("MULTINODE_HANG_TIMEOUT", "0")
+        .args(["-c", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(var.status.code(), Some(2), "{}", stderr(&var));
+    assert_eq!(
+        stderr(&var),
+        "mn-exec-all: error: MULTINODE_HANG_TIMEOUT='0' is not a number of seconds > 0; fix it or unset it\n"
+    );
+}
+
 /// `--report` tells where each node's start went (issue 42): seconds from
 /// the run's start to its connection and login (the agents' nodes, on
 /// connections of their own; none for the node run here), its spawn, its

@@ -290,7 +290,7 @@ fn options_that_need_processes_a_node_or_make_no_sense_are_one_line() {
         ),
         (
             vec!["--nproc-per-node", "2", "--master-port", "0", "-c", "true"],
-            "--master-port 0",
+            "'--master-port <PORT>': \"0\" is not a port number (1-65535)",
         ),
         (
             vec!["--nproc-per-node", "2", "--bind", "tight", "-c", "true"],
