@@ -192,7 +192,7 @@ pub(crate) fn parse_counts(text: &str) -> Result<Vec<usize>, String> {
 
 /// Why a count past [`MAX_LOCAL_PROCESSES`] is refused.
 fn past_the_cap(text: &str) -> String {
-    format!("--nproc-per-node {text}: at most {MAX_LOCAL_PROCESSES} processes a node; give fewer")
+    format!("'{text}' is past the {MAX_LOCAL_PROCESSES} processes a node may have; give fewer")
 }
 
 /// `counts` (each node's, as `slots` or `gpu` found them) checked against
@@ -330,7 +330,7 @@ mod tests {
         ] {
             let e = huge.parse::<PerNode>().unwrap_err();
             assert!(
-                e.contains("at most 4096 processes a node")
+                e.contains("past the 4096 processes a node may have")
                     || e.contains("not a list of process counts"),
                 "{huge}: {e}"
             );
