@@ -35,8 +35,9 @@ use crate::error::Error;
 use crate::exec_all::script::Export;
 use crate::keys::{JobKeys, Secret};
 
-use crate::snapshot::Found;
 use crate::snapshot::survey::{find_rank, job_agents};
+use crate::snapshot::{Found, claimed_line};
+use crate::table::printable_once;
 use crate::topology::Node;
 use crate::topology::machine::{Machine, System, lookup_all};
 use crate::topology::nodeset::fold;
@@ -128,6 +129,10 @@ async fn locate(
             debug!(rank, node, ?local_rank, "the rank's node");
             Ok((node, Some(Process { rank, local_rank })))
         }
+        Found::Several(claims) => Err(Error::usage(format!(
+            "{}; not guessing which: give the node (`multinode shell NODE`), or end the one that should not run (`multinode ps` shows both)",
+            claimed_line(rank, &claims)
+        ))),
         Found::Nowhere { unanswered } => Err(nowhere(rank, total, &unanswered)),
     }
 }
@@ -138,7 +143,8 @@ fn nowhere(rank: usize, total: usize, unanswered: &[(usize, String)]) -> Error {
     if unanswered.len() == total {
         let (node, why) = &unanswered[0];
         return Error::Connection(format!(
-            "cannot find rank {rank}: no node of the job answered (node {node}: {why})"
+            "cannot find rank {rank}: no node of the job answered (node {node}: {})",
+            printable_once(why)
         ));
     }
     let answered = total - unanswered.len();
@@ -149,11 +155,12 @@ fn nowhere(rank: usize, total: usize, unanswered: &[(usize, String)]) -> Error {
     if let Some((node, why)) = unanswered.first() {
         let _ = write!(
             msg,
-            " ({} did not: node {node}: {why})",
+            " ({} did not: node {node}: {})",
             match unanswered.len() {
                 1 => "1 node".to_string(),
                 n => format!("{n} nodes"),
-            }
+            },
+            printable_once(why)
         );
     }
     msg.push_str("; `multinode ps` lists the ranks that run");

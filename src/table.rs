@@ -14,11 +14,13 @@ use std::fmt::Write as _;
 /// C's and those of the shell's `$'...'` (visible, and unambiguous: a
 /// backslash is doubled): `\t`, `\n`, `\r`, `\e` (ESC), `\\`, `\xHH` for
 /// the other C0 controls and DEL, `\uHHHH` for the C1 controls (U+0080 to
-/// U+009F, which a terminal may take as ESC sequences). Everything else,
-/// any script included, is shown as it is. Text without any of these is
-/// returned as it is, not copied.
+/// U+009F, which a terminal may take as ESC sequences) and for the format
+/// characters ([`is_format`]: bidi overrides such as U+202E, which show
+/// text backwards, zero-width ones, which hide a difference) and line and
+/// paragraph separators. Everything else, any script included, is shown as
+/// it is. Text without any of these is returned as it is, not copied.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    let needs = |c: char| c == '\\' || c.is_control();
+    let needs = |c: char| c == '\\' || c.is_control() || is_format(c);
     if !text.contains(needs) {
         return Cow::Borrowed(text);
     }
@@ -33,13 +35,66 @@ pub fn printable(text: &str) -> Cow<'_, str> {
             c if (c as u32) < 0x80 && c.is_control() => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if c.is_control() => {
+            c if c.is_control() || is_format(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
         }
     }
     Cow::Owned(out)
+}
+
+/// An error line that may hold text escaped where it came in (a server's
+/// disconnect text, escaped by the transport) beside text from elsewhere
+/// (an agent's words): as [`printable`] shows it when it holds a control
+/// or format character, else as it is, so that text escaped once is not
+/// escaped again (its backslashes doubled).
+pub fn printable_once(text: &str) -> Cow<'_, str> {
+    if text.contains(|c: char| c.is_control() || is_format(c)) {
+        printable(text)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Text from outside (a server's disconnect message, a node's error) as
+/// [`printable`] shows it, cut to `max` characters first (with `...`): a
+/// peer chooses its length too.
+pub fn printable_cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => printable(text).into_owned(),
+        Some((end, _)) => format!("{}...", printable(&text[..end])),
+    }
+}
+
+/// Unicode's format characters (general category Cf), and the line and
+/// paragraph separators (U+2028, U+2029): invisible, or changing how the
+/// text around them shows (U+202E shows what follows backwards). The
+/// table is Unicode 15's Cf; std has no general category.
+fn is_format(c: char) -> bool {
+    matches!(
+        c as u32,
+        0xad | 0x600..=0x605
+            | 0x61c
+            | 0x6dd
+            | 0x70f
+            | 0x890..=0x891
+            | 0x8e2
+            | 0x180e
+            | 0x200b..=0x200f
+            | 0x2028..=0x202e
+            | 0x2060..=0x2064
+            | 0x2066..=0x206f
+            | 0xfeff
+            | 0xfff9..=0xfffb
+            | 0x110bd
+            | 0x110cd
+            | 0x13430..=0x1343f
+            | 0x1bca0..=0x1bca3
+            | 0x1d173..=0x1d17a
+            | 0xe0001
+            | 0xe0020..=0xe007f
+    )
 }
 
 /// The widths of a table's columns, fitted to its rows.
@@ -114,6 +169,23 @@ mod tests {
         );
         // A backslash is doubled: what was typed never reads as an escape.
         assert_eq!(printable("echo \\e[2J"), "echo \\\\e[2J");
+    }
+
+    #[test]
+    fn format_characters_are_escaped_and_outside_text_is_cut() {
+        // U+202E shows `txt.exe` as `exe.txt`; zero-width ones hide a difference.
+        assert_eq!(
+            printable("rank\u{202e}txt.exe\u{200b}\u{2066}x\u{feff}\u{2028}"),
+            "rank\\u202etxt.exe\\u200b\\u2066x\\ufeff\\u2028"
+        );
+        assert!(matches!(printable("ǅ ﬁ 日本 ü"), Cow::Borrowed(_)));
+        // Escaped once, shown as it is; raw, escaped.
+        let once = printable("\x1b]0;x\x07 C:\\dir");
+        assert_eq!(printable_once(&once), once);
+        assert_eq!(printable_once("\x1b[2J"), "\\e[2J");
+        assert_eq!(printable_cut("abc", 3), "abc");
+        assert_eq!(printable_cut("ab\x1bcd", 3), "ab\\e...");
+        assert_eq!(printable_cut(&"é".repeat(300), 200).chars().count(), 203);
     }
 
     #[test]

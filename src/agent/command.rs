@@ -206,9 +206,15 @@ pub(crate) async fn run(
     };
     let pgid = child.pgid();
     shared.keeper.register(pgid, keeper);
+    // A terminal is a person's (`multinode shell --rank R` gives its shell
+    // the process's RANK): it claims no rank, so that `top` and the next
+    // `shell --rank R` see the one process that does.
+    let claims_rank = terminal.is_none();
     let watched = shared.running.add_watched(pgid, |keeps_tail| {
         Watched::from_vars(
-            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            vars.iter()
+                .filter(|_| claims_rank)
+                .map(|(k, v)| (k.as_str(), v.as_str())),
             keeps_tail,
         )
     });

@@ -55,6 +55,12 @@ const LAUNCHERS: [Launcher; 4] = [
     },
 ];
 
+/// The most processes a node may start (`--nproc-per-node`, and the
+/// local rank and local size a launcher gives `multinode bind`): checked
+/// before anything is allocated for them. A machine's GPUs, or its CPUs
+/// with room to spare: 4,096.
+pub(crate) const MAX_LOCAL_PROCESSES: usize = 4096;
+
 /// The variables a local rank is read from, for messages.
 pub(crate) const LOCAL_RANK_VARS: &str =
     "LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID";
@@ -99,6 +105,18 @@ pub(crate) fn from_env(env: &EnvMap) -> Result<Ranks, Error> {
         // Only shown in the report: a bad one is left out, not an error.
         rank: env.get(launcher.rank).and_then(|v| v.trim().parse().ok()),
     };
+    if let Some(r) = ranks.local_rank.filter(|&r| r >= MAX_LOCAL_PROCESSES) {
+        return Err(Error::usage(format!(
+            "{}={r} is past the {MAX_LOCAL_PROCESSES} processes a node may have; fix it or unset it",
+            launcher.local_rank
+        )));
+    }
+    if let Some(n) = ranks.local_size.filter(|&n| n > MAX_LOCAL_PROCESSES) {
+        return Err(Error::usage(format!(
+            "{} says {n} processes on this node, past the {MAX_LOCAL_PROCESSES} a node may have; fix it or unset it",
+            launcher.local_size.join(" or ")
+        )));
+    }
     if let (Some(r), Some(n)) = (ranks.local_rank, ranks.local_size)
         && r >= n
     {
@@ -241,6 +259,24 @@ mod tests {
         ]))
         .expect_err("no such node");
         assert!(e.to_string().contains("gives no task count"), "{e}");
+    }
+
+    #[test]
+    fn a_huge_local_rank_or_size_is_one_line() {
+        let e = from_env(&env(&[("LOCAL_RANK", "18446744073709551615")])).expect_err("huge");
+        assert_eq!(
+            e.to_string(),
+            "LOCAL_RANK=18446744073709551615 is past the 4096 processes a node may have; fix it or unset it"
+        );
+        assert_eq!(e.exit_code(), 2);
+        let e =
+            from_env(&env(&[("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "4097")])).expect_err("huge");
+        assert!(e.to_string().contains("past the 4096"), "{e}");
+        let ok = from_env(&env(&[
+            ("LOCAL_RANK", "4095"),
+            ("LOCAL_WORLD_SIZE", "4096"),
+        ]));
+        assert_eq!(ok.expect("the cap").local_rank, Some(4095));
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub(crate) fn plan(
                 return Ok(unbound(Mode::None, None, "no GPU visible".into()));
             }
             let rank = need_rank(ranks, Mode::Auto)?;
-            let processes = ranks.local_size.unwrap_or(0).max(rank + 1);
+            let processes = ranks.local_size.unwrap_or(0).max(rank.saturating_add(1));
             if processes > gpus {
                 return Ok(unbound(
                     Mode::None,
@@ -135,7 +135,7 @@ pub(crate) fn plan(
         }
         explicit => {
             let rank = need_rank(ranks, explicit)?;
-            let processes = ranks.local_size.unwrap_or(0).max(rank + 1);
+            let processes = ranks.local_size.unwrap_or(0).max(rank.saturating_add(1));
             if processes > gpus {
                 return Err(Error::usage(format!(
                     "{node}: {} for {}: --bind {explicit} binds one process a GPU; start at most {gpus} on {node}, or use --bind none",
@@ -151,7 +151,9 @@ pub(crate) fn plan(
             (explicit, rank)
         }
     };
-    let gpu = &host.gpus[rank];
+    let Some(gpu) = host.gpus.get(rank) else {
+        return Ok(unbound(mode, None, format!("no GPU {rank} visible")));
+    };
     let numa = match &gpu.numa_node {
         Ok(n) => *n,
         Err(why) => {
@@ -183,7 +185,7 @@ pub(crate) fn plan(
     }
     let mut notes = Vec::new();
     let cpus = if mode == Mode::Cores {
-        let sharing: Vec<usize> = (0..ranks.local_size.unwrap_or(rank + 1))
+        let sharing: Vec<usize> = (0..ranks.local_size.unwrap_or(rank.saturating_add(1)))
             .filter(|r| {
                 host.gpus
                     .get(*r)

@@ -412,6 +412,19 @@ fn more_processes_than_gpus_is_one_line_naming_the_node_and_both_counts() {
         e.to_string().starts_with("gpu07: 3 processes for 2 GPUs"),
         "{e}"
     );
+    // The largest local rank there is: no overflow, no index past the GPUs.
+    let huge = Ranks {
+        local_rank: Some(usize::MAX),
+        ..Ranks::default()
+    };
+    let e = plan(&host, Mode::Numa, huge, &m.all_cpus(), "gpu07").expect_err("huge");
+    assert!(
+        e.to_string()
+            .starts_with("gpu07: 18446744073709551615 processes for 2 GPUs"),
+        "{e}"
+    );
+    let b = plan(&host, Mode::Auto, huge, &m.all_cpus(), "gpu07").expect("auto");
+    assert_eq!(b.cpus, None);
     // auto does not refuse: it leaves them unbound, and says why.
     let b = plan(&host, Mode::Auto, ranks(3, 4), &m.all_cpus(), "gpu07").expect("auto");
     assert_eq!(b.cpus, None);

@@ -3,6 +3,7 @@
 //! `{check, status, nodes, detail, fix}` for programs. Pure.
 
 use super::checks::{CheckResult, Status};
+use crate::table::printable_once;
 use crate::topology::nodeset::fold;
 
 /// The NODES column is cut to about this many characters (the JSON has them all).
@@ -46,6 +47,11 @@ pub(crate) fn render_table(results: &[CheckResult]) -> String {
         })
         .collect();
     let header = ["CHECK", "STATUS", "NODES", "FIX"].map(String::from);
+    // Hosts' names and what the nodes said are text from outside.
+    let rows: Vec<[String; 4]> = rows
+        .into_iter()
+        .map(|row| row.map(|c| printable_once(&c).into_owned()))
+        .collect();
     let lines: Vec<&[String; 4]> = std::iter::once(&header).chain(&rows).collect();
     let mut out = crate::table::render(&lines);
     let not_ok: Vec<&CheckResult> = results.iter().filter(|r| r.status != Status::Ok).collect();
@@ -56,7 +62,7 @@ pub(crate) fn render_table(results: &[CheckResult]) -> String {
                 "{} ({}): {}\n",
                 r.check,
                 r.status.as_str(),
-                r.detail
+                printable_once(&r.detail)
             ));
         }
     }
@@ -122,6 +128,19 @@ infiniband (warn): no InfiniBand/RoCE device on node04
 
 3 checks: 1 ok, 1 warn, 1 fail
 "
+        );
+    }
+
+    #[test]
+    fn what_nodes_said_is_escaped() {
+        let mut r = results();
+        r[1].detail = "node02: \x1b]0;PWNED\x07\x1b[2J\nFAKE \u{202e}".into();
+        r[1].nodes = vec!["node\x1b[31m".into()];
+        let text = render_table(&r);
+        assert!(!text.contains(['\x1b', '\x07', '\u{202e}']), "{text:?}");
+        assert!(
+            text.contains("memlock (fail): node02: \\e]0;PWNED\\x07\\e[2J\\nFAKE \\u202e\n"),
+            "{text}"
         );
     }
 

@@ -523,7 +523,9 @@ impl WireCache {
 /// the same text. Otherwise a new file (mode 0600, an unpredictable name,
 /// never through a link) takes that name; where it cannot (another user's
 /// entry in a shared directory), it keeps its own name: something planted
-/// at either name never leaves the job without a hostfile.
+/// at either name never leaves the job without a hostfile. A file kept so
+/// before, still this user's and the same, is used again: each run would
+/// otherwise leave one more.
 fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
     let (name, text) = hostfile_text(topo);
     let uid = nix::unistd::geteuid().as_raw();
@@ -534,6 +536,9 @@ fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
         && std::fs::read(&path).is_ok_and(|old| old == text.as_bytes())
     {
         return Ok(path);
+    }
+    if let Some(kept) = kept_before(dir, &name, &text, uid) {
+        return Ok(kept);
     }
     let mut file = tempfile::Builder::new()
         .prefix(&format!("{name}."))
@@ -546,6 +551,23 @@ fn write_hostfile(topo: &Topology, dir: &Path) -> std::io::Result<PathBuf> {
             Ok(kept)
         }
     }
+}
+
+/// A file an earlier [`write_hostfile`] kept under its own name
+/// (`NAME.XXXXXX`, something planted at `NAME`): a regular file of `uid`'s,
+/// private, holding `text`.
+fn kept_before(dir: &Path, name: &str, text: &str, uid: u32) -> Option<PathBuf> {
+    let prefix = format!("{name}.");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        entry.file_name().to_str()?.strip_prefix(&prefix)?;
+        // The entry's own metadata: a link is not followed.
+        let meta = entry.metadata().ok()?;
+        let ours = meta.is_file()
+            && meta.uid() == uid
+            && meta.mode() & 0o077 == 0
+            && meta.len() == text.len() as u64;
+        (ours && std::fs::read(entry.path()).ok()? == text.as_bytes()).then(|| entry.path())
+    })
 }
 
 /// The hostfile of `topo` (`host slots=N` lines), and its name: this
@@ -723,9 +745,20 @@ mod tests {
                 .count(),
             3
         );
-        // The temporary names are not predictable: two writes, two names.
-        let again = write_hostfile(&t, dir.path()).expect("written elsewhere");
-        assert_ne!(again, kept);
+        // Runs do not pile up files: the one kept is used again while it
+        // is the same, and another is written for another list.
+        for _ in 0..3 {
+            assert_eq!(write_hostfile(&t, dir.path()).expect("again"), kept);
+        }
+        let other = write_hostfile(&topo(4), dir.path()).expect("another list");
+        assert_ne!(other, kept);
+        let planted_prefix = format!("{}.", path.file_name().unwrap().to_str().unwrap());
+        let files = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_str().unwrap().starts_with(&planted_prefix))
+            .count();
+        assert_eq!(files, 1, "one file kept beside the planted entry");
     }
 
     #[test]

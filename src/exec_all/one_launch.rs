@@ -149,6 +149,8 @@ async fn processes(
         }
         PerNode::Gpu => Box::pin(count_gpus(job, env, &options, stops)).await?,
     };
+    // A slot of 100000 must not start 100,000 processes.
+    procs::check_counts(&counts, &procs.per_node).map_err(Error::usage)?;
     // The head's selection decides the ranks; a relay's (its group) does not.
     let counts = match procs.head {
         true => procs::Layout::selected(&counts, &plan::selected(n, &options)?),

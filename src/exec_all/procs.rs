@@ -9,6 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::binding::Mode;
+use crate::binding::launcher_ranks::MAX_LOCAL_PROCESSES;
 
 /// What `ROLE_NAME` is, as torchrun's default role.
 const ROLE_NAME: &str = "default";
@@ -36,6 +37,7 @@ impl FromStr for PerNode {
             "slots" => Ok(PerNode::Slots),
             list if list.contains([',', 'x']) => parse_counts(list).map(PerNode::Counts),
             n => match n.parse::<usize>() {
+                Ok(n) if n > MAX_LOCAL_PROCESSES => Err(past_the_cap(text)),
                 Ok(n) if n > 0 => Ok(PerNode::Count(n)),
                 _ => Err(format!(
                     "'{text}' is not a number of processes: give N (1, 2, ...), gpu or slots"
@@ -172,13 +174,38 @@ pub(crate) fn parse_counts(text: &str) -> Result<Vec<usize>, String> {
             )
         };
         let count: usize = count.parse().ok().filter(|&c| c > 0).ok_or_else(bad)?;
+        if count > MAX_LOCAL_PROCESSES {
+            return Err(past_the_cap(text));
+        }
         let run: usize = run.parse().map_err(|_| bad())?;
-        if (counts.len() + run) as u64 > crate::env::hostlists::WIRE_NAMES {
+        if counts
+            .len()
+            .checked_add(run)
+            .is_none_or(|n| n as u64 > crate::env::hostlists::WIRE_NAMES)
+        {
             return Err(bad());
         }
         counts.extend(std::iter::repeat_n(count, run));
     }
     Ok(counts)
+}
+
+/// Why a count past [`MAX_LOCAL_PROCESSES`] is refused.
+fn past_the_cap(text: &str) -> String {
+    format!("'{text}' is past the {MAX_LOCAL_PROCESSES} processes a node may have; give fewer")
+}
+
+/// `counts` (each node's, as `slots` or `gpu` found them) checked against
+/// [`MAX_LOCAL_PROCESSES`] before anything is made for them: one line naming
+/// the first node past it.
+pub(crate) fn check_counts(counts: &[usize], per_node: &PerNode) -> Result<(), String> {
+    match counts.iter().position(|&c| c > MAX_LOCAL_PROCESSES) {
+        None => Ok(()),
+        Some(node) => Err(format!(
+            "--nproc-per-node {per_node}: node {node} would start {} processes, past the {MAX_LOCAL_PROCESSES} a node may have; give a count (--nproc-per-node N) or fewer slots",
+            counts[node]
+        )),
+    }
 }
 
 /// The variables every process of the run gets alike (torchrun's that do
@@ -290,6 +317,33 @@ mod tests {
             let e = bad.parse::<PerNode>().unwrap_err();
             assert!(e.contains("give N (1, 2, ...), gpu or slots"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_count_past_the_cap_is_one_line_before_anything_is_made() {
+        for huge in [
+            "18446744073709551615",
+            "1000000000",
+            "4097",
+            "1,1x18446744073709551615",
+            "4097x2",
+        ] {
+            let e = huge.parse::<PerNode>().unwrap_err();
+            assert!(
+                e.contains("past the 4096 processes a node may have")
+                    || e.contains("not a list of process counts"),
+                "{huge}: {e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert_eq!("4096".parse(), Ok(PerNode::Count(4096)));
+        // A slot count of 100000 (`--nproc-per-node slots`).
+        let e = check_counts(&[2, 100_000], &PerNode::Slots).unwrap_err();
+        assert_eq!(
+            e,
+            "--nproc-per-node slots: node 1 would start 100000 processes, past the 4096 a node may have; give a count (--nproc-per-node N) or fewer slots"
+        );
+        assert_eq!(check_counts(&[4096, 1], &PerNode::Slots), Ok(()));
     }
 
     #[test]

@@ -276,6 +276,11 @@ pub fn table(result: &RunResult) -> String {
         .collect();
     let header = ["RANK", "HOST", "STATUS", "TIME", "LAST OUTPUT"];
     let header = header.map(String::from);
+    // A rank's last line and a host's name are text from outside.
+    let cells: Vec<[String; 5]> = cells
+        .into_iter()
+        .map(|row| row.map(|c| crate::table::printable(&c).into_owned()))
+        .collect();
     let lines: Vec<&[String; 5]> = std::iter::once(&header).chain(&cells).collect();
     out.push_str(&crate::table::render(&lines));
     if rows.len() < total {
@@ -392,6 +397,28 @@ first failure: rank 1 (node1), 1.50 s into the run (00:16:41.500Z UTC): exit 3
         let table = super::table(&ended);
         assert!(!table.contains("shell into"), "{table}");
         assert!(table.ends_with("after this failure\n"), "{table}");
+    }
+
+    #[test]
+    fn what_a_rank_printed_reaches_the_table_and_the_verdict_escaped() {
+        let mut result = result();
+        let fake = "\x1b]0;PWN\x07\x1b[2J\x1b[Hfake verdict: all ok \u{202e}";
+        result.nodes[1].evidence.tail = [fake.to_string()].into_iter().collect();
+        result.nodes[1].evidence.errors.program_error = Some(fake.into());
+        if let Some(NodeOutcome::Lost(why)) = &mut result.nodes[2].outcome {
+            *why = fake.into();
+        }
+        result.first_failure = Some(2);
+        let text = table(&result);
+        assert!(!text.contains(['\x1b', '\x07', '\u{202e}']), "{text:?}");
+        assert!(
+            text.contains("\\e]0;PWN\\x07\\e[2J\\e[Hfake verdict: all ok \\u202e"),
+            "{text}"
+        );
+        result.first_failure = Some(1);
+        let text = table(&result);
+        assert!(!text.contains(['\x1b', '\x07', '\u{202e}']), "{text:?}");
+        assert!(text.contains("  last lines:\n    \\e]0;PWN"), "{text}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{ErrorLines, NodeOutcome, ProcessOf, RunResult};
 use crate::process::{Outcome, signal_name};
+use crate::table::{printable, printable_once};
 
 /// The first failure of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,22 +133,25 @@ fn clock(epoch_secs: f64) -> String {
         .map_or(stamp.clone(), |(_, time)| time.to_string())
 }
 
-/// The verdict as the lines printed under the failure table.
+/// The verdict as the lines printed under the failure table. What a rank
+/// printed, a node's error and the files it names are text from outside:
+/// each goes through [`printable`] (the report keeps them as they came).
 pub fn render(v: &Verdict) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "first failure: {}, {:.2} s into the run ({} UTC): {}",
-        v.who(),
+        printable(&v.who()),
         v.after_start_s,
         clock(v.at),
         v.how
     );
     if let Some(error) = &v.error {
-        let _ = writeln!(out, "  why: {error}");
+        // Escaped by the transport where it came in (a server's words).
+        let _ = writeln!(out, "  why: {}", printable_once(error));
     }
     let oom = match (v.oom_killed, &v.cgroup) {
-        (Some(true), Some(cgroup)) => format!("yes (oom_kill rose in {cgroup})"),
+        (Some(true), Some(cgroup)) => format!("yes (oom_kill rose in {})", printable(cgroup)),
         (Some(true), None) => "yes".into(),
         (Some(false), _) => "no".into(),
         (None, _) => "unknown (the node cannot tell: no multinode agent there, or no readable cgroup OOM counter)".into(),
@@ -156,10 +160,10 @@ pub fn render(v: &Verdict) -> String {
         let _ = writeln!(out, "  OOM-killed: {oom}");
     }
     if let Some(core) = &v.core {
-        let _ = writeln!(out, "  core: {core}");
+        let _ = writeln!(out, "  core: {}", printable(core));
     }
     if let Some(line) = &v.errors.program_error {
-        let _ = writeln!(out, "  program error: {line}");
+        let _ = writeln!(out, "  program error: {}", printable(line));
     }
     if let Some(line) = v
         .errors
@@ -167,15 +171,15 @@ pub fn render(v: &Verdict) -> String {
         .as_ref()
         .filter(|c| Some(*c) != v.errors.nccl_line.as_ref())
     {
-        let _ = writeln!(out, "  NCCL cause: {line}");
+        let _ = writeln!(out, "  NCCL cause: {}", printable(line));
     }
     if let Some(line) = &v.errors.nccl_line {
-        let _ = writeln!(out, "  last NCCL warning/error: {line}");
+        let _ = writeln!(out, "  last NCCL warning/error: {}", printable(line));
     }
     if !v.last_lines.is_empty() {
         let _ = writeln!(out, "  last lines:");
         for l in &v.last_lines {
-            let _ = writeln!(out, "    {l}");
+            let _ = writeln!(out, "    {}", printable(l));
         }
     }
     if let Some(down) = v.down_after_s {

@@ -53,5 +53,5 @@ pub use samples::Samples;
 pub(crate) use alike::{fold, place};
 pub(crate) use procfs::{is_own_group, pid_namespace};
 pub(crate) use ps_render::{left_out, render_json, render_table};
-pub(crate) use ranks::Found;
+pub(crate) use ranks::{Found, claimed_line, claimed_twice};
 pub(crate) use take::{Options, take};

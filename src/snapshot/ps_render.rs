@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::alike::Alike;
 use super::node_snapshot::{NodeSnapshot, Proc};
 use super::ranks::Units;
-use crate::table::printable;
+use crate::table::{printable, printable_once};
 use crate::topology::nodeset::fold_ranks;
 
 /// The JSON document of `--format json` and of the report's `snapshot`.
@@ -181,7 +181,7 @@ fn shorten(s: &str, max: usize) -> String {
 /// with `cpus`, the CPUs each may run on.
 fn processes(out: &mut String, snap: &NodeSnapshot, cpus: bool) {
     if let Some(e) = &snap.error {
-        let _ = writeln!(out, "  no snapshot: {}", printable(e));
+        let _ = writeln!(out, "  no snapshot: {}", printable_once(e));
         return;
     }
     if snap.processes.is_empty() {
@@ -290,6 +290,10 @@ pub(crate) fn render_table(groups: &[Alike], units: &Units) -> String {
     let _ = writeln!(out, "{}", printable(&headline(groups, units)));
     if let Some(hint) = shell_hint(groups, units) {
         let _ = writeln!(out, "{hint}");
+    }
+    // Two processes that claim one rank are both shown, and said to be.
+    for (rank, claims) in super::ranks::claimed_twice(units.nodes) {
+        let _ = writeln!(out, "{}", super::ranks::claimed_line(rank, &claims));
     }
     let _ = writeln!(out);
     let ranks_w = groups
@@ -600,6 +604,28 @@ mod tests {
         );
         assert!(
             table.contains("\nnode 1 (127.0.0.3):\n  no snapshot: connection refused\n"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn two_processes_that_claim_one_rank_are_said_to() {
+        let mut snaps: Vec<NodeSnapshot> =
+            (0..2).map(|node| snap(node, &["all_reduce"], 0)).collect();
+        for (node, s) in snaps.iter_mut().enumerate() {
+            s.commands = vec![crate::snapshot::CommandInfo {
+                pgid: 40 + node as i32,
+                rank: Some(1),
+                ..Default::default()
+            }];
+        }
+        let units = Units::of(&snaps);
+        let groups = fold(&units.units);
+        let table = render_table(&groups, &units);
+        assert!(
+            table.contains(
+                "\nrank 1 is claimed by 2 processes: node 0 (127.0.0.2, group 40), node 1 (127.0.0.3, group 41)\n"
+            ),
             "{table}"
         );
     }

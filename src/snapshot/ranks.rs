@@ -115,44 +115,107 @@ impl Units<'_> {
     }
 }
 
+/// One command that claims a global rank (started with `RANK` set to it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    /// Its node's rank and host.
+    pub node: usize,
+    pub host: String,
+    /// Its process group there.
+    pub pgid: i32,
+    pub local_rank: Option<usize>,
+}
+
 /// Where a global rank runs, from the nodes' answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Found {
-    /// On node `node` (the first in rank order that runs it), its local
-    /// rank when it was started with one.
+    /// On node `node`, its local rank when it was started with one.
     At {
         node: usize,
         local_rank: Option<usize>,
     },
+    /// Several processes claim it (a stale one, one started by hand, a
+    /// forged one): which is meant is not guessed.
+    Several(Vec<Claim>),
     /// No node that answered runs it; `unanswered`: the nodes that did not
     /// answer, with why.
     Nowhere { unanswered: Vec<(usize, String)> },
 }
 
-/// The node whose agent runs a command started with `RANK=rank`: one
-/// started with a `LOCAL_RANK` too first (exec_all's processes with
-/// several a node), else any (a job of one command a node: `RANK` is its
-/// node's rank; a shell someone opened with `RANK` set).
+/// Every command of the nodes that claims `rank`, in node order.
+fn claims_of(snaps: &[NodeSnapshot], rank: usize) -> Vec<Claim> {
+    snaps
+        .iter()
+        .flat_map(|snap| {
+            snap.commands
+                .iter()
+                .filter(move |c| c.rank == Some(rank))
+                .map(|c| Claim {
+                    node: snap.rank,
+                    host: snap.host.clone(),
+                    pgid: c.pgid,
+                    local_rank: c.local_rank,
+                })
+        })
+        .collect()
+}
+
+/// The node whose agent runs the one command started with `RANK=rank`;
+/// [`Found::Several`] when more than one claims it.
 pub(crate) fn find(snaps: &[NodeSnapshot], rank: usize) -> Found {
-    let mut any = None;
-    for snap in snaps {
-        for cmd in snap.commands.iter().filter(|c| c.rank == Some(rank)) {
-            let at = Found::At {
-                node: snap.rank,
-                local_rank: cmd.local_rank,
-            };
-            if cmd.local_rank.is_some() {
-                return at;
+    let mut claims = claims_of(snaps, rank);
+    match claims.len() {
+        0 => Found::Nowhere {
+            unanswered: snaps
+                .iter()
+                .filter_map(|s| Some((s.rank, s.error.clone()?)))
+                .collect(),
+        },
+        1 => {
+            let one = claims.remove(0);
+            Found::At {
+                node: one.node,
+                local_rank: one.local_rank,
             }
-            any.get_or_insert(at);
+        }
+        _ => Found::Several(claims),
+    }
+}
+
+/// Each rank that more than one command claims, with its claims, in rank
+/// order: `top` and `ps` show them as such.
+pub(crate) fn claimed_twice(snaps: &[NodeSnapshot]) -> Vec<(usize, Vec<Claim>)> {
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for c in snaps.iter().flat_map(|s| &s.commands) {
+        if let Some(rank) = c.rank {
+            *counts.entry(rank).or_default() += 1;
         }
     }
-    any.unwrap_or_else(|| Found::Nowhere {
-        unanswered: snaps
-            .iter()
-            .filter_map(|s| Some((s.rank, s.error.clone()?)))
-            .collect(),
-    })
+    counts
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(rank, _)| (rank, claims_of(snaps, rank)))
+        .collect()
+}
+
+/// `rank 3 is claimed by 2 processes: node 0 (n0, group 900), node 1 (n1, group 20)`.
+pub(crate) fn claimed_line(rank: usize, claims: &[Claim]) -> String {
+    let each: Vec<String> = claims
+        .iter()
+        .map(|c| {
+            format!(
+                "node {} ({}, group {})",
+                c.node,
+                crate::table::printable(&c.host),
+                c.pgid
+            )
+        })
+        .collect();
+    format!(
+        "rank {rank} is claimed by {} processes: {}",
+        claims.len(),
+        each.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -284,8 +347,6 @@ mod tests {
     #[test]
     fn a_rank_is_found_on_its_node_or_said_to_be_nowhere() {
         let mut snaps = vec![node(0, true), node(1, true)];
-        // A shell opened on node 0 with RANK=3 set by hand: the process wins.
-        snaps[0].commands.push(cmd(900, 3, None));
         assert_eq!(
             find(&snaps, 3),
             Found::At {
@@ -293,6 +354,20 @@ mod tests {
                 local_rank: Some(1)
             }
         );
+        assert!(claimed_twice(&snaps).is_empty());
+        // A command on node 0 started with RANK=3 too (by hand, stale,
+        // forged): neither is guessed.
+        snaps[0].commands.push(cmd(900, 3, None));
+        let Found::Several(claims) = find(&snaps, 3) else {
+            panic!("two claims: {:?}", find(&snaps, 3));
+        };
+        let twice = claimed_twice(&snaps);
+        assert_eq!(twice, vec![(3, claims.clone())]);
+        assert_eq!(
+            claimed_line(3, &claims),
+            "rank 3 is claimed by 2 processes: node 0 (n0, group 900), node 1 (n1, group 220)"
+        );
+        snaps[0].commands.pop();
         assert_eq!(
             find(&snaps, 0),
             Found::At {

@@ -43,7 +43,10 @@ impl StepPattern {
                 let Some(span) = caps.get_group(1) else {
                     continue;
                 };
-                if let Ok(n) = line[span.range()].trim().parse::<f64>() {
+                // A step is a finite number: `1e999` parses as infinity.
+                if let Ok(n) = line[span.range()].trim().parse::<f64>()
+                    && n.is_finite()
+                {
                     best = Some(best.map_or(n, |b: f64| b.max(n)));
                 }
             }
@@ -120,6 +123,11 @@ mod tests {
         let lines = ["epoch 1 step 41 loss 2.0", "step 42 loss 1.9", "eval"].map(String::from);
         assert_eq!(p.step(&lines), Some(42.0));
         assert_eq!(p.step(&["nothing".to_string()]), None);
+        // A number past f64's range is no step (`STEP inf`).
+        let huge = format!("step {}", "9".repeat(400));
+        assert_eq!(p.step(&[huge, "step 7".into()]), Some(7.0));
+        let p = StepPattern::new(r"step (\S+)").expect("pattern");
+        assert_eq!(p.step(&["step 1e999".into(), "step inf".into()]), None);
         assert!(
             StepPattern::new(r"step \d+")
                 .unwrap_err()

@@ -9,7 +9,7 @@ use super::rows::Row;
 use super::start_line::Start;
 use super::straggler::StragglerVerdict;
 use crate::cli::TopSort;
-use crate::table::printable;
+use crate::table::{printable, printable_once};
 
 /// One refresh, as `--format json` prints it (one line).
 #[derive(Debug, Serialize)]
@@ -24,6 +24,10 @@ pub struct Refresh<'a> {
     pub start: Option<&'a Start>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ras: Option<&'a RasFacts>,
+    /// Each rank that more than one process claims (started with its
+    /// `RANK`), as a line: both are shown, neither is guessed.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub claimed_twice: &'a [String],
     pub rows: &'a [Row],
 }
 
@@ -93,6 +97,10 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
         out.push_str(&printable(ras));
         out.push('\n');
     }
+    for line in refresh.claimed_twice {
+        out.push_str(line);
+        out.push('\n');
+    }
     let progress = refresh.rows.iter().any(|r| r.step.is_some());
     let mut header = vec!["RANK", "HOST", "ST", "UP", "CPU%", "RSS", "WAIT"];
     if progress {
@@ -104,9 +112,15 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in refresh.rows {
         if let Some(e) = &r.error {
-            let mut cells = vec![r.rank.to_string(), r.host.clone(), "?".into()];
+            // Every cell through `printable`: a host's name and an error
+            // (a server's words, an agent's) are text from outside.
+            let mut cells = vec![
+                r.rank.to_string(),
+                printable(&r.host).into_owned(),
+                "?".into(),
+            ];
             cells.resize(header.len() - 1, String::new());
-            cells.push(format!("no snapshot: {e}"));
+            cells.push(format!("no snapshot: {}", printable_once(e)));
             lines.push(cells);
             continue;
         }
@@ -119,7 +133,8 @@ pub(crate) fn table(title: &str, refresh: &Refresh<'_>, ras_line: Option<&str>) 
                 r.state.clone()
             },
             age(r.up_s),
-            format!("{:.0}", r.cpu_pct),
+            // A sum that rounds to nothing, or a clock that went back, is 0, never `-0`.
+            format!("{:.0}", if r.cpu_pct > 0.0 { r.cpu_pct } else { 0.0 }),
             size(r.rss_kib),
             r.wait_share
                 .map_or("-".into(), |w| format!("{:.0}%", w * 100.0)),
@@ -227,6 +242,7 @@ mod tests {
             straggler: &verdict,
             start: None,
             ras: None,
+            claimed_twice: &[],
             rows: &rows,
         };
         let text = table("multinode top: 2 ranks", &refresh, None);
@@ -266,6 +282,7 @@ mod tests {
             straggler: &verdict,
             start: None,
             ras: None,
+            claimed_twice: &[],
             rows: &rows,
         };
         let text = table("t", &refresh, None);
@@ -280,6 +297,49 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&json(&refresh)).unwrap();
         assert_eq!(doc["rows"][1]["processes_left_out"], 79);
         assert_eq!(doc["rows"][0].get("processes_left_out"), None);
+    }
+
+    #[test]
+    fn an_error_row_is_escaped_in_every_cell_and_cpu_is_never_minus_zero() {
+        let rows = vec![
+            Row {
+                rank: 0,
+                host: "n0".into(),
+                cpu_pct: -0.3,
+                ..Row::default()
+            },
+            Row {
+                rank: 3,
+                host: "n\x1b]0;x\x07".into(),
+                error: Some("\x1b[2J\x1b[H\x1b[31mrank 3: all good\x1b[0m\nFAKE \u{202e}".into()),
+                ..Row::default()
+            },
+        ];
+        let verdict = StragglerVerdict {
+            stragglers: vec![],
+            line: "no straggler (1 rank)".into(),
+        };
+        let claimed = [
+            "rank 0 is claimed by 2 processes: node 0 (n0, group 5), node 1 (n1, group 9)"
+                .to_string(),
+        ];
+        let refresh = Refresh {
+            time_ms: 1,
+            ranks: 2,
+            straggler: &verdict,
+            start: None,
+            ras: None,
+            claimed_twice: &claimed,
+            rows: &rows,
+        };
+        let text = table("multinode top: 2 ranks", &refresh, None);
+        assert!(!text.contains(['\x1b', '\x07', '\u{202e}']), "{text:?}");
+        assert_eq!(text.lines().nth(2), Some(claimed[0].as_str()), "{text}");
+        assert_eq!(text.lines().count(), 6, "{text}");
+        assert!(text.contains("no snapshot: \\e[2J\\e[H"), "{text}");
+        assert!(text.contains("n\\e]0;x\\x07"), "{text}");
+        let cpu = text.lines().nth(4).expect("rank 0's row");
+        assert!(!cpu.contains("-0"), "{cpu}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::keys::{JobKeys, Secret};
 use crate::protocol::control::Control;
 use crate::snapshot::run_start::by_rank;
 use crate::snapshot::survey::{Ask, Kept, ask_each, job_agents};
+use crate::snapshot::{claimed_line, claimed_twice};
 use crate::transport::client::{Auth, Connector};
 
 /// The order `s` cycles through.
@@ -42,6 +43,8 @@ struct Judged {
     verdict: StragglerVerdict,
     start: Option<Start>,
     ras: Option<RasFacts>,
+    /// Each rank more than one process claims, as a line.
+    claimed_twice: Vec<String>,
     unanswered: usize,
     time_ms: u64,
 }
@@ -85,11 +88,16 @@ impl Session {
         let verdict = straggler::judge(&rows);
         let starts = by_rank(snaps.iter().flat_map(|s| &s.runs));
         let start = start_line::judge(&rows, &starts);
+        let claimed_twice = claimed_twice(&snaps)
+            .iter()
+            .map(|(rank, claims)| claimed_line(*rank, claims))
+            .collect();
         Judged {
             rows,
             verdict,
             start,
             ras,
+            claimed_twice,
             unanswered: snaps.iter().filter(|s| s.error.is_some()).count(),
             time_ms: crate::snapshot::unix_ms(),
         }
@@ -104,6 +112,7 @@ fn text(judged: &mut Judged, sort: TopSort, interval: Duration, live: bool) -> (
         straggler: &judged.verdict,
         start: judged.start.as_ref(),
         ras: judged.ras.as_ref(),
+        claimed_twice: &judged.claimed_twice,
         rows: &judged.rows,
     };
     let when = humantime::format_rfc3339_seconds(

@@ -15,6 +15,10 @@
 //!    inside a collective or a wait is the lowest: it is flagged when the
 //!    median of the others' shares is at least 0.3 and its own is 0.25 or
 //!    more below it, each share standing on at least [`MIN_SAMPLES`] samples.
+//!    With `--progress`, a rank whose step rate is above the median of
+//!    the others' by more than a step over the rate's window (more than
+//!    the rate's noise) is ahead, not slow: it is never named by this
+//!    rule (a loop without collectives, where the fastest rank waits least).
 //!
 //! A flagged rank's GPUs are compared with the median of all the ranks'
 //! GPUs: an SM clock below 0.9 times the median, and throttle reasons the
@@ -85,6 +89,19 @@ fn share(r: &Row) -> Option<f64> {
 
 fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
+}
+
+/// Whether `row`'s step rate is above the median of the others' by more
+/// than a step over its window (the rate is only good to a step).
+fn ahead(row: &Row, live: &[&Row], i: usize) -> bool {
+    match (
+        row.step_rate,
+        row.rate_window_s,
+        others(live, i, |r| r.step_rate),
+    ) {
+        (Some(rate), Some(window), Some(typical)) if window > 0.0 => rate - 1.0 / window > typical,
+        _ => false,
+    }
 }
 
 /// The GPU facts worth adding to a flagged rank's line.
@@ -170,6 +187,7 @@ pub fn judge(rows: &[Row]) -> StragglerVerdict {
         if let (Some(mine), Some(typical)) = (share(row), others(&live, i, share))
             && typical >= OTHERS_WAIT
             && mine <= typical - WAIT_GAP
+            && !ahead(row, &live, i)
         {
             reasons.push((
                 3,
@@ -199,7 +217,9 @@ pub fn judge(rows: &[Row]) -> StragglerVerdict {
     }
     found.sort_by_key(|(worst, f)| (*worst, f.rank));
     let stragglers: Vec<Finding> = found.into_iter().map(|(_, f)| f).collect();
-    let line = if stragglers.is_empty() && live.len() == 1 {
+    let line = if live.is_empty() {
+        "no straggler: no rank answered".to_string()
+    } else if stragglers.is_empty() && live.len() == 1 {
         "no straggler (1 rank)".to_string()
     } else if stragglers.is_empty() {
         format!("no straggler ({} ranks even)", live.len())
@@ -332,5 +352,32 @@ mod tests {
         rows[0].error = Some("unreachable".into());
         rows[0].step_rate = Some(0.0);
         assert!(judge(&rows).stragglers.is_empty());
+        // No rank answered: nothing is even.
+        for r in &mut rows {
+            r.error = Some("unreachable".into());
+        }
+        assert_eq!(judge(&rows).line, "no straggler: no rank answered");
+    }
+
+    #[test]
+    fn a_rank_ahead_in_steps_is_never_named_for_waiting_least() {
+        // A loop without collectives (issue 51): rank 2 waits least
+        // because it is the fastest, 20.3 steps/s against 11.0-11.4.
+        let mut rows = even(4);
+        for (r, (rate, wait)) in
+            rows.iter_mut()
+                .zip([(11.0, 0.41), (11.4, 0.40), (20.3, 0.0), (11.2, 0.42)])
+        {
+            r.step_rate = Some(rate);
+            r.wait_share = Some(wait);
+        }
+        let v = judge(&rows);
+        assert!(v.stragglers.is_empty(), "{}", v.line);
+        // Even rates (a synchronous job, within a step's noise): the
+        // rank that waits least is still the one the others wait for.
+        rows[2].step_rate = Some(11.5);
+        let v = judge(&rows);
+        assert_eq!(v.stragglers.len(), 1, "{}", v.line);
+        assert_eq!(v.stragglers[0].rank, 2);
     }
 }

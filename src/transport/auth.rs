@@ -12,6 +12,12 @@ use tracing::debug;
 
 use super::target::{ConnectError, Target};
 use crate::keys::JobKeys;
+use crate::table::printable_cut;
+
+/// What is kept of a text a server sends (a disconnect's reason, a channel
+/// refusal's), in characters: a few lines' worth; the rest is a peer's to
+/// fill a terminal with.
+pub(crate) const PEER_TEXT_MAX: usize = 200;
 
 /// How the client proves who it is and checks who the server is.
 #[derive(Clone)]
@@ -132,7 +138,7 @@ impl client::Handler for ClientHandler {
         };
         let line = match description {
             "" => name.to_string(),
-            d => format!("{name}: {}", d.trim_end()),
+            d => format!("{name}: {}", printable_cut(d.trim_end(), PEER_TEXT_MAX)),
         };
         debug!(target = %self.target, ?channel, %line, "channel open failed");
         self.open_failures
@@ -149,8 +155,13 @@ impl client::Handler for ClientHandler {
         let (text, result) = match reason {
             // The agent says why it closes a connection that has not logged
             // in (its deadline, too many not logged in, a penalty).
+            // Its text comes before any host key is checked, from whoever
+            // answers at the address: escaped and cut here, its source.
             client::DisconnectReason::ReceivedDisconnect(info) => (
-                format!("the server closed the connection: {}", info.message),
+                format!(
+                    "the server closed the connection: {}",
+                    printable_cut(&info.message, PEER_TEXT_MAX)
+                ),
                 Ok(()),
             ),
             client::DisconnectReason::Error(e) => (e.to_string(), Err(e)),

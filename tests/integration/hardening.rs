@@ -380,3 +380,59 @@ fn host_names_are_resolved_at_once_through_a_slow_dns_server() {
         "the DNS server saw at most {most} queries at once"
     );
 }
+
+/// Huge numbers from outside (issue 51, finding 9) are one line and exit
+/// code 2, never a panic nor an allocation that aborts; a node's processes
+/// are capped (4,096) before any is started: a slot count of 100000 with
+/// `--nproc-per-node slots` started spawning 100,001 processes.
+#[test]
+fn huge_counts_are_one_line_and_exit_2_before_anything_starts() {
+    let one_line = |out: &std::process::Output, what: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    };
+    let out = cmd(&multinode())
+        .env("LOCAL_RANK", "18446744073709551615")
+        .args(["bind", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    one_line(&out, "bind with LOCAL_RANK=2^64-1");
+    assert!(
+        stderr(&out).contains("LOCAL_RANK=18446744073709551615"),
+        "{}",
+        stderr(&out)
+    );
+    let host = fresh_loopback();
+    for (hosts, count) in [
+        (host.clone(), "18446744073709551615"),
+        (
+            format!("{host},{}", fresh_loopback()),
+            "1,1x18446744073709551615",
+        ),
+        (host.clone(), "1000000000"),
+        (format!("{host}:100000"), "slots"),
+    ] {
+        let start = Instant::now();
+        let out = cmd(&mn_exec_all())
+            .args(["--hosts", &hosts, "--node-rank", "0", "--bind", "none"])
+            .args(["--nproc-per-node", count, "-c", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let what = format!("--hosts {hosts} --nproc-per-node {count}");
+        one_line(&out, &what);
+        let err = stderr(&out);
+        assert!(
+            err.contains("4096") || err.contains("is not a list of process counts"),
+            "{what}: {err}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: {:?}",
+            start.elapsed()
+        );
+    }
+}

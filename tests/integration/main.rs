@@ -13,6 +13,7 @@ mod check;
 mod diagnose;
 mod docs;
 mod env;
+mod escapes;
 mod exec_all;
 mod forward;
 mod hardening;

@@ -138,6 +138,19 @@ fn from_a_terminal_it_is_an_interactive_shell_with_a_pty() {
     term.expect("interactive\r\n", 1);
     term.expect("30 100\r\n", 1);
     assert!(term.text().contains("\r\n/dev/pts/"), "{}", term.text());
+    // A person's terminal claims no rank, though its shell has a RANK:
+    // `top` and the next `shell --rank` see the process that does.
+    let mut ps = cmd(&multinode());
+    ps.envs(job.env()).args(["ps", "--format", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&run(ps).stdout).expect("ps json");
+    let commands: Vec<&serde_json::Value> = doc["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["commands"].as_array().into_iter().flatten())
+        .collect();
+    assert!(!commands.is_empty(), "{doc:#}");
+    assert!(commands.iter().all(|c| c.get("rank").is_none()), "{doc:#}");
     term.send("exit 3\r");
     assert_eq!(
         term.child.wait().unwrap().code(),
@@ -327,6 +340,40 @@ fn by_a_process_rank_it_lands_on_that_processs_node() {
         stderr(&out),
         "multinode: error: no process of the job runs with RANK=9 on the 3 nodes that answered; `multinode ps` lists the ranks that run\n"
     );
+    // A second process that claims rank 3 (a command started with its
+    // RANK, left running): neither is guessed, and `ps` says so.
+    let other = sleep_tag();
+    let mut second = job
+        .shell(&["--rank", "3", "--", &format!("exec sleep {other}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || sleepers(&other)
+        .len()
+        == 1));
+    let out = run(job.shell(&["--rank", "3", "--", "true"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "multinode: error: rank 3 is claimed by 2 processes: node 1 ({}, group ",
+            job.hosts[1]
+        )),
+        "{err}"
+    );
+    let mut ps = cmd(&multinode());
+    ps.envs(job.env()).arg("ps");
+    let table = stdout(&run(ps));
+    assert!(
+        table.contains("rank 3 is claimed by 2 processes: node 1 ("),
+        "{table}"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
+    assert!(eventually(Duration::from_secs(20), || sleepers(&other).is_empty()));
     // A node and a rank at once: one line, exit 2 (clap's).
     let out = run(job.shell(&["--rank", "1", "2"]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
