@@ -44,6 +44,8 @@ pub(crate) struct JobView {
     pub rendezvous: Option<SocketAddr>,
     /// `MULTINODE_SSH_WRAPPER` as resolved here.
     pub ssh_wrapper: Option<String>,
+    /// `--gpu`: the GPUs' error and link state too.
+    pub gpu_health: bool,
 }
 
 impl JobView {
@@ -58,6 +60,7 @@ impl JobView {
             hosts: names(job.topology.nodes.iter().map(|n| n.host.as_str())),
             rendezvous: Some(SocketAddr::new(job.head_ip, port)),
             ssh_wrapper: Some(job.wrapper.clone()),
+            gpu_health: false,
         }
     }
 
@@ -93,6 +96,7 @@ impl JobView {
             hosts: names(hosts),
             rendezvous: head_ip.map(|ip| SocketAddr::new(ip, port)),
             ssh_wrapper: env.get(vars::SSH_WRAPPER).map(str::to_string),
+            gpu_health: false,
         }
     }
 }
@@ -115,14 +119,18 @@ fn names<'a>(hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
 /// when it does not resolve, what the environment says. Errors only for bad
 /// command-line flags (the user's own input).
 pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<JobView, Error> {
-    match resolve_job(&args.topology.inputs(), env) {
-        Ok(job) => Ok(JobView::from_job(&job, args.port)),
-        Err(e) if flags_given(&args.topology) => Err(e),
+    let plan = match resolve_job(&args.topology.inputs(), env) {
+        Ok(job) => JobView::from_job(&job, args.port),
+        Err(e) if flags_given(&args.topology) => return Err(e),
         Err(e) => {
             debug!(error = %e, "the contract does not resolve here");
-            Ok(JobView::from_env(env, args.port, &e))
+            JobView::from_env(env, args.port, &e)
         }
-    }
+    };
+    Ok(JobView {
+        gpu_health: args.gpu,
+        ..plan
+    })
 }
 
 fn flags_given(t: &TopologyArgs) -> bool {
@@ -131,10 +139,13 @@ fn flags_given(t: &TopologyArgs) -> bool {
 
 /// Gathers this node's facts.
 pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFacts {
-    let (gpus, toolkits, names, rendezvous, affinity) = std::thread::scope(|s| {
+    let (gpus, toolkits, names, rendezvous, affinity, health) = std::thread::scope(|s| {
         // Set but empty hides every GPU from CUDA: not "unset" here.
         let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
         let gpus = s.spawn(move || gpus(probe, visible));
+        let health = plan
+            .gpu_health
+            .then(|| s.spawn(|| super::gpu_health::gpu_health(probe)));
         let toolkits = s.spawn(|| toolkits(probe, env));
         let affinity = s.spawn(|| affinity(probe, env));
         let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
@@ -147,7 +158,16 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
             names.join().unwrap_or_default(),
             rendezvous.and_then(|h| h.join().ok()),
             affinity.join().unwrap_or_default(),
+            health.map(|h| h.join().unwrap_or_default()),
         )
+    });
+    // The GPUs the job sees (`CUDA_VISIBLE_DEVICES`), as the inventory narrowed them.
+    let health = health.map(|mut h| {
+        if gpus.smi == SmiStatus::Ok {
+            h.devices
+                .retain(|d| gpus.devices.iter().any(|g| g.index == d.index));
+        }
+        h
     });
     let facts = NodeFacts {
         schema: SCHEMA,
@@ -171,6 +191,7 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
         cuda_toolkits: toolkits,
         settings: settings(probe, env, plan),
         affinity,
+        gpu_health: health,
     };
     NodeFacts {
         time_ms: probe.now_ms(),
@@ -402,6 +423,7 @@ mod tests {
             hosts: vec!["gpu01".into(), "gpu02".into()],
             rendezvous: Some("10.0.0.1:29500".parse().expect("addr")),
             ssh_wrapper: Some("/usr/local/bin/mn-ssh".into()),
+            gpu_health: false,
         }
     }
 

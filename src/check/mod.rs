@@ -13,6 +13,8 @@
 //! - `checks`: facts in, one result a check out.
 //! - `report`: the table and the JSON.
 //! - `head`: `multinode check` on the head.
+//! - `gpu_health`: `--local --gpu`: the GPUs' error and link state, the
+//!   kernel log's Xid lines.
 //! - `cuda`: pure parsers (nvidia-smi's output is `crate::nvidia_smi`'s;
 //!   CUDA versions and architectures, NCCL's and Gloo's lists,
 //!   host names folded as `node[01-04]`).
@@ -20,6 +22,7 @@
 mod checks;
 mod cuda;
 mod facts;
+mod gpu_health;
 mod gpu_stack;
 mod head;
 mod local;
