@@ -9,6 +9,7 @@ mod binding;
 mod bounds;
 mod bytepipe;
 mod check;
+mod check_gpu;
 mod diagnose;
 mod docs;
 mod env;
