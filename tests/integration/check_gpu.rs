@@ -14,48 +14,25 @@ const H100: &str = concat!(
     "/tests/fixtures/nvidia-smi/h100-health"
 );
 
-/// A folder with a stand-in `nvidia-smi` and `dmesg`. Each reads its
-/// variant from the environment of the node it runs on (an agent's own):
-/// `FAKE_GPU_HEALTH` (a CSV of the fixture folder), `FAKE_NVLINK` (a file,
-/// unset: nothing printed), `FAKE_DMESG` (a file, or `denied`),
-/// `FAKE_SMI_HANG` (a file: the health query writes its pid there and hangs).
+/// The stand-ins `nvidia-smi` and `dmesg` (tests/fixtures/nvidia-smi/h100-health/bin).
+/// Each reads its variant from the environment of the node it runs on (an
+/// agent's own): `STANDIN_HEALTH` (a CSV of the fixture folder),
+/// `STANDIN_NVLINK` (a file; unset: nothing printed), `STANDIN_DMESG` (a file,
+/// or `denied`), `STANDIN_HANG` (a file: the health query writes its pid
+/// there and hangs).
 struct StandIn {
     dir: tempfile::TempDir,
 }
 
 impl StandIn {
     fn new() -> Self {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let smi = format!(
-            "#!/bin/sh\n\
-             d='{H100}'\n\
-             case \"$*\" in\n\
-             *--query-gpu=index,name,*) exec cat \"$d/query.csv\" ;;\n\
-             *--query-gpu=index,pci.bus_id,persistence_mode,*)\n\
-               if [ -n \"$FAKE_SMI_HANG\" ]; then echo $$ > \"$FAKE_SMI_HANG\"; exec sleep 60; fi\n\
-               exec cat \"$d/${{FAKE_GPU_HEALTH:-health.csv}}\" ;;\n\
-             nvlink*) if [ -n \"$FAKE_NVLINK\" ]; then exec cat \"$d/$FAKE_NVLINK\"; fi; exit 0 ;;\n\
-             *) exec cat \"$d/version.txt\" ;;\n\
-             esac\n"
-        );
-        let dmesg = format!(
-            "#!/bin/sh\n\
-             if [ \"$FAKE_DMESG\" = denied ]; then\n\
-               echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n\
-             fi\n\
-             exec cat '{H100}/'\"${{FAKE_DMESG:-dmesg.txt}}\"\n"
-        );
-        for (name, text) in [("nvidia-smi", smi), ("dmesg", dmesg)] {
-            let path = dir.path().join(name);
-            std::fs::write(&path, text).expect("write a stand-in");
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        StandIn {
+            dir: tempfile::tempdir().expect("tempdir"),
         }
-        StandIn { dir }
     }
 
     fn path(&self) -> String {
-        format!("{}:/usr/bin:/bin", self.dir.path().display())
+        format!("{H100}/bin:/usr/bin:/bin")
     }
 }
 
@@ -109,16 +86,16 @@ fn every_gpu_check_names_its_node_across_agents() {
             &hosts[1],
             port,
             &[],
-            &[("FAKE_GPU_HEALTH", "health-ecc.csv")],
+            &[("STANDIN_HEALTH", "health-ecc.csv")],
         ),
         Agent::start_with(
             &hosts[2],
             port,
             &[],
             &[
-                ("FAKE_GPU_HEALTH", "health-hw-slowdown.csv"),
-                ("FAKE_DMESG", "dmesg-xid.txt"),
-                ("FAKE_NVLINK", "nvlink-inactive.txt"),
+                ("STANDIN_HEALTH", "health-hw-slowdown.csv"),
+                ("STANDIN_DMESG", "dmesg-xid.txt"),
+                ("STANDIN_NVLINK", "nvlink-inactive.txt"),
             ],
         ),
         Agent::start_with(
@@ -126,8 +103,8 @@ fn every_gpu_check_names_its_node_across_agents() {
             port,
             &[],
             &[
-                ("FAKE_GPU_HEALTH", "health-pcie.csv"),
-                ("FAKE_DMESG", "denied"),
+                ("STANDIN_HEALTH", "health-pcie.csv"),
+                ("STANDIN_DMESG", "denied"),
             ],
         ),
     ];
@@ -229,7 +206,7 @@ fn healthy_nodes_pass_and_pending_remapped_rows_fail() {
     let hosts = fresh_loopbacks(2);
     let port = 29983;
     let stand_in = StandIn::new();
-    let denied = Agent::start_with(&hosts[1], port, &[], &[("FAKE_DMESG", "denied")]);
+    let denied = Agent::start_with(&hosts[1], port, &[], &[("STANDIN_DMESG", "denied")]);
     let out = check_gpu(&stand_in, &hosts, port, &["--format", "json"]);
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     for r in rows.as_array().expect("rows") {
@@ -259,7 +236,7 @@ fn healthy_nodes_pass_and_pending_remapped_rows_fail() {
         &hosts[1],
         port,
         &[],
-        &[("FAKE_GPU_HEALTH", "health-remap-pending.csv")],
+        &[("STANDIN_HEALTH", "health-remap-pending.csv")],
     );
     let out = check_gpu(&stand_in, &hosts, port, &[]);
     assert_eq!(out.status.code(), Some(1));
@@ -291,7 +268,7 @@ fn a_hanging_health_query_is_killed_within_its_limit_and_named() {
     let start = Instant::now();
     let out = cmd(&multinode())
         .env("PATH", stand_in.path())
-        .env("FAKE_SMI_HANG", &pid_file)
+        .env("STANDIN_HANG", &pid_file)
         .args([
             "check",
             "--gpu",
