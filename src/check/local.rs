@@ -600,6 +600,35 @@ mod tests {
     }
 
     #[test]
+    fn gpu_health_only_with_gpu_and_only_of_the_visible_gpus() {
+        let query = format!(
+            "nvidia-smi --query-gpu={} --format=csv,nounits",
+            crate::nvidia_smi::HEALTH_QUERY
+        );
+        let csv = "index, pci.bus_id, persistence_mode\n\
+                   0, 00000000:18:00.0, Enabled\n\
+                   1, 00000000:2A:00.0, Disabled\n";
+        let probe = h200_node()
+            .program(&query, printed(csv))
+            .program("dmesg", printed(""));
+        let e = env(&[("CUDA_VISIBLE_DEVICES", "1")]);
+        assert_eq!(gather(&probe, &e, &plan()).gpu_health, None);
+        let p = JobView {
+            gpu_health: true,
+            ..plan()
+        };
+        let h = gather(&probe, &e, &p).gpu_health.expect("asked");
+        assert_eq!(h.smi, SmiStatus::Ok);
+        let seen: Vec<(u32, Option<bool>)> = h
+            .devices
+            .iter()
+            .map(|d| (d.index, d.persistence_mode))
+            .collect();
+        assert_eq!(seen, [(1, Some(false))]);
+        assert_eq!((h.kernel_log_error, h.xids.len()), (None, 0));
+    }
+
+    #[test]
     fn a_cpu_node_without_nvidia_smi_or_toolkits() {
         let probe = FakeProbe::default();
         let f = gather(&probe, &EnvMap::default(), &plan());
