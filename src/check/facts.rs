@@ -49,6 +49,37 @@ pub(crate) struct NodeFacts {
     /// The GPUs' error and link state (`check --gpu` only: absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_health: Option<GpuHealthFacts>,
+    /// Each GPU's speed, measured with the job's torch (`check --gpu` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_speed: Option<GpuSpeedFacts>,
+}
+
+/// What the speed probe measured, or why it did not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct GpuSpeedFacts {
+    /// Why nothing was measured: no torch, no CUDA GPU for it (one line).
+    pub skipped: Option<String>,
+    /// Why the probe failed or was killed at its limit.
+    pub error: Option<String>,
+    /// The `python3` that ran it and its torch's `__version__`.
+    pub python: Option<String>,
+    pub torch: Option<String>,
+    /// One a GPU, in CUDA's order (ordinal 0 is `gpus.devices[0]`).
+    pub gpus: Vec<GpuSpeed>,
+}
+
+/// One GPU's speed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct GpuSpeed {
+    pub ordinal: u32,
+    pub name: String,
+    /// bf16 matmul, 8192³.
+    pub matmul_tflops: f64,
+    /// Pinned copies of 256 MiB.
+    pub h2d_gbs: f64,
+    pub d2h_gbs: f64,
 }
 
 /// What `check --gpu` gathers on a node: the health query, the NVLinks,

@@ -139,13 +139,16 @@ fn flags_given(t: &TopologyArgs) -> bool {
 
 /// Gathers this node's facts.
 pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFacts {
-    let (gpus, toolkits, names, rendezvous, affinity, health) = std::thread::scope(|s| {
+    let (gpus, toolkits, names, rendezvous, affinity, health, speed) = std::thread::scope(|s| {
         // Set but empty hides every GPU from CUDA: not "unset" here.
         let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
         let gpus = s.spawn(move || gpus(probe, visible));
         let health = plan
             .gpu_health
             .then(|| s.spawn(|| super::gpu_health::gpu_health(probe)));
+        let speed = plan
+            .gpu_health
+            .then(|| s.spawn(|| super::gpu_speed::gpu_speed(probe, env)));
         let toolkits = s.spawn(|| toolkits(probe, env));
         let affinity = s.spawn(|| affinity(probe, env));
         let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
@@ -159,6 +162,7 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
             rendezvous.and_then(|h| h.join().ok()),
             affinity.join().unwrap_or_default(),
             health.map(|h| h.join().unwrap_or_default()),
+            speed.map(|h| h.join().unwrap_or_default()),
         )
     });
     // The GPUs the job sees (`CUDA_VISIBLE_DEVICES`), as the inventory narrowed them.
@@ -192,6 +196,7 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
         settings: settings(probe, env, plan),
         affinity,
         gpu_health: health,
+        gpu_speed: speed,
     };
     NodeFacts {
         time_ms: probe.now_ms(),

@@ -15,6 +15,8 @@
 //! - `head`: `multinode check` on the head.
 //! - `gpu_health`: `--local --gpu`: the GPUs' error and link state, the
 //!   kernel log's Xid lines.
+//! - `gpu_speed`: `--local --gpu`: each GPU's matmul and copy speed, by
+//!   `gpu_speed.py` with the job's torch.
 //! - `cuda`: pure parsers (nvidia-smi's output is `crate::nvidia_smi`'s;
 //!   CUDA versions and architectures, NCCL's and Gloo's lists,
 //!   host names folded as `node[01-04]`).
@@ -23,6 +25,7 @@ mod checks;
 mod cuda;
 mod facts;
 mod gpu_health;
+mod gpu_speed;
 mod gpu_stack;
 mod head;
 mod local;

@@ -112,7 +112,7 @@ fn every_gpu_check_names_its_node_across_agents() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(rows.as_array().map(Vec::len), Some(30), "{rows}");
+    assert_eq!(rows.as_array().map(Vec::len), Some(31), "{rows}");
     let verdict = |check: &str| {
         let r = row(&rows, check);
         (

@@ -3,7 +3,7 @@
 
 use super::check_inputs::CheckInputs;
 use super::tally::{CheckResult, Status};
-use super::{affinity, connectivity, fabric, gpu, gpu_state, launch, limits};
+use super::{affinity, connectivity, fabric, gpu, gpu_state, launch, limits, speed};
 
 /// Runs every check, in the order of the report.
 pub(crate) fn evaluate(inputs: &CheckInputs) -> Vec<CheckResult> {
@@ -41,6 +41,7 @@ pub(crate) fn evaluate(inputs: &CheckInputs) -> Vec<CheckResult> {
             gpu_state::clocks(inputs),
             gpu_state::xid(inputs),
             gpu_state::nvlink(inputs),
+            speed::gpu_speed(inputs),
         ]);
     }
     rows

@@ -176,6 +176,7 @@ pub(crate) fn healthy_facts(rank: usize, n: usize) -> NodeFacts {
         },
         affinity: hgx_affinity(),
         gpu_health: None,
+        gpu_speed: None,
     }
 }
 

@@ -356,7 +356,7 @@ mod tests {
         facts(inputs, rank).gpu_health.as_mut().expect("health")
     }
 
-    const GPU_ROWS: [&str; 8] = [
+    const GPU_ROWS: [&str; 9] = [
         "gpu-health",
         "gpu-ecc",
         "gpu-remapped-rows",
@@ -365,6 +365,7 @@ mod tests {
         "gpu-clocks",
         "gpu-xid",
         "gpu-nvlink",
+        "gpu-speed",
     ];
 
     #[test]

@@ -17,6 +17,8 @@
 //! - `gpu_state`: `--gpu`: the health query answered, ECC errors, retired
 //!   pages and remapped rows, persistence mode, PCIe links, clocks and their
 //!   throttle reasons, Xid errors, NVLinks.
+//! - `speed`: `--gpu`: each GPU's matmul and copy speed against its model's
+//!   floor and the job's median.
 //! - `launch`: Open MPI's launcher variables, `/dev/shm`, settings that must
 //!   agree across nodes.
 //! - `affinity`: GPU order against NUMA order, the job's CPU mask against
@@ -31,6 +33,7 @@ mod gpu;
 mod gpu_state;
 mod launch;
 mod limits;
+mod speed;
 mod tally;
 
 pub(crate) use check_inputs::{CheckInputs, HeadContext, NodeReply};
