@@ -322,3 +322,44 @@ fn a_hanging_health_query_is_killed_within_its_limit_and_named() {
     }
     assert!(ended(), "{stat}: the hung stand-in is still running");
 }
+
+/// The speed probe with a stand-in of the job's python3 and torch (what
+/// the H100 measured): another process hogging one node's GPU is named
+/// against the model's floor and the job's median.
+#[test]
+fn a_hogged_gpu_is_slow_against_its_model_and_the_job() {
+    let hosts = fresh_loopbacks(3);
+    let port = 29984;
+    let stand_in = StandIn::new();
+    let _agents = [
+        Agent::start_with(&hosts[1], port, &[], &[("STANDIN_SPEED", "hogged")]),
+        Agent::start_with(&hosts[2], port, &[], &[]),
+    ];
+    let out = cmd(&multinode())
+        .env("PATH", format!("{H100}/venv/bin:{}", stand_in.path()))
+        .env("MULTINODE_HOSTLIST", one_slot_each(&hosts))
+        .env("MULTINODE_NODE_RANK", "0")
+        .env("MULTINODE_AGENT_PORT", port.to_string())
+        .args(["check", "--gpu", "--format", "json", "--port", &free_port()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run check");
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let r = row(&rows, "gpu-speed");
+    assert_eq!(r["status"], "warn", "{r}");
+    assert_eq!(r["nodes"], serde_json::json!([hosts[1]]));
+    assert_eq!(
+        r["detail"],
+        format!(
+            "GPU 0 matmul 412.0 TFLOPs: below the NVIDIA H100 80GB HBM3 floor of 636.5 TFLOPs, 55% of the job's median 748.8 TFLOPs on {}",
+            hosts[1]
+        )
+    );
+    // The stand-in's torch is the job's: cuda-arch sees it too.
+    assert!(
+        row(&rows, "cuda-arch")["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("CUDA 13.0 (torch)")),
+        "{rows}"
+    );
+}
