@@ -592,7 +592,7 @@ fn the_check_pages_gpu_examples_print_what_it_shows() {
         build_dir().to_string_lossy(),
         std::env::var("PATH").unwrap_or_default()
     );
-    for name in ["check-gpu-h100", "check-gpu-faults"] {
+    for name in ["check-gpu-h100", "check-gpu-faults", "check-gpu-hogged"] {
         let (commands, want) = console(&doc_block("docs/check.md", name));
         let out = std::process::Command::new("sh")
             .arg("-c")
