@@ -139,16 +139,18 @@ fn flags_given(t: &TopologyArgs) -> bool {
 
 /// Gathers this node's facts.
 pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFacts {
-    let (gpus, toolkits, names, rendezvous, affinity, health, speed) = std::thread::scope(|s| {
+    let (gpus, toolkits, names, rendezvous, affinity, gpu_state) = std::thread::scope(|s| {
         // Set but empty hides every GPU from CUDA: not "unset" here.
         let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
         let gpus = s.spawn(move || gpus(probe, visible));
-        let health = plan
-            .gpu_health
-            .then(|| s.spawn(|| super::gpu_health::gpu_health(probe)));
-        let speed = plan
-            .gpu_health
-            .then(|| s.spawn(|| super::gpu_speed::gpu_speed(probe, env)));
+        // The health first, then the speed probe: the health query reads
+        // the clocks as found, not under the probe's own load.
+        let gpu_state = plan.gpu_health.then(|| {
+            s.spawn(|| {
+                let health = super::gpu_health::gpu_health(probe);
+                (health, super::gpu_speed::gpu_speed(probe, env))
+            })
+        });
         let toolkits = s.spawn(|| toolkits(probe, env));
         let affinity = s.spawn(|| affinity(probe, env));
         let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
@@ -161,10 +163,13 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
             names.join().unwrap_or_default(),
             rendezvous.and_then(|h| h.join().ok()),
             affinity.join().unwrap_or_default(),
-            health.map(|h| h.join().unwrap_or_default()),
-            speed.map(|h| h.join().unwrap_or_default()),
+            gpu_state.map(|h| h.join().unwrap_or_default()),
         )
     });
+    let (health, speed) = match gpu_state {
+        Some((health, speed)) => (Some(health), Some(speed)),
+        None => (None, None),
+    };
     // The GPUs the job sees (`CUDA_VISIBLE_DEVICES`), as the inventory narrowed them.
     let health = health.map(|mut h| {
         if gpus.smi == SmiStatus::Ok {
@@ -616,8 +621,17 @@ mod tests {
         let probe = h200_node()
             .program(&query, printed(csv))
             .program("dmesg", printed(""));
-        let e = env(&[("CUDA_VISIBLE_DEVICES", "1")]);
-        assert_eq!(gather(&probe, &e, &plan()).gpu_health, None);
+        let e = env(&[("CUDA_VISIBLE_DEVICES", "1"), ("PATH", "/venv/bin")]);
+        let f = gather(&probe, &e, &plan());
+        assert_eq!((f.gpu_health, f.gpu_speed), (None, None));
+        assert!(
+            probe
+                .ran
+                .lock()
+                .expect("lock")
+                .iter()
+                .all(|r| !r.contains("python3 -B"))
+        );
         let p = JobView {
             gpu_health: true,
             ..plan()
@@ -631,6 +645,13 @@ mod tests {
             .collect();
         assert_eq!(seen, [(1, Some(false))]);
         assert_eq!((h.kernel_log_error, h.xids.len()), (None, 0));
+        // The speed probe (the job's python3) starts after the health was read.
+        let ran = probe.ran.lock().expect("lock").clone();
+        let at = |prefix: &str| ran.iter().position(|r| r.starts_with(prefix));
+        let python = at("/venv/bin/python3 -B -c").expect("the speed probe ran");
+        for before in [query.as_str(), "nvidia-smi nvlink --status", "dmesg"] {
+            assert!(at(before).is_some_and(|i| i < python), "{before}: {ran:?}");
+        }
     }
 
     #[test]
