@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use crate::nvidia_smi::Gpu;
+pub(crate) use crate::nvidia_smi::{Gpu, GpuHealth, NvLink, Xid};
 
 /// The version of this report's layout; a new field does not change it, a
 /// field whose meaning changes does.
@@ -46,6 +46,63 @@ pub(crate) struct NodeFacts {
     pub settings: Settings,
     /// Where the processes would be bound: the job's CPUs, the GPUs' NUMA nodes.
     pub affinity: Affinity,
+    /// The GPUs' error and link state (`check --gpu` only: absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_health: Option<GpuHealthFacts>,
+    /// Each GPU's speed, measured with the job's torch (`check --gpu` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_speed: Option<GpuSpeedFacts>,
+}
+
+/// What the speed probe measured, or why it did not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct GpuSpeedFacts {
+    /// Why nothing was measured: no torch, no CUDA GPU for it (one line).
+    pub skipped: Option<String>,
+    /// Why the probe failed or was killed at its limit.
+    pub error: Option<String>,
+    /// The `python3` that ran it and its torch's `__version__`.
+    pub python: Option<String>,
+    pub torch: Option<String>,
+    /// One a GPU, in CUDA's order (ordinal 0 is `gpus.devices[0]`).
+    pub gpus: Vec<GpuSpeed>,
+}
+
+/// One GPU's speed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct GpuSpeed {
+    pub ordinal: u32,
+    pub name: String,
+    /// bf16 matmul, 8192³.
+    pub matmul_tflops: f64,
+    /// Pinned copies of 256 MiB.
+    pub h2d_gbs: f64,
+    pub d2h_gbs: f64,
+}
+
+/// What `check --gpu` gathers on a node: the health query, the NVLinks,
+/// the kernel log's Xid lines; each with how its source answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct GpuHealthFacts {
+    /// How the health query ran.
+    pub smi: SmiStatus,
+    /// Why it failed (its first line), or why its output could not be read.
+    pub error: Option<String>,
+    /// The GPUs the job sees, as the query reports them.
+    pub devices: Vec<GpuHealth>,
+    /// How `nvidia-smi nvlink --status` ran.
+    pub nvlink_smi: SmiStatus,
+    pub nvlink_error: Option<String>,
+    /// Every link listed; empty: no NVLink.
+    pub nvlinks: Vec<NvLink>,
+    /// Why the kernel log could not be read (`dmesg` refused, absent, hung);
+    /// `None`: it was read.
+    pub kernel_log_error: Option<String>,
+    /// The driver's Xid lines since boot.
+    pub xids: Vec<Xid>,
 }
 
 /// What binding each process to its GPU's NUMA node meets here (docs/binding.md).

@@ -27,8 +27,9 @@ use crate::topology::{Topology, shorten};
 pub(crate) const COLLECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The command each node runs: the head's binary path when the node has it.
-pub(crate) fn local_command(port: u16) -> String {
-    format!("\"${{MULTINODE_BIN:-multinode}}\" check --local --port {port}")
+pub(crate) fn local_command(port: u16, gpu: bool) -> String {
+    let gpu = if gpu { " --gpu" } else { "" };
+    format!("\"${{MULTINODE_BIN:-multinode}}\" check --local --port {port}{gpu}")
 }
 
 pub(crate) fn run_head(args: &CheckArgs) -> Result<i32, Error> {
@@ -86,7 +87,10 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckIn
     };
     let started_ms = unix_ms();
     let nodes = if job.topology.nodes.len() == 1 {
-        let plan = JobView::from_job(job, port);
+        let plan = JobView {
+            gpu_health: args.gpu,
+            ..JobView::from_job(job, port)
+        };
         let env = env.clone();
         let facts = tokio::task::spawn_blocking(move || gather(&SystemProbe, &env, &plan))
             .await
@@ -100,7 +104,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckIn
         }]
     } else {
         info!(nodes = job.topology.nodes.len(), "asking every node");
-        let result = collect(job, &local_command(port), COLLECT_TIMEOUT).await;
+        let result = collect(job, &local_command(port, args.gpu), COLLECT_TIMEOUT).await;
         match result {
             Ok(captures) => reports(&job.topology, &captures),
             Err(e) => {
@@ -123,6 +127,7 @@ async fn gather_all(job: &Job, env: &EnvMap, args: &CheckArgs) -> Result<CheckIn
             started_ms,
             finished_ms,
             nproc_per_node: args.nproc_per_node,
+            gpu: args.gpu,
         },
         nodes,
     })
@@ -302,8 +307,12 @@ mod tests {
     #[test]
     fn the_remote_command_uses_the_head_s_binary_path() {
         assert_eq!(
-            local_command(29500),
+            local_command(29500, false),
             "\"${MULTINODE_BIN:-multinode}\" check --local --port 29500"
+        );
+        assert_eq!(
+            local_command(29500, true),
+            "\"${MULTINODE_BIN:-multinode}\" check --local --port 29500 --gpu"
         );
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct JobView {
     pub rendezvous: Option<SocketAddr>,
     /// `MULTINODE_SSH_WRAPPER` as resolved here.
     pub ssh_wrapper: Option<String>,
+    /// `--gpu`: the GPUs' error and link state too.
+    pub gpu_health: bool,
 }
 
 impl JobView {
@@ -58,6 +60,7 @@ impl JobView {
             hosts: names(job.topology.nodes.iter().map(|n| n.host.as_str())),
             rendezvous: Some(SocketAddr::new(job.head_ip, port)),
             ssh_wrapper: Some(job.wrapper.clone()),
+            gpu_health: false,
         }
     }
 
@@ -93,6 +96,7 @@ impl JobView {
             hosts: names(hosts),
             rendezvous: head_ip.map(|ip| SocketAddr::new(ip, port)),
             ssh_wrapper: env.get(vars::SSH_WRAPPER).map(str::to_string),
+            gpu_health: false,
         }
     }
 }
@@ -115,14 +119,18 @@ fn names<'a>(hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
 /// when it does not resolve, what the environment says. Errors only for bad
 /// command-line flags (the user's own input).
 pub(crate) fn local_plan(args: &CheckArgs, env: &EnvMap) -> Result<JobView, Error> {
-    match resolve_job(&args.topology.inputs(), env) {
-        Ok(job) => Ok(JobView::from_job(&job, args.port)),
-        Err(e) if flags_given(&args.topology) => Err(e),
+    let plan = match resolve_job(&args.topology.inputs(), env) {
+        Ok(job) => JobView::from_job(&job, args.port),
+        Err(e) if flags_given(&args.topology) => return Err(e),
         Err(e) => {
             debug!(error = %e, "the contract does not resolve here");
-            Ok(JobView::from_env(env, args.port, &e))
+            JobView::from_env(env, args.port, &e)
         }
-    }
+    };
+    Ok(JobView {
+        gpu_health: args.gpu,
+        ..plan
+    })
 }
 
 fn flags_given(t: &TopologyArgs) -> bool {
@@ -131,10 +139,18 @@ fn flags_given(t: &TopologyArgs) -> bool {
 
 /// Gathers this node's facts.
 pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFacts {
-    let (gpus, toolkits, names, rendezvous, affinity) = std::thread::scope(|s| {
+    let (gpus, toolkits, names, rendezvous, affinity, gpu_state) = std::thread::scope(|s| {
         // Set but empty hides every GPU from CUDA: not "unset" here.
         let visible = env.0.get("CUDA_VISIBLE_DEVICES").map(String::as_str);
         let gpus = s.spawn(move || gpus(probe, visible));
+        // The health first, then the speed probe: the health query reads
+        // the clocks as found, not under the probe's own load.
+        let gpu_state = plan.gpu_health.then(|| {
+            s.spawn(|| {
+                let health = super::gpu_health::gpu_health(probe);
+                (health, super::gpu_speed::gpu_speed(probe, env))
+            })
+        });
         let toolkits = s.spawn(|| toolkits(probe, env));
         let affinity = s.spawn(|| affinity(probe, env));
         let names = s.spawn(|| probe.resolve_all(&plan.hosts, LOOKUP_DEADLINE));
@@ -147,7 +163,20 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
             names.join().unwrap_or_default(),
             rendezvous.and_then(|h| h.join().ok()),
             affinity.join().unwrap_or_default(),
+            gpu_state.map(|h| h.join().unwrap_or_default()),
         )
+    });
+    let (health, speed) = match gpu_state {
+        Some((health, speed)) => (Some(health), Some(speed)),
+        None => (None, None),
+    };
+    // The GPUs the job sees (`CUDA_VISIBLE_DEVICES`), as the inventory narrowed them.
+    let health = health.map(|mut h| {
+        if gpus.smi == SmiStatus::Ok {
+            h.devices
+                .retain(|d| gpus.devices.iter().any(|g| g.index == d.index));
+        }
+        h
     });
     let facts = NodeFacts {
         schema: SCHEMA,
@@ -171,6 +200,8 @@ pub(crate) fn gather(probe: &dyn Probe, env: &EnvMap, plan: &JobView) -> NodeFac
         cuda_toolkits: toolkits,
         settings: settings(probe, env, plan),
         affinity,
+        gpu_health: health,
+        gpu_speed: speed,
     };
     NodeFacts {
         time_ms: probe.now_ms(),
@@ -402,6 +433,7 @@ mod tests {
             hosts: vec!["gpu01".into(), "gpu02".into()],
             rendezvous: Some("10.0.0.1:29500".parse().expect("addr")),
             ssh_wrapper: Some("/usr/local/bin/mn-ssh".into()),
+            gpu_health: false,
         }
     }
 
@@ -575,6 +607,51 @@ mod tests {
         let f = gather(&h200_node(), &env(&[("CUDA_VISIBLE_DEVICES", "")]), &plan());
         assert!(f.gpus.devices.is_empty());
         assert_eq!(f.gpus.smi, SmiStatus::Ok);
+    }
+
+    #[test]
+    fn gpu_health_only_with_gpu_and_only_of_the_visible_gpus() {
+        let query = format!(
+            "nvidia-smi --query-gpu={} --format=csv,nounits",
+            crate::nvidia_smi::HEALTH_QUERY
+        );
+        let csv = "index, pci.bus_id, persistence_mode\n\
+                   0, 00000000:18:00.0, Enabled\n\
+                   1, 00000000:2A:00.0, Disabled\n";
+        let probe = h200_node()
+            .program(&query, printed(csv))
+            .program("dmesg", printed(""));
+        let e = env(&[("CUDA_VISIBLE_DEVICES", "1"), ("PATH", "/venv/bin")]);
+        let f = gather(&probe, &e, &plan());
+        assert_eq!((f.gpu_health, f.gpu_speed), (None, None));
+        assert!(
+            probe
+                .ran
+                .lock()
+                .expect("lock")
+                .iter()
+                .all(|r| !r.contains("python3 -B"))
+        );
+        let p = JobView {
+            gpu_health: true,
+            ..plan()
+        };
+        let h = gather(&probe, &e, &p).gpu_health.expect("asked");
+        assert_eq!(h.smi, SmiStatus::Ok);
+        let seen: Vec<(u32, Option<bool>)> = h
+            .devices
+            .iter()
+            .map(|d| (d.index, d.persistence_mode))
+            .collect();
+        assert_eq!(seen, [(1, Some(false))]);
+        assert_eq!((h.kernel_log_error, h.xids.len()), (None, 0));
+        // The speed probe (the job's python3) starts after the health was read.
+        let ran = probe.ran.lock().expect("lock").clone();
+        let at = |prefix: &str| ran.iter().position(|r| r.starts_with(prefix));
+        let python = at("/venv/bin/python3 -B -c").expect("the speed probe ran");
+        for before in [query.as_str(), "nvidia-smi nvlink --status", "dmesg"] {
+            assert!(at(before).is_some_and(|i| i < python), "{before}: {ran:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //! - `checks`: facts in, one result a check out.
 //! - `report`: the table and the JSON.
 //! - `head`: `multinode check` on the head.
+//! - `gpu_health`: `--local --gpu`: the GPUs' error and link state, the
+//!   kernel log's Xid lines.
+//! - `gpu_speed`: `--local --gpu`: each GPU's matmul and copy speed, by
+//!   `gpu_speed.py` with the job's torch.
 //! - `cuda`: pure parsers (nvidia-smi's output is `crate::nvidia_smi`'s;
 //!   CUDA versions and architectures, NCCL's and Gloo's lists,
 //!   host names folded as `node[01-04]`).
@@ -20,6 +24,8 @@
 mod checks;
 mod cuda;
 mod facts;
+mod gpu_health;
+mod gpu_speed;
 mod gpu_stack;
 mod head;
 mod local;

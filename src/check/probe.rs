@@ -221,6 +221,8 @@ pub(crate) mod fake {
         pub programs: BTreeMap<String, RunOutput>,
         pub dns: BTreeMap<String, Resolution>,
         pub rendezvous: Option<Rendezvous>,
+        /// Every program run, in the order they started (`program args...`).
+        pub ran: std::sync::Mutex<Vec<String>>,
     }
 
     impl FakeProbe {
@@ -318,6 +320,9 @@ pub(crate) mod fake {
             for a in args {
                 key.push(' ');
                 key.push_str(a);
+            }
+            if let Ok(mut ran) = self.ran.lock() {
+                ran.push(key.clone());
             }
             self.programs
                 .get(&key)

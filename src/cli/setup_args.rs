@@ -44,6 +44,11 @@ pub struct CheckArgs {
     /// Processes per node the job will start (checked against GPUs).
     #[arg(long, value_name = "N")]
     pub nproc_per_node: Option<u32>,
+    /// Also check every GPU's health: ECC errors, retired pages and remapped
+    /// rows, persistence mode, PCIe link, clocks and throttle reasons, Xid
+    /// errors in the kernel log, NVLink state (docs/check.md).
+    #[arg(long)]
+    pub gpu: bool,
     /// Run the checks of this node only and print them as JSON (used by the fan-out).
     #[arg(long, hide = true)]
     pub local: bool,

@@ -10,6 +10,7 @@ use crate::process::{RunOutput, run_bounded, run_bounded_async};
 
 use super::apps::{self, APPS_QUERY, GPUS_QUERY, GpuReading};
 use super::devices::{DEVICE_QUERY, DEVICE_QUERY_OLD, GpuDevice, parse_devices};
+use super::health::{EVENT_REASONS, HEALTH_QUERY, THROTTLE_REASONS};
 use super::pci::{PCI_QUERY, PciGpu, parse_pci};
 use super::query::{QUERY, QUERY_OLD, first_line};
 
@@ -103,6 +104,34 @@ pub(crate) fn inventory(run: Run<'_>) -> Inventory {
             header: header.join().unwrap_or(RunOutput::TimedOut),
         }
     })
+}
+
+/// What `check --gpu` asks: the health query ([`HEALTH_QUERY`], with its
+/// header, to read the fields by name), again with the old name of the
+/// event reasons when a driver older than R535 refuses the new one; within
+/// [`TIMEOUT`], through `run`.
+pub(crate) fn health_query(run: Run<'_>) -> RunOutput {
+    let ask = |fields: &str| {
+        let query = format!("--query-gpu={fields}");
+        run(PROGRAM, &[query.as_str(), "--format=csv,nounits"], TIMEOUT)
+    };
+    let out = ask(HEALTH_QUERY);
+    if let RunOutput::Exited {
+        code: Some(c),
+        stdout,
+        stderr,
+    } = &out
+        && *c != 0
+        && (stdout.contains(EVENT_REASONS) || stderr.contains(EVENT_REASONS))
+    {
+        return ask(&HEALTH_QUERY.replace(EVENT_REASONS, THROTTLE_REASONS));
+    }
+    out
+}
+
+/// `nvidia-smi nvlink --status` within [`TIMEOUT`], through `run`.
+pub(crate) fn nvlink_status(run: Run<'_>) -> RunOutput {
+    run(PROGRAM, &["nvlink", "--status"], TIMEOUT)
 }
 
 /// `nvidia-smi QUERY --format=csv,noheader,nounits`, within `timeout`.

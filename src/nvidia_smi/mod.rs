@@ -8,6 +8,9 @@
 //! - `query`: `--query-gpu`'s CSV and the header's versions (pure).
 //! - `apps`: `--query-compute-apps` joined with `--query-gpu`'s utilisation (pure).
 //! - `pci`: each GPU's index, UUID and PCI bus id, for binding (pure).
+//! - `health`: what `check --gpu` reads: the health query's CSV by its
+//!   header (ECC, retired pages, remapped rows, PCIe link, clocks and their
+//!   event reasons), `nvlink --status`, the kernel log's Xid lines (pure).
 //! - `devices`: each GPU's utilisation, memory, power, clocks and the
 //!   reasons they are held down, for `top` (pure).
 //! - `invoke`: the invocations, each bounded.
@@ -16,6 +19,7 @@
 
 mod apps;
 mod devices;
+mod health;
 mod invoke;
 mod loops;
 mod pci;
@@ -23,9 +27,12 @@ mod query;
 
 pub use apps::GpuUse;
 pub use devices::GpuDevice;
+#[cfg(test)]
+pub(crate) use health::HEALTH_QUERY;
+pub(crate) use health::{GpuHealth, NvLink, Xid, parse_health, parse_nvlink, parse_xids, same_pci};
 pub(crate) use invoke::{
-    Inventory, PROGRAM, Run, TIMEOUT_S, count_gpus, inventory, pci_gpus, processes,
-    processes_and_devices,
+    Inventory, PROGRAM, Run, TIMEOUT_S, count_gpus, health_query, inventory, nvlink_status,
+    pci_gpus, processes, processes_and_devices,
 };
 pub(crate) use loops::{TIMING, Watch};
 pub(crate) use pci::PciGpu;

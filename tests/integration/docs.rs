@@ -582,3 +582,33 @@ fn the_gpu_bench_scripts_parse_and_share_one_lib() {
         .map(|n| format!("{n} in {lib}")),
     );
 }
+
+/// docs/check.md's `check --gpu` examples, run as written from the
+/// repository root against the H100's stand-ins, print the page's lines.
+#[test]
+fn the_check_pages_gpu_examples_print_what_it_shows() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}:{}",
+        build_dir().to_string_lossy(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for name in ["check-gpu-h100", "check-gpu-faults", "check-gpu-hogged"] {
+        let (commands, want) = console(&doc_block("docs/check.md", name));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&commands)
+            .current_dir(root)
+            .env("PATH", &path)
+            .output()
+            .expect("sh");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let got: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            got,
+            want,
+            "{name}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

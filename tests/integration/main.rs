@@ -10,6 +10,7 @@ mod bounds;
 mod bounds_parsed;
 mod bytepipe;
 mod check;
+mod check_gpu;
 mod diagnose;
 mod docs;
 mod env;

@@ -31,6 +31,8 @@ pub(crate) struct HeadContext {
     pub finished_ms: u64,
     /// `--nproc-per-node`.
     pub nproc_per_node: Option<u32>,
+    /// `--gpu`: the GPU health checks too.
+    pub gpu: bool,
 }
 
 /// Everything the checks look at. `nodes[i].rank == i`, for every node of the job.

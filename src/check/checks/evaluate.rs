@@ -1,13 +1,13 @@
-//! Every check run, in the order of the report, and the report's exit
-//! status.
+//! Every check run, in the order of the report (the GPU health checks
+//! last, with `--gpu`), and the report's exit status.
 
 use super::check_inputs::CheckInputs;
 use super::tally::{CheckResult, Status};
-use super::{affinity, connectivity, fabric, gpu, launch, limits};
+use super::{affinity, connectivity, fabric, gpu, gpu_state, launch, limits, speed};
 
 /// Runs every check, in the order of the report.
 pub(crate) fn evaluate(inputs: &CheckInputs) -> Vec<CheckResult> {
-    vec![
+    let mut rows = vec![
         connectivity::nodes(inputs),
         connectivity::version(inputs),
         connectivity::environment(inputs),
@@ -30,7 +30,21 @@ pub(crate) fn evaluate(inputs: &CheckInputs) -> Vec<CheckResult> {
         launch::mpi_launcher(inputs),
         launch::dev_shm(inputs),
         launch::same_settings(inputs),
-    ]
+    ];
+    if inputs.head.gpu {
+        rows.extend([
+            gpu_state::health_query(inputs),
+            gpu_state::ecc(inputs),
+            gpu_state::remapped_rows(inputs),
+            gpu_state::persistence(inputs),
+            gpu_state::pcie(inputs),
+            gpu_state::clocks(inputs),
+            gpu_state::xid(inputs),
+            gpu_state::nvlink(inputs),
+            speed::gpu_speed(inputs),
+        ]);
+    }
+    rows
 }
 
 /// The exit status of a report: any fail (or, with `strict`, any warn) is a failure.

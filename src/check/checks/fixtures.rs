@@ -175,6 +175,8 @@ pub(crate) fn healthy_facts(rank: usize, n: usize) -> NodeFacts {
             }),
         },
         affinity: hgx_affinity(),
+        gpu_health: None,
+        gpu_speed: None,
     }
 }
 
@@ -189,6 +191,7 @@ pub(crate) fn cluster(n: usize) -> CheckInputs {
             started_ms: T0,
             finished_ms: T0 + 800,
             nproc_per_node: None,
+            gpu: false,
         },
         nodes: (0..n)
             .map(|rank| NodeReply {
@@ -212,4 +215,49 @@ pub(crate) fn row(inputs: &CheckInputs, check: &str) -> super::CheckResult {
         .into_iter()
         .find(|r| r.check == check)
         .unwrap_or_else(|| panic!("no check {check}"))
+}
+
+pub(crate) const H100_QUERY: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/query.csv");
+pub(crate) const H100_VERSION: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/version.txt");
+/// The health query as captured on an H100, and its variants.
+pub(crate) const H100_HEALTH: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/health.csv");
+pub(crate) const H100_ECC: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/health-ecc.csv");
+pub(crate) const H100_HW_SLOWDOWN: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/health-hw-slowdown.csv");
+pub(crate) const H100_PCIE: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/health-pcie.csv");
+pub(crate) const H100_REMAP_PENDING: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/health-remap-pending.csv");
+pub(crate) const H100_DMESG_XID: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/dmesg-xid.txt");
+pub(crate) const H100_NVLINK_INACTIVE: &str =
+    include_str!("../../../tests/fixtures/nvidia-smi/h100-health/nvlink-inactive.txt");
+
+/// A node's GPU health from a health query's CSV, its kernel log readable
+/// with no Xid, no NVLink.
+pub(crate) fn health_from(csv: &str) -> GpuHealthFacts {
+    GpuHealthFacts {
+        smi: SmiStatus::Ok,
+        devices: crate::nvidia_smi::parse_health(csv).expect("fixture parses"),
+        nvlink_smi: SmiStatus::Ok,
+        ..GpuHealthFacts::default()
+    }
+}
+
+/// `n` nodes of one H100 each (1 slot), checked with `--gpu`, all healthy
+/// as the captured H100.
+pub(crate) fn h100_cluster(n: usize) -> CheckInputs {
+    let mut inputs = cluster(n);
+    inputs.head.gpu = true;
+    for node in &mut inputs.nodes {
+        node.slots = 1;
+        let f = node.facts.as_mut().expect("facts");
+        f.gpus = gpus_from(H100_QUERY, H100_VERSION);
+        f.gpu_health = Some(health_from(H100_HEALTH));
+    }
+    inputs
 }

@@ -14,6 +14,11 @@
 //! - `limits`: `RLIMIT_MEMLOCK`.
 //! - `fabric`: InfiniBand/RoCE, `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `GLOO_SOCKET_IFNAME`.
 //! - `gpu`: GPU counts, driver versions, CUDA toolkits against architectures.
+//! - `gpu_state`: `--gpu`: the health query answered, ECC errors, retired
+//!   pages and remapped rows, persistence mode, PCIe links, clocks and their
+//!   throttle reasons, Xid errors, NVLinks.
+//! - `speed`: `--gpu`: each GPU's matmul and copy speed against its model's
+//!   floor and the job's median.
 //! - `launch`: Open MPI's launcher variables, `/dev/shm`, settings that must
 //!   agree across nodes.
 //! - `affinity`: GPU order against NUMA order, the job's CPU mask against
@@ -25,8 +30,10 @@ mod connectivity;
 mod evaluate;
 mod fabric;
 mod gpu;
+mod gpu_state;
 mod launch;
 mod limits;
+mod speed;
 mod tally;
 
 pub(crate) use check_inputs::{CheckInputs, HeadContext, NodeReply};
