@@ -64,12 +64,113 @@ pub fn of_specs(specs: &[NodeSpec]) -> Vec<Option<Arc<NodeConn>>> {
     for n in specs.iter().filter_map(node) {
         *counts.entry(n).or_default() += 1;
     }
+    // A node of one process keeps a connection of its own.
     let conns: std::collections::HashMap<usize, Arc<NodeConn>> = counts
         .into_iter()
+        .filter(|&(_, count)| count > 1)
         .map(|(n, count)| (n, Arc::new(NodeConn::new(count))))
         .collect();
     specs
         .iter()
-        .map(|spec| node(spec).map(|n| conns[&n].clone()))
+        .map(|spec| node(spec).and_then(|n| conns.get(&n).cloned()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binding::Mode;
+    use crate::env::Job;
+    use crate::env_map::EnvMap;
+    use crate::exec_all::leg_kind::LegKind;
+    use crate::exec_all::options::RunOptions;
+    use crate::exec_all::plan;
+    use crate::exec_all::procs::{PerNode, Procs};
+    use crate::exec_all::script::Script;
+    use crate::topology::machine::fake::topology;
+
+    fn job(n: usize) -> Job {
+        let hosts: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        Job {
+            topology: topology("--hosts", &hosts),
+            spares: 0,
+            rank: 0,
+            head_ip: "10.0.0.1".parse().unwrap(),
+            local_ip: "10.0.0.1".parse().unwrap(),
+            agent_port: 29400,
+            wrapper: "mn-ssh".into(),
+            rsh_wrapper: "mn-ssh".into(),
+            bin: "/usr/bin/multinode".into(),
+        }
+    }
+
+    fn options(fanout: usize) -> RunOptions {
+        RunOptions {
+            fanout,
+            procs: Some(Procs {
+                per_node: PerNode::Counts(vec![3, 3, 1, 2]),
+                bind: Mode::None,
+                report_bindings: false,
+                master_port: 29500,
+                head: true,
+            }),
+            ..RunOptions::new(Script::Inline(b"true".to_vec()))
+        }
+    }
+
+    /// Who shares a connection: the processes of a remote node of several,
+    /// not this node's (run here), not a lone process, not a relay.
+    #[test]
+    fn the_processes_of_a_remote_node_share_one_connection() {
+        let counts = [3, 3, 1, 2];
+        let planned = plan::plan(
+            &job(4),
+            &options(64),
+            LegKind::Agent,
+            &EnvMap::default(),
+            Some(&counts),
+        )
+        .unwrap();
+        let conns = of_specs(&planned.tasks);
+        let shared: Vec<Option<usize>> = conns
+            .iter()
+            .map(|c| c.as_ref().map(|c| c.processes))
+            .collect();
+        assert_eq!(
+            shared,
+            [
+                None,
+                None,
+                None,
+                Some(3),
+                Some(3),
+                Some(3),
+                None,
+                Some(2),
+                Some(2)
+            ]
+        );
+        // One per node: node 1's three tasks hold the same.
+        assert!(Arc::ptr_eq(
+            conns[3].as_ref().unwrap(),
+            conns[5].as_ref().unwrap()
+        ));
+        assert!(!Arc::ptr_eq(
+            conns[3].as_ref().unwrap(),
+            conns[7].as_ref().unwrap()
+        ));
+        // Past the fanout, a relay's task is one connection of its own (its
+        // exec_all shares its group's).
+        let relayed = plan::plan(
+            &job(4),
+            &options(1),
+            LegKind::Agent,
+            &EnvMap::default(),
+            Some(&counts),
+        )
+        .unwrap();
+        assert!(relayed.tasks.iter().any(|t| t.relay.is_some()));
+        assert!(of_specs(&relayed.tasks).iter().all(Option::is_none));
+    }
 }
