@@ -1,8 +1,9 @@
 //! A node's command over SSH, in-process: to its agent (the variables as
 //! `env` requests) or to a stock sshd (the variables in the command line),
-//! on a connection of our own or, inside `multinode agent -- JOB`, on the
-//! head agent's shared one (`transport::mux`). Its channel's messages are
-//! the leg's.
+//! on a connection of our own (one a node, shared by its processes with
+//! `--nproc-per-node`: `node_conn`) or, inside `multinode agent -- JOB`,
+//! on the head agent's shared one (`transport::mux`). Its channel's
+//! messages are the leg's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::event::{Closed, LegMsg, Order};
+use super::node_conn::NodeConn;
 use super::plan::NodeSpec;
 use super::reach::{RunCtx, Ssh};
 use super::record::NodeOutcome;
@@ -22,7 +24,7 @@ use crate::protocol::exit_info::{self, ExitInfo};
 use crate::protocol::heartbeat;
 use crate::protocol::signals::exit_outcome;
 use crate::transport::channel::{ChannelRx, ChannelTx, send_input};
-use crate::transport::client::Connection;
+use crate::transport::client::{Connection, Target};
 use crate::transport::mux::MuxError;
 
 /// A command on a node reached over SSH: its channel, and the connection
@@ -31,9 +33,12 @@ pub struct ChannelLeg {
     pub(super) peer: SocketAddr,
     rx: ChannelRx,
     pub(super) tx: Arc<ChannelTx>,
-    conn: Option<Connection>,
-    /// When its own connection was up and logged in.
+    conn: Option<Arc<Connection>>,
+    /// When its connection was up and logged in.
     pub(super) times: Option<crate::transport::client::ConnectTimes>,
+    /// How many processes of its node share its connection (one login a
+    /// node); `None`: a connection of its own.
+    pub(super) shared_by: Option<usize>,
     stdin: tokio::task::JoinHandle<()>,
     /// The agent's report of the command's end (see `exit_info`), as it comes.
     info: Vec<u8>,
@@ -69,13 +74,15 @@ async fn or_stopped<T>(
 
 impl ChannelLeg {
     /// Starts `spec`'s command on its node, reached over `ssh` (an agent
-    /// or a stock sshd: `spec.leg` says what the channel sends).
+    /// or a stock sshd: `spec.leg` says what the channel sends): on a
+    /// connection of its own, or on `node`'s, shared by its processes.
     pub(super) async fn start(
         ctx: &RunCtx,
         ssh: &Ssh,
         spec: &mut NodeSpec,
         orders: &mut mpsc::UnboundedReceiver<Order>,
         stdin: Option<mpsc::Receiver<Bytes>>,
+        node: Option<Arc<NodeConn>>,
     ) -> Result<ChannelLeg, NodeOutcome> {
         let target = ssh.target(&spec.host);
         // The node's variables leave the spec: sent once, not held for the run.
@@ -96,16 +103,21 @@ impl ChannelLeg {
                 return Ok(ChannelLeg::new(ctx, s.peer, s.rx, s.tx, None, stdin));
             }
         }
-        let connected = {
-            let slot = ctx.connect_slots.acquire();
-            let _slot = or_stopped(slot, orders, spec.rank, "before connecting")
-                .await?
-                .expect("the semaphore is never closed");
-            // Boxed: the handshake's state (~3 KB) is freed once connected.
-            let connect = Box::pin(ssh.connector.connect(&target));
-            or_stopped(connect, orders, spec.rank, "while connecting").await?
+        let connect = || connect(ctx, ssh, &target);
+        // Boxed: the handshake's state (~3 KB) is freed once connected.
+        let connected = match &node {
+            Some(node) => {
+                let shared = Box::pin(node.get(connect));
+                or_stopped(shared, orders, spec.rank, "while connecting").await?
+            }
+            None => {
+                let own = Box::pin(async { connect().await.map(Arc::new) });
+                or_stopped(own, orders, spec.rank, "while connecting").await?
+            }
         };
-        let conn = connected.map_err(|e| NodeOutcome::Unreachable(e.to_string()))?;
+        let conn = connected.map_err(NodeOutcome::Unreachable)?;
+        // The node's connection is held by its channels from now on.
+        let shared_by = node.map(|n| n.processes);
         let peer = conn.peer();
         let request = spec.leg.channel_request(
             &spec.command,
@@ -120,14 +132,16 @@ impl ChannelLeg {
         let channel =
             channel.map_err(|e| NodeOutcome::Lost(format!("cannot start the script: {e}")))?;
         let (rx, tx) = channel.split();
-        Ok(ChannelLeg::new(
+        let mut leg = ChannelLeg::new(
             ctx,
             peer,
             ChannelRx::Ssh(rx),
             ChannelTx::Ssh(tx),
             Some(conn),
             stdin,
-        ))
+        );
+        leg.shared_by = shared_by;
+        Ok(leg)
     }
 
     fn new(
@@ -135,7 +149,7 @@ impl ChannelLeg {
         peer: SocketAddr,
         rx: ChannelRx,
         tx: ChannelTx,
-        conn: Option<Connection>,
+        conn: Option<Arc<Connection>>,
         input: Option<mpsc::Receiver<Bytes>>,
     ) -> ChannelLeg {
         let tx = Arc::new(tx);
@@ -148,7 +162,8 @@ impl ChannelLeg {
             peer,
             rx,
             tx,
-            times: conn.as_ref().map(Connection::times),
+            times: conn.as_ref().map(|c| c.times()),
+            shared_by: None,
             conn,
             stdin,
             info: Vec::new(),
@@ -195,11 +210,14 @@ impl ChannelLeg {
 
     pub(super) async fn close(self, abandoned: bool) -> Closed {
         self.stdin.abort();
-        match self.conn {
-            Some(conn) => {
-                let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
-            }
-            None => self.tx.close().await,
+        // A channel on a connection shared with its node's other processes
+        // is closed by itself (the agent ends what is left of its group);
+        // the connection by the last of them.
+        if self.conn.is_none() || self.shared_by.is_some() {
+            self.tx.close().await;
+        }
+        if let Some(conn) = self.conn.and_then(Arc::into_inner) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
         }
         Closed {
             status: self.exit,
@@ -211,6 +229,19 @@ impl ChannelLeg {
             },
         }
     }
+}
+
+/// A connection of a node's own (within the run's connect slots), or why not.
+async fn connect(ctx: &RunCtx, ssh: &Ssh, target: &Target) -> Result<Connection, String> {
+    let _slot = ctx
+        .connect_slots
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
+    ssh.connector
+        .connect(target)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The variables with the node's address as it was reached.

@@ -208,14 +208,15 @@ impl<'a> Dispatcher<'a> {
         &mut self,
         rank: usize,
         address: Option<String>,
-        connect: Option<crate::transport::client::ConnectTimes>,
+        connect: Option<super::event::Connected>,
     ) {
         let node = &mut self.nodes[self.index[&rank]];
         node.started = Some(SystemTime::now());
         node.address = address;
-        if let Some(times) = connect {
-            node.timeline.connected = Some(times.tcp_up);
-            node.timeline.logged_in = Some(times.logged_in);
+        if let Some(c) = connect {
+            node.timeline.connected = Some(c.times.tcp_up);
+            node.timeline.logged_in = Some(c.times.logged_in);
+            node.timeline.connection_shared_by = c.shared_by;
         }
         self.running += 1;
         self.one_less_unstarted();

@@ -11,14 +11,23 @@ use super::relay_record::RelayRecord;
 use crate::process::Outcome;
 use crate::protocol::exit_info::ExitInfo;
 
+/// When a task's connection was up and logged in, and how many processes
+/// of its node share it (`None`: it is the task's own).
+#[derive(Debug, Clone, Copy)]
+pub struct Connected {
+    pub times: crate::transport::client::ConnectTimes,
+    pub shared_by: Option<usize>,
+}
+
 /// What a node task tells the dispatcher.
 #[derive(Debug)]
 pub enum Event {
     /// The connection is up (remote) or the process spawned (local).
     Started {
         address: Option<String>,
-        /// When its connection was up and logged in (a connection of its own).
-        connect: Option<crate::transport::client::ConnectTimes>,
+        /// When its connection was up and logged in (a connection made
+        /// for it, or for its node's processes).
+        connect: Option<Connected>,
     },
     /// Its first output came (once a task).
     FirstOutput,

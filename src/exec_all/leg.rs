@@ -8,12 +8,15 @@
 //! (`channel_leg.rs`) or a process (`process_leg.rs`); `node` runs one loop
 //! over either. A relay's leg takes the relay's record out of its stderr.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::channel_leg::ChannelLeg;
-use super::event::{Closed, LegMsg, Order};
+use super::event::{Closed, Connected, LegMsg, Order};
 use super::leg_kind::LegKind;
+use super::node_conn::NodeConn;
 use super::plan::NodeSpec;
 use super::process_leg::ProcessLeg;
 use super::reach::{Reach, RunCtx};
@@ -37,13 +40,15 @@ enum StartedLeg {
 }
 
 impl Leg {
-    /// Starts `spec`'s command. `orders` stop it before it started (the run
-    /// is ending); then the node did not start.
+    /// Starts `spec`'s command, on `conn` when it shares its node's
+    /// connection with the node's other processes. `orders` stop it before
+    /// it started (the run is ending); then the node did not start.
     pub async fn start(
         ctx: &RunCtx,
         spec: &mut NodeSpec,
         orders: &mut mpsc::UnboundedReceiver<Order>,
         stdin: Option<mpsc::Receiver<Bytes>>,
+        conn: Option<Arc<NodeConn>>,
     ) -> Result<Leg, NodeOutcome> {
         let started = match (spec.leg, &ctx.reach) {
             (LegKind::Local, _) => StartedLeg::Process(ProcessLeg::start(ctx, spec, None, stdin)?),
@@ -51,7 +56,7 @@ impl Leg {
                 StartedLeg::Process(ProcessLeg::start(ctx, spec, Some(wrapper), stdin)?)
             }
             (_, Reach::Agent(ssh) | Reach::Sshd(ssh)) => {
-                StartedLeg::Channel(ChannelLeg::start(ctx, ssh, spec, orders, stdin).await?)
+                StartedLeg::Channel(ChannelLeg::start(ctx, ssh, spec, orders, stdin, conn).await?)
             }
         };
         Ok(Leg {
@@ -70,11 +75,14 @@ impl Leg {
         }
     }
 
-    /// When its own connection was up and logged in (a channel on a
-    /// connection of its own).
-    pub fn connect_times(&self) -> Option<crate::transport::client::ConnectTimes> {
+    /// When its connection was up and logged in (a channel on a
+    /// connection made for it or for its node's processes).
+    pub fn connect_times(&self) -> Option<Connected> {
         match &self.started {
-            StartedLeg::Channel(leg) => leg.times,
+            StartedLeg::Channel(leg) => leg.times.map(|times| Connected {
+                times,
+                shared_by: leg.shared_by,
+            }),
             StartedLeg::Process(_) => None,
         }
     }

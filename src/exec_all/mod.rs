@@ -54,6 +54,7 @@ mod leg_kind;
 mod live;
 mod nccl_line;
 mod node;
+mod node_conn;
 mod one_launch;
 mod options;
 mod plan;

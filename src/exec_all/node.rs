@@ -16,6 +16,7 @@ use super::event::LegMsg;
 use super::event::{End, Event, Order};
 use super::files::NodeFiles;
 use super::leg::Leg;
+use super::node_conn::{self, NodeConn};
 use super::plan::NodeSpec;
 use super::reach::RunCtx;
 use super::record::NodeOutcome;
@@ -33,6 +34,9 @@ pub struct NodeTask {
     pub orders: mpsc::UnboundedReceiver<Order>,
     pub stdin: Option<mpsc::Receiver<Bytes>>,
     pub sink: NodeSink,
+    /// The connection it shares with the other processes of its node
+    /// (`node_conn`), held only until it started.
+    pub conn: Option<Arc<NodeConn>>,
 }
 
 impl NodeTask {
@@ -66,9 +70,17 @@ impl NodeTask {
 /// holds for the run.
 pub async fn run(ctx: Arc<RunCtx>, mut task: Box<NodeTask>) {
     let stdin = task.stdin.take();
+    let conn = task.conn.take();
     // Boxed, as the other seldom awaited futures below: the handshake's
     // state is not part of the state the task holds for the run.
-    let started = Box::pin(Leg::start(&ctx, &mut task.spec, &mut task.orders, stdin)).await;
+    let started = Box::pin(Leg::start(
+        &ctx,
+        &mut task.spec,
+        &mut task.orders,
+        stdin,
+        conn,
+    ))
+    .await;
     let mut leg = match started {
         Ok(leg) => leg,
         Err(outcome) => return task.end(outcome, Seen::default(), None),
@@ -165,7 +177,8 @@ pub fn start_all(
     let mut handles = Vec::new();
     let mut stdin_txs = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
-    for spec in specs {
+    let conns = node_conn::of_specs(&specs);
+    for (spec, conn) in specs.into_iter().zip(conns) {
         let files = match (output_dir, spec.files) {
             (Some(dir), true) => Some(NodeFiles::create(dir, spec.rank).map_err(Error::Usage)?),
             _ => None,
@@ -187,6 +200,7 @@ pub fn start_all(
             orders,
             stdin,
             sink,
+            conn,
         };
         tasks.spawn(run(ctx.clone(), Box::new(task)));
     }

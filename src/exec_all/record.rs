@@ -194,6 +194,7 @@ impl NodeRecord {
             login_ms: ms(self.timeline.logged_in),
             spawn_ms: ms(self.started),
             first_output_ms: ms(self.timeline.first_output),
+            connection_shared_by: self.timeline.connection_shared_by,
         }
     }
 
@@ -228,7 +229,7 @@ pub struct ProcessOf {
 /// When a node reached each phase of its start (the wall clock, as
 /// `started`, so that a relay's records read on its head): its TCP
 /// connection up and its login done (a node reached over SSH on a
-/// connection of its own), its first output, its first heartbeat. Its
+/// connection of its own, or a process on its node's), its first output, its first heartbeat. Its
 /// command's spawn is [`NodeRecord::started`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timeline {
@@ -236,6 +237,10 @@ pub struct Timeline {
     pub connected: Option<SystemTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logged_in: Option<SystemTime>,
+    /// How many processes of its node share the connection and login
+    /// (`--nproc-per-node`: one a node); `None`: its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_shared_by: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_output: Option<SystemTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,7 +372,7 @@ mod tests {
             connected: connect.map(|c| at(c.0)),
             logged_in: connect.map(|c| at(c.1)),
             first_output: Some(at(printed)),
-            first_heartbeat: None,
+            ..Timeline::default()
         };
         n
     }
@@ -395,6 +400,21 @@ mod tests {
             line,
             "every process printed within 3.00 s; the last, rank 5 (node5: node 1, local rank 1): \
              spawn 0.10 s, first line 2.90 s: first line the longest"
+        );
+        // A process on its node's connection: connect and login are the node's.
+        let mut shared = node(6, Some((10, 60)), 70, 3_000);
+        shared.process = Some(ProcessOf {
+            node: 1,
+            local_rank: 2,
+        });
+        shared.timeline.connection_shared_by = Some(4);
+        let line = start_line(&[&here, &shared], at(0)).unwrap();
+        assert!(
+            line.ends_with(
+                "node's connect 0.01 s, node's login 0.05 s, spawn 0.01 s, first line 2.93 s: \
+                 first line the longest"
+            ),
+            "{line}"
         );
         assert!(start_line(&[], at(0)).is_none());
     }

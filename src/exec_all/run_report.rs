@@ -62,7 +62,8 @@ pub struct NodeReport {
 
 /// Seconds from the run's (the attempt's) start to each phase of a node's
 /// start; absent where it has none: connect and login only for a node
-/// reached on a connection of its own, a heartbeat only when it beat.
+/// reached on a connection of its own or a process on its node's (shared:
+/// `connection_shared_by`), a heartbeat only when it beat.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimelineReport {
     /// How long the node's health check before this attempt took
@@ -74,6 +75,10 @@ pub struct TimelineReport {
     pub connect_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login_s: Option<f64>,
+    /// `--nproc-per-node`: connect and login are its node's, shared by this
+    /// many processes (one login a node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_shared_by: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawn_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -192,6 +197,7 @@ pub fn build(result: &RunResult) -> Report {
                         health_check_s: None,
                         connect_s: since(n.timeline.connected),
                         login_s: since(n.timeline.logged_in),
+                        connection_shared_by: n.timeline.connection_shared_by,
                         spawn_s: since(n.started),
                         first_output_s: since(n.timeline.first_output),
                         first_heartbeat_s: since(n.timeline.first_heartbeat),

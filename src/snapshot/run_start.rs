@@ -132,7 +132,8 @@ impl<'de> Deserialize<'de> for Ranks {
 
 /// One rank (a node, or a process with `--nproc-per-node`) of a run:
 /// milliseconds after the run's start it reached each phase; absent: not
-/// yet (connect and login only for a node on a connection of its own).
+/// yet (connect and login only for a node on a connection of its own, or
+/// a process on its node's: `connection_shared_by`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RankStart {
@@ -146,14 +147,23 @@ pub struct RankStart {
     pub spawn_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_output_ms: Option<u64>,
+    /// Its connect and login are its node's, shared by this many processes
+    /// (`--nproc-per-node`: one login a node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_shared_by: Option<usize>,
 }
 
 impl RankStart {
-    /// The time each of its phases took, in seconds ([`phases`]).
+    /// The time each of its phases took, in seconds ([`phases`]); a
+    /// connect and login shared by its node's processes are named the node's.
     pub fn phases(&self) -> Vec<(&'static str, f64)> {
+        let (connect, login) = match self.connection_shared_by {
+            Some(_) => ("node's connect", "node's login"),
+            None => ("connect", "login"),
+        };
         phases(&[
-            ("connect", self.connect_ms),
-            ("login", self.login_ms),
+            (connect, self.connect_ms),
+            (login, self.login_ms),
             ("spawn", self.spawn_ms),
             ("first line", self.first_output_ms),
         ])

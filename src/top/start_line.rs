@@ -334,6 +334,7 @@ mod tests {
             login_ms,
             spawn_ms,
             first_output_ms,
+            ..Default::default()
         };
         (
             (rank, host),

@@ -26,6 +26,7 @@ mod local_users;
 mod messages;
 mod mpi;
 mod mux;
+mod node_logins;
 mod nodeset;
 mod openssh;
 mod procs;
