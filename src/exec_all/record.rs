@@ -194,7 +194,10 @@ impl NodeRecord {
             login_ms: ms(self.timeline.logged_in),
             spawn_ms: ms(self.started),
             first_output_ms: ms(self.timeline.first_output),
-            connection_shared_by: self.timeline.connection_shared_by,
+            connection_shared_by: self
+                .timeline
+                .connection_shared_by
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
         }
     }
 

@@ -148,9 +148,11 @@ pub struct RankStart {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_output_ms: Option<u64>,
     /// Its connect and login are its node's, shared by this many processes
-    /// (`--nproc-per-node`: one login a node).
+    /// (`--nproc-per-node`: one login a node; at most 4,096). A `u32`: an
+    /// agent reckons what it keeps by this type's size, and two runs of the
+    /// most ranks must fit its budget (`SHOWN_RUNS_BUDGET`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub connection_shared_by: Option<usize>,
+    pub connection_shared_by: Option<u32>,
 }
 
 impl RankStart {
@@ -501,6 +503,19 @@ mod tests {
         assert_eq!(
             wire,
             r#"{"up_ms":8500,"ranks":[{"rank":4,"host":"n4","spawn_ms":50,"first_output_ms":900}]}"#
+        );
+    }
+
+    #[test]
+    fn two_runs_of_the_most_ranks_fit_the_agents_budget() {
+        // What `top` promises: two runs of 65,536 ranks with 20-byte host
+        // names are kept together; a field added to a rank must not push
+        // them past the budget.
+        let one = std::mem::size_of::<RankStart>() + 20;
+        assert!(
+            2 * RANKS_MAX * one <= SHOWN_RUNS_BUDGET,
+            "{one} bytes a rank: two runs of {RANKS_MAX} take {} of {SHOWN_RUNS_BUDGET}",
+            2 * RANKS_MAX * one
         );
     }
 }
