@@ -168,7 +168,16 @@ async fn processes(
         };
         let restart = (attempt(vars::RESTART_COUNT), attempt(vars::MAX_RESTARTS));
         if restart.0 > 0 && job.rank == 0 {
-            procs.master_port = free_port(procs.master_port);
+            // exec_all's store stays on its port, emptied for this attempt;
+            // without it, rank 0's may be held still.
+            let fresh = match &procs.hosted {
+                Some(store) => store.fresh(restart.0).await,
+                None => false,
+            };
+            if !fresh {
+                procs.hosted = None;
+                procs.master_port = free_port(procs.master_port);
+            }
         }
         let run_id = format!("{}-{}", job.topology.nodes[0].host, std::process::id());
         let head_ip = job.head_ip.to_string();
