@@ -6,7 +6,9 @@
 # base image, PyYAML for the k8s-* cluster tests (they read the manifests of
 # docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
 # a Debian package, so it comes from PyPI) and paramiko (a real SSH client of
-# Python's, for the python3 on PATH), and cargo-nextest, which runs the
+# Python's, for the python3 on PATH), PyPI's torch in a venv of the tests
+# (target/test-venv: the job's store and gloo rendezvous with real torch),
+# and cargo-nextest, which runs the
 # Rust tests (from crates.io, built by `cargo install`: minutes, so only when
 # `cargo nextest` is missing). Does nothing when all are present. Needs root
 # (or sudo) only when a Debian package, py-spy or paramiko is missing.
@@ -17,7 +19,7 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev mpich libmpich-dev
     shellcheck dash debootstrap hyperfine musl-tools
     iproute2 procps psmisc python3 python3-yaml gcc
-    rsync git python3-pip vim-tiny
+    rsync git python3-pip python3-venv vim-tiny
 )
 
 # py-spy and paramiko from PyPI, after the Debian packages (pip is one of them).
@@ -33,6 +35,20 @@ py_spy() {
         "${sudo[@]}" python3 -m pip install --quiet "${wanted[@]}"
 }
 
+# PyPI's torch (the default wheel; CPU and gloo are what the tests use) in a
+# venv of the tests, target/test-venv (TEST_VENV to put it elsewhere; the
+# tests read TEST_TORCH_PYTHON, else target/test-venv/bin/python): about
+# 90 s and 5 GB once, nothing when it imports torch already. No root.
+torch_venv() {
+    local root venv
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    venv=${TEST_VENV:-$root/target/test-venv}
+    "$venv/bin/python" -c 'import torch' 2>/dev/null && return 0
+    echo "test dependencies: installing torch from PyPI into $venv (about 90 s, 5 GB)"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet torch numpy
+}
+
 # cargo-nextest from crates.io, into cargo's own bin directory (no root).
 nextest() {
     cargo nextest --version >/dev/null 2>&1 && return 0
@@ -46,6 +62,7 @@ for pkg in "${PACKAGES[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
     py_spy
+    torch_venv
     nextest
     echo "test dependencies: all present"
     exit 0
@@ -66,5 +83,6 @@ rc=0
 { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; } || rc=$?
 if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; fi
 ((rc == 0)) && { py_spy || rc=$?; }
+((rc == 0)) && { torch_venv || rc=$?; }
 ((rc == 0)) && { nextest || rc=$?; }
 exit "$rc"

@@ -29,6 +29,7 @@ mod procs;
 mod restarts;
 mod shell;
 mod snapshot;
+mod store;
 mod terminal;
 mod top;
 mod topology;
