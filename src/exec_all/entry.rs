@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::attempts;
 use super::finish;
-use super::job_store;
+use super::job_store::{StoreLink, StoreMode};
 use super::one_launch::launch;
 use super::options::{Invocation, Role, RunOptions};
 use super::record::NodeOutcome;
@@ -31,15 +31,13 @@ pub(crate) fn run(invocation: Invocation, env: &EnvMap) -> Result<i32, Error> {
         Role::Relay => None,
     };
     let (result, attempts) = on_runtime(async |stops| {
-        // The job's store, once for the whole run (the head's alone).
-        let store = match options.procs.as_mut().filter(|p| p.head) {
-            Some(procs) => {
-                let store = job_store::start(&job, env, procs.store, procs.master_port, stops);
-                procs.hosted = store.await?;
-                procs.hosted.clone()
-            }
-            None => None,
-        };
+        // The job's store, one for the whole run (the head's alone),
+        // started by its first attempt.
+        let store = options
+            .procs
+            .as_mut()
+            .filter(|p| p.head && p.store == StoreMode::Auto)
+            .map(|procs| procs.hosted.insert(StoreLink::new()).clone());
         let ran = match restarts {
             None => launch(&job, env, options, stops).await.map(|r| (r, None)),
             Some(restarts) => attempts::run(&job, env, restarts, options, stops)

@@ -132,9 +132,17 @@ impl JobStore {
     }
 }
 
-/// The store of a run, shared by its attempts; `None` inside once ended.
+/// The store of a run, shared by its attempts: started by the first
+/// ([`StoreLink::serve`]), emptied for each next one, ended at the run's end.
 #[derive(Clone)]
-pub(crate) struct StoreLink(Arc<Mutex<Option<JobStore>>>);
+pub(crate) struct StoreLink(Arc<Mutex<State>>);
+
+enum State {
+    NotStarted,
+    Running(JobStore),
+    /// Ended, or it could not start.
+    Gone,
+}
 
 impl fmt::Debug for StoreLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,12 +159,37 @@ impl PartialEq for StoreLink {
 impl Eq for StoreLink {}
 
 impl StoreLink {
+    /// A store not started yet (`--store auto`).
+    pub fn new() -> StoreLink {
+        StoreLink(Arc::new(Mutex::new(State::NotStarted)))
+    }
+
+    /// Whether the store serves, started here the first time (at
+    /// `job`'s head address and `port`): false, with one line saying why
+    /// that first time, where it cannot. A stop signal meanwhile ends the run.
+    pub async fn serve(
+        &self,
+        job: &Job,
+        env: &EnvMap,
+        port: u16,
+        stops: &mut Stops,
+    ) -> Result<bool, Error> {
+        let mut held = self.0.lock().await;
+        if let State::NotStarted = *held {
+            *held = match start(job, env, port, stops).await? {
+                Some(store) => State::Running(store),
+                None => State::Gone,
+            };
+        }
+        Ok(matches!(*held, State::Running(_)))
+    }
+
     /// Empties the store before attempt `attempt`: true once it serves
     /// again on the same port; false (the store ended, one line saying
     /// why) when it cannot, or it was ended already.
     pub async fn fresh(&self, attempt: u32) -> bool {
         let mut held = self.0.lock().await;
-        let Some(store) = held.as_mut() else {
+        let State::Running(store) = &mut *held else {
             return false;
         };
         let asked = store
@@ -175,7 +208,7 @@ impl StoreLink {
                     "the job's store could not be emptied for attempt {attempt}: {why}; \
                      rank 0's process hosts the store from here on"
                 );
-                if let Some(mut store) = held.take() {
+                if let State::Running(mut store) = std::mem::replace(&mut *held, State::Gone) {
                     let _ = store.child.terminate(Duration::from_secs(1)).await;
                 }
                 false
@@ -185,25 +218,21 @@ impl StoreLink {
 
     /// Ends the store (its whole group) and waits for it.
     pub async fn end(&self) {
-        if let Some(mut store) = self.0.lock().await.take() {
+        let mut held = self.0.lock().await;
+        if let State::Running(mut store) = std::mem::replace(&mut *held, State::Gone) {
             let _ = store.child.terminate(Duration::from_secs(1)).await;
         }
     }
 }
 
-/// Starts the run's store at `head_ip:port` when `mode` and the head's
-/// `python3` allow; else one line says why and `None`. A stop signal
-/// meanwhile ends the run.
-pub(crate) async fn start(
+/// Starts the store at the head's address and `port` where the head's
+/// `python3` can; else one line says why and `None`.
+async fn start(
     job: &Job,
     env: &EnvMap,
-    mode: StoreMode,
     port: u16,
     stops: &mut Stops,
-) -> Result<Option<StoreLink>, Error> {
-    if mode == StoreMode::Off {
-        return Ok(None);
-    }
+) -> Result<Option<JobStore>, Error> {
     let started = match (job.rank, find_python(env)) {
         (0, Some(python)) => {
             let starting = spawn(job.bin.as_ref(), &python, job.head_ip, port);
@@ -220,7 +249,7 @@ pub(crate) async fn start(
         (rank, _) => Err(format!("exec_all runs on rank {rank}, not on the head")),
     };
     match started {
-        Ok(store) => Ok(Some(StoreLink(Arc::new(Mutex::new(Some(store)))))),
+        Ok(store) => Ok(Some(store)),
         Err(why) => {
             tracing::warn!(
                 "the job's store is not exec_all's: {why}; rank 0's process hosts it (--store off says nothing)"
