@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::options::{Head, Invocation, Restarts, Role, RunOptions};
 use super::job_store::StoreMode;
+use super::options::{Head, Invocation, Restarts, Role, RunOptions};
 use super::procs::{PerNode, Procs};
 use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
 use crate::cli::ExecAllArgs;

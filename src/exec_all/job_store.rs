@@ -139,7 +139,7 @@ pub(crate) struct StoreLink(Arc<Mutex<State>>);
 
 enum State {
     NotStarted,
-    Running(JobStore),
+    Running(Box<JobStore>),
     /// Ended, or it could not start.
     Gone,
 }
@@ -177,7 +177,7 @@ impl StoreLink {
         let mut held = self.0.lock().await;
         if let State::NotStarted = *held {
             *held = match start(job, env, port, stops).await? {
-                Some(store) => State::Running(store),
+                Some(store) => State::Running(Box::new(store)),
                 None => State::Gone,
             };
         }

@@ -38,8 +38,11 @@ fn path_with_python3(dir: &std::path::Path, python: &std::path::Path, args: &str
         format!("#!/bin/sh\nexec {} {args} \"$@\"\n", python.display()),
     )
     .unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     format!(
         "{}:{}",
         dir.display(),
@@ -99,7 +102,11 @@ fn rank_zeros_death_leaves_the_store_and_the_restart_meets_there_on_the_same_por
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("meet.py");
     std::fs::write(&script, MEET).unwrap();
-    let run = format!("GLOO_SOCKET_IFNAME=lo {} {}", python.display(), script.display());
+    let run = format!(
+        "GLOO_SOCKET_IFNAME=lo {} {}",
+        python.display(),
+        script.display()
+    );
     let out = cluster
         .command(&mn_exec_all())
         .env("PATH", path_with_python3(dir.path(), &python, ""))
@@ -151,8 +158,7 @@ fn nothing_of_the_store_is_left_after_kill_9_of_exec_all() {
         .spawn()
         .unwrap();
     let head = &cluster.hosts[0];
-    assert!(eventually(Duration::from_secs(60), || sleepers(&tag).len()
-        == 4));
+    assert!(eventually(Duration::from_secs(60), || sleepers(&tag).len() == 4));
     // Its supervisor and its python3.
     assert_eq!(store_pids(head, 29582).len(), 2, "the store runs");
     signal(child.id(), nix::sys::signal::Signal::SIGKILL);
