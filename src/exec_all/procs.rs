@@ -393,6 +393,14 @@ mod tests {
             .map(|k| RUN_VARS.into_iter().find(|n| *n == k).unwrap())
             .collect();
         assert_eq!(names, RUN_VARS);
+        // exec_all's store: every process is its client.
+        let hosted = Procs {
+            hosted: Some(StoreLink::new()),
+            ..procs(Mode::Auto, false)
+        };
+        let vars = run_vars(&layout, &hosted, "10.0.0.1", (1, 3), "r");
+        assert!(vars.contains(&("TORCHELASTIC_USE_AGENT_STORE".into(), "True".into())));
+        assert!(vars.contains(&("MASTER_PORT".into(), "29500".into())));
     }
 
     #[test]

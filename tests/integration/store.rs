@@ -141,8 +141,9 @@ fn rank_zeros_death_leaves_the_store_and_the_restart_meets_there_on_the_same_por
     assert!(store_pids(&cluster.hosts[0], 29581).is_empty());
 }
 
-#[test]
-fn nothing_of_the_store_is_left_after_kill_9_of_exec_all() {
+/// exec_all ended by `sig` while its processes run: nothing of its store
+/// (nor of its processes) is left.
+fn nothing_of_the_store_is_left_after(sig: nix::sys::signal::Signal, port: u16) {
     let python = torch_python();
     let cluster = Cluster::start(2);
     let dir = tempfile::tempdir().unwrap();
@@ -150,7 +151,7 @@ fn nothing_of_the_store_is_left_after_kill_9_of_exec_all() {
     let mut child = cluster
         .command(&mn_exec_all())
         .env("PATH", path_with_python3(dir.path(), &python, ""))
-        .args(["--nproc-per-node", "2", "--master-port", "29582"])
+        .args(["--nproc-per-node", "2", "--master-port", &port.to_string()])
         .args(["-c", &format!("exec sleep {tag}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -160,17 +161,28 @@ fn nothing_of_the_store_is_left_after_kill_9_of_exec_all() {
     let head = &cluster.hosts[0];
     assert!(eventually(Duration::from_secs(60), || sleepers(&tag).len() == 4));
     // Its supervisor and its python3.
-    assert_eq!(store_pids(head, 29582).len(), 2, "the store runs");
-    signal(child.id(), nix::sys::signal::Signal::SIGKILL);
+    assert_eq!(store_pids(head, port).len(), 2, "the store runs");
+    signal(child.id(), sig);
     let _ = child.wait();
     assert!(
-        eventually(Duration::from_secs(15), || store_pids(head, 29582)
+        eventually(Duration::from_secs(15), || store_pids(head, port)
             .is_empty()
             && sleepers(&tag).is_empty()),
-        "left running: store {:?}, sleepers {:?}",
-        store_pids(head, 29582),
+        "{sig}: left running: store {:?}, sleepers {:?}",
+        store_pids(head, port),
         sleepers(&tag)
     );
+}
+
+#[test]
+fn nothing_of_the_store_is_left_after_kill_9_of_exec_all() {
+    nothing_of_the_store_is_left_after(nix::sys::signal::Signal::SIGKILL, 29582);
+}
+
+#[test]
+fn nothing_of_the_store_is_left_after_sigterm_or_sigint_to_exec_all() {
+    nothing_of_the_store_is_left_after(nix::sys::signal::Signal::SIGTERM, 29584);
+    nothing_of_the_store_is_left_after(nix::sys::signal::Signal::SIGINT, 29585);
 }
 
 #[test]
