@@ -125,8 +125,14 @@ impl JobStore {
                 None => Err(format!("it printed {line:?}")),
             },
             Ok(Ok(None)) | Ok(Err(_)) => {
-                let outcome = self.child.wait().await;
-                Err(format!("python3 ended ({outcome:?}) before it served"))
+                let how = match self.child.wait().await {
+                    Ok(crate::process::Outcome::Exited(code)) => format!("exit {code}"),
+                    Ok(crate::process::Outcome::Signaled { signal, .. }) => {
+                        crate::process::signal_name(signal)
+                    }
+                    Err(e) => e.to_string(),
+                };
+                Err(format!("python3 ended ({how}) before it served"))
             }
         }
     }
