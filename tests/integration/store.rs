@@ -229,3 +229,28 @@ fn a_python3_without_torch_is_one_line_and_rank_zero_hosts_the_store() {
     assert_eq!(stderr(&out), "");
     assert_eq!(stdout(&out), "STORE=False\nSTORE=False\n");
 }
+
+#[test]
+fn a_taken_port_is_one_line_and_rank_zero_hosts_the_store() {
+    let python = torch_python();
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let held = std::net::TcpListener::bind((cluster.hosts[0].as_str(), 29586)).unwrap();
+    let out = cluster
+        .command(&mn_exec_all())
+        .env("PATH", path_with_python3(dir.path(), &python, ""))
+        .args(["--nproc-per-node", "1", "--master-port", "29586", "-c"])
+        .arg("echo STORE=$TORCHELASTIC_USE_AGENT_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    drop(held);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot serve a store at") && err.contains("Address already in use"),
+        "{err}"
+    );
+    assert_eq!(stdout(&out), "STORE=False\n");
+}
