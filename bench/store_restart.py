@@ -48,6 +48,8 @@ if attempt == 0:
         print("kill t=%.6f" % time.time(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(300)
+dist.barrier()
+dist.destroy_process_group()
 '''
 
 

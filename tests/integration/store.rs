@@ -77,6 +77,8 @@ dist.all_reduce(x)
 print("met rank=%d attempt=%d sum=%d port=%s agent_store=%s" % (rank, attempt, int(x.item()),
       os.environ["MASTER_PORT"], os.environ["TORCHELASTIC_USE_AGENT_STORE"]), flush=True)
 if attempt > 0:
+    dist.barrier()
+    dist.destroy_process_group()
     sys.exit(0)
 store = dist.distributed_c10d._get_default_store()
 if rank == 1:
