@@ -123,6 +123,8 @@ pub const HANG_TIMEOUT: &str = "MULTINODE_HANG_TIMEOUT";
 pub const NPROC_PER_NODE: &str = "MULTINODE_NPROC_PER_NODE";
 /// `--master-port`.
 pub const MASTER_PORT: &str = "MULTINODE_MASTER_PORT";
+/// `--store`: who hosts the job's c10d store (`auto`, `off`).
+pub const STORE: &str = "MULTINODE_STORE";
 /// `--bind` (of `multinode bind` and exec_all).
 pub const BIND: &str = "MULTINODE_BIND";
 

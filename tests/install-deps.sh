@@ -7,8 +7,10 @@
 # docs/kubernetes.md), pip for py-spy (Python stacks in `multinode ps`; not
 # a Debian package, so it comes from PyPI), paramiko (a real SSH client of
 # Python's, for the python3 on PATH), maturin (it builds the wheel that
-# tests/wheel.sh installs into a venv: python3-venv), and cargo-nextest,
-# which runs the Rust tests (from crates.io, built by `cargo install`: minutes, so only when
+# tests/wheel.sh installs into a venv: python3-venv), PyPI's torch in a venv
+# of the tests (target/test-venv: the job's store and gloo rendezvous with
+# real torch), and cargo-nextest, which runs the Rust tests (from
+# crates.io, built by `cargo install`: minutes, so only when
 # `cargo nextest` is missing). Does nothing when all are present. Needs root
 # (or sudo) only when a Debian package, py-spy, paramiko or maturin is missing.
 set -euo pipefail
@@ -36,6 +38,20 @@ py_spy() {
         "${sudo[@]}" python3 -m pip install --quiet "${wanted[@]}"
 }
 
+# PyPI's torch (the default wheel; CPU and gloo are what the tests use) in a
+# venv of the tests, target/test-venv (TEST_VENV to put it elsewhere; the
+# tests read TEST_TORCH_PYTHON, else target/test-venv/bin/python): about
+# 90 s and 5 GB once, nothing when it imports torch already. No root.
+torch_venv() {
+    local root venv
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    venv=${TEST_VENV:-$root/target/test-venv}
+    "$venv/bin/python" -c 'import torch' 2>/dev/null && return 0
+    echo "test dependencies: installing torch from PyPI into $venv (about 90 s, 5 GB)"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet torch numpy
+}
+
 # cargo-nextest from crates.io, into cargo's own bin directory (no root).
 nextest() {
     cargo nextest --version >/dev/null 2>&1 && return 0
@@ -49,6 +65,7 @@ for pkg in "${PACKAGES[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
     py_spy
+    torch_venv
     nextest
     echo "test dependencies: all present"
     exit 0
@@ -69,5 +86,6 @@ rc=0
 { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"; } || rc=$?
 if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; fi
 ((rc == 0)) && { py_spy || rc=$?; }
+((rc == 0)) && { torch_venv || rc=$?; }
 ((rc == 0)) && { nextest || rc=$?; }
 exit "$rc"

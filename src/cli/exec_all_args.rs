@@ -143,6 +143,11 @@ pub struct ExecAllArgs {
         defaults::MASTER_PORT
     ))]
     pub master_port: Option<u16>,
+    /// With --nproc-per-node: who hosts the job's c10d store: auto (exec_all,
+    /// for the whole run, where the head's python3 has torch; else rank 0's
+    /// process) or off (rank 0's process) [env: MULTINODE_STORE] [default: auto].
+    #[arg(long, value_name = "auto|off")]
+    pub store: Option<String>,
     /// Internal: this exec_all runs a group for a head; end stderr with its record of the group.
     #[arg(long = exec_all_flags::RELAY_REPORT, hide = true)]
     pub relay_report: bool,

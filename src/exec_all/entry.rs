@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::attempts;
 use super::finish;
+use super::job_store::{StoreLink, StoreMode};
 use super::one_launch::launch;
 use super::options::{Invocation, Role, RunOptions};
 use super::record::NodeOutcome;
@@ -20,17 +21,33 @@ use crate::signals::{STOP_SIGNALS, Stops};
 /// attempts with restarts and spares; then the end the user, or the head
 /// of a relay, reads.
 pub(crate) fn run(invocation: Invocation, env: &EnvMap) -> Result<i32, Error> {
-    let Invocation { job, options, role } = invocation;
+    let Invocation {
+        job,
+        mut options,
+        role,
+    } = invocation;
     let restarts = match &role {
         Role::Head(head) => head.restarts.as_ref(),
         Role::Relay => None,
     };
-    let (result, attempts) = on_runtime(async |stops| match restarts {
-        None => Ok((launch(&job, env, options, stops).await?, None)),
-        Some(restarts) => {
-            let (result, attempts) = attempts::run(&job, env, restarts, options, stops).await?;
-            Ok((result, Some(attempts)))
+    let (result, attempts) = on_runtime(async |stops| {
+        // The job's store, one for the whole run (the head's alone),
+        // started by its first attempt.
+        let store = options
+            .procs
+            .as_mut()
+            .filter(|p| p.head && p.store == StoreMode::Auto)
+            .map(|procs| procs.hosted.insert(StoreLink::new()).clone());
+        let ran = match restarts {
+            None => launch(&job, env, options, stops).await.map(|r| (r, None)),
+            Some(restarts) => attempts::run(&job, env, restarts, options, stops)
+                .await
+                .map(|(result, attempts)| (result, Some(attempts))),
+        };
+        if let Some(store) = store {
+            store.end().await;
         }
+        ran
     })?;
     finish::end(result, attempts, &role)
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use super::job_store::StoreMode;
 use super::options::{Head, Invocation, Restarts, Role, RunOptions};
 use super::procs::{PerNode, Procs};
 use super::script::{Export, MAX_INLINE_SCRIPT, MAX_SCRIPT, Script};
@@ -138,10 +139,14 @@ fn procs(args: &ExecAllArgs, env: &EnvMap, relay: bool) -> Result<Option<Procs>,
         |v| v.parse().ok(),
     )?;
     let Some(per_node) = per_node else {
-        if args.bind.is_some() || args.report_bindings || args.master_port.is_some() {
+        if args.bind.is_some()
+            || args.report_bindings
+            || args.master_port.is_some()
+            || args.store.is_some()
+        {
             return Err(Error::usage(
-                "--bind, --report-bindings and --master-port go with --nproc-per-node, which starts \
-                 the processes they are for; under another launcher use multinode bind -- CMD",
+                "--bind, --report-bindings, --master-port and --store go with --nproc-per-node, \
+                 which starts the processes they are for; under another launcher use multinode bind -- CMD",
             ));
         }
         return Ok(None);
@@ -152,12 +157,25 @@ fn procs(args: &ExecAllArgs, env: &EnvMap, relay: bool) -> Result<Option<Procs>,
         values::PORT,
         values::port,
     )?;
+    let store = args
+        .store
+        .as_deref()
+        .map(|v| {
+            v.parse::<StoreMode>()
+                .map_err(|e| Error::usage(format!("--store: {e}")))
+        })
+        .transpose()?;
+    let store = env.flag_or_var(store, vars::STORE, "a store mode (auto or off)", |v| {
+        v.parse().ok()
+    })?;
     Ok(Some(Procs {
         per_node,
         bind: crate::binding::mode_from(args.bind, env)?,
         report_bindings: args.report_bindings,
         master_port: master_port.unwrap_or(defaults::MASTER_PORT),
         head: !relay,
+        store: store.unwrap_or(StoreMode::Auto),
+        hosted: None,
     }))
 }
 
@@ -302,6 +320,7 @@ mod tests {
 
     #[test]
     fn a_relay_command_line_parses_back_to_the_heads_options() {
+        use super::super::job_store::StoreMode;
         use super::super::procs::{PerNode, Procs};
         use crate::binding::Mode;
         use std::time::Duration;
@@ -321,6 +340,8 @@ mod tests {
                 report_bindings: true,
                 master_port: 29600,
                 head: true,
+                store: StoreMode::Auto,
+                hosted: None,
             }),
             ..RunOptions::new(Script::Inline(b"echo \"$RANK\" 'x'".to_vec()))
         };

@@ -49,6 +49,7 @@ mod finish;
 mod grouped_output;
 mod health_check;
 mod invocation;
+mod job_store;
 mod leg;
 mod leg_kind;
 mod live;

@@ -169,9 +169,7 @@ async fn processes(
                 .unwrap_or(0)
         };
         let restart = (attempt(vars::RESTART_COUNT), attempt(vars::MAX_RESTARTS));
-        if restart.0 > 0 && job.rank == 0 {
-            procs.master_port = free_port(procs.master_port);
-        }
+        store_for(&mut procs, job, env, restart.0, stops).await?;
         let run_id = format!("{}-{}", job.topology.nodes[0].host, std::process::id());
         let head_ip = job.head_ip.to_string();
         let vars = procs::run_vars(&layout, &procs, &head_ip, restart, &run_id);
@@ -182,6 +180,30 @@ async fn processes(
     }
     options.procs = Some(procs);
     Ok((options, Some(counts)))
+}
+
+/// The store of attempt `attempt`: exec_all's, started by the first
+/// attempt and emptied for each next one on the same port; else rank 0's,
+/// on another port where the last attempt's is still held.
+async fn store_for(
+    procs: &mut procs::Procs,
+    job: &Job,
+    env: &EnvMap,
+    attempt: u32,
+    stops: &mut Stops,
+) -> Result<(), Error> {
+    let serving = match (&procs.hosted, attempt) {
+        (Some(store), 0) => store.serve(job, env, procs.master_port, stops).await?,
+        (Some(store), _) => store.fresh(attempt).await,
+        (None, _) => false,
+    };
+    if !serving {
+        procs.hosted = None;
+        if attempt > 0 && job.rank == 0 {
+            procs.master_port = free_port(procs.master_port);
+        }
+    }
+    Ok(())
 }
 
 /// `port` when it can be listened on here (the head, where rank 0's store

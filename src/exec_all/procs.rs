@@ -8,6 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::job_store::{StoreLink, StoreMode};
 use crate::binding::Mode;
 use crate::binding::launcher_ranks::MAX_LOCAL_PROCESSES;
 
@@ -72,6 +73,11 @@ pub(crate) struct Procs {
     /// This exec_all sets the run's variables ([`run_vars`]): the head's;
     /// a relay has them from its head, in its environment.
     pub head: bool,
+    /// `--store`: whether exec_all may host the job's store (`job_store.rs`).
+    pub store: StoreMode,
+    /// The store exec_all hosts at `MASTER_PORT` for the whole run, when
+    /// it does: the workers are its clients.
+    pub hosted: Option<StoreLink>,
 }
 
 /// Where one process stands: its global rank, its node, its place there.
@@ -209,8 +215,8 @@ pub(crate) fn check_counts(counts: &[usize], per_node: &PerNode) -> Result<(), S
 }
 
 /// The variables every process of the run gets alike (torchrun's that do
-/// not depend on the process): the world, rank 0's store, the restart
-/// count. `head_ip` is the head's address (`MULTINODE_NODE_IP`).
+/// not depend on the process): the world, the store (exec_all's, or else
+/// rank 0's), the restart count. `head_ip` is the head's address (`MULTINODE_NODE_IP`).
 pub(crate) fn run_vars(
     layout: &Layout,
     procs: &Procs,
@@ -229,8 +235,16 @@ pub(crate) fn run_vars(
         ("TORCHELASTIC_RESTART_COUNT", restart.0.to_string()),
         ("TORCHELASTIC_MAX_RESTARTS", restart.1.to_string()),
         ("TORCHELASTIC_RUN_ID", run_id.to_string()),
-        // No agent hosts a store: rank 0's process does.
-        ("TORCHELASTIC_USE_AGENT_STORE", "False".to_string()),
+        // exec_all's store, of which every process is a client; else
+        // rank 0's process hosts one.
+        (
+            "TORCHELASTIC_USE_AGENT_STORE",
+            match procs.hosted {
+                Some(_) => "True",
+                None => "False",
+            }
+            .to_string(),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -304,6 +318,8 @@ mod tests {
             report_bindings,
             master_port: crate::defaults::MASTER_PORT,
             head: true,
+            store: StoreMode::Auto,
+            hosted: None,
         }
     }
 
@@ -431,6 +447,14 @@ mod tests {
             .map(|k| RUN_VARS.into_iter().find(|n| *n == k).unwrap())
             .collect();
         assert_eq!(names, RUN_VARS);
+        // exec_all's store: every process is its client.
+        let hosted = Procs {
+            hosted: Some(StoreLink::new()),
+            ..procs(Mode::Auto, false)
+        };
+        let vars = run_vars(&layout, &hosted, "10.0.0.1", (1, 3), "r");
+        assert!(vars.contains(&("TORCHELASTIC_USE_AGENT_STORE".into(), "True".into())));
+        assert!(vars.contains(&("MASTER_PORT".into(), "29500".into())));
     }
 
     #[test]

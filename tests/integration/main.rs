@@ -33,6 +33,7 @@ mod procs;
 mod restarts;
 mod shell;
 mod snapshot;
+mod store;
 mod terminal;
 mod tools;
 mod top;

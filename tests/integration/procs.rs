@@ -296,6 +296,14 @@ fn options_that_need_processes_a_node_or_make_no_sense_are_one_line() {
             vec!["--nproc-per-node", "2", "--bind", "tight", "-c", "true"],
             "unknown binding mode",
         ),
+        (
+            vec!["--store", "off", "-c", "true"],
+            "go with --nproc-per-node",
+        ),
+        (
+            vec!["--nproc-per-node", "2", "--store", "on", "-c", "true"],
+            "--store: 'on' is not a store mode: give auto or off",
+        ),
     ] {
         let out = cluster.exec_all(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
@@ -312,6 +320,18 @@ fn options_that_need_processes_a_node_or_make_no_sense_are_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("MULTINODE_NPROC_PER_NODE='many' is not a number of processes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cluster
+        .command(&mn_exec_all())
+        .env("MULTINODE_STORE", "yes")
+        .args(["--nproc-per-node", "1", "-c", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("MULTINODE_STORE='yes' is not a store mode (auto or off)"),
         "{}",
         stderr(&out)
     );
