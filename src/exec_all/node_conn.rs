@@ -114,6 +114,8 @@ mod tests {
                 report_bindings: false,
                 master_port: 29500,
                 head: true,
+                store: super::super::job_store::StoreMode::Auto,
+                hosted: None,
             }),
             ..RunOptions::new(Script::Inline(b"true".to_vec()))
         }
