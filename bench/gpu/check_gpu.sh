@@ -48,23 +48,26 @@ while time.time() < end:
     echo "exit code $rc, took $took s"
     speed=$(grep -E '^gpu-speed' "$out/$pass.txt" | head -1 | awk '{print $2}')
     if [[ $pass == quiet ]]; then
-        [[ $speed == ok ]] && record "check --gpu, quiet GPU" PASS "gpu-speed ok, exit $rc, $took s" ||
+        if [[ $speed == ok ]]; then
+            record "check --gpu, quiet GPU" PASS "gpu-speed ok, exit $rc, $took s"
+        else
             record "check --gpu, quiet GPU" FAIL "gpu-speed '$speed', exit $rc"
+        fi
     else
-        [[ $speed == warn || $speed == fail ]] && record "check --gpu, hogged GPU" PASS "gpu-speed $speed, exit $rc, $took s" ||
+        if [[ $speed == warn || $speed == fail ]]; then
+            record "check --gpu, hogged GPU" PASS "gpu-speed $speed, exit $rc, $took s"
+        else
             record "check --gpu, hogged GPU" FAIL "gpu-speed '$speed', exit $rc"
+        fi
     fi
     if [[ -n $hog ]]; then kill "$hog"; wait "$hog" 2>/dev/null; fi
 done
 sleep 1
 left=$(gpu_pids)
-((left == 0)) && record "no process left on the GPU" PASS "0" || record "no process left on the GPU" FAIL "$left"
+if ((left == 0)); then
+    record "no process left on the GPU" PASS "0"
+else
+    record "no process left on the GPU" FAIL "$left"
+fi
 
-echo "=== summary (log: $out/check_gpu.log)"
-failed=0
-for r in "${results[@]}"; do
-    IFS='|' read -r step verdict detail <<<"$r"
-    printf '%-4s  %s: %s\n' "$verdict" "$step" "$detail"
-    [[ $verdict == PASS ]] || failed=1
-done
-exit "$failed"
+summarize "$out/check_gpu.log"

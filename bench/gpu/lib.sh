@@ -39,3 +39,16 @@ now() { date +%s.%N; }
 secs() { python3 -c "print(f'{$2 - $1:.2f}')"; }
 # gpu_pids: how many compute processes the GPUs run now.
 gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c '[0-9]'; }
+
+# summarize LOG: the results recorded, a line each, under a header naming
+# LOG; exits 1 when one of them is not PASS, else 0.
+summarize() {
+    local r step verdict detail failed=0
+    echo "=== summary (log: $1)"
+    for r in "${results[@]}"; do
+        IFS='|' read -r step verdict detail <<<"$r"
+        printf '%-4s  %s: %s\n' "$verdict" "$step" "$detail"
+        [[ $verdict == PASS ]] || failed=1
+    done
+    exit "$failed"
+}

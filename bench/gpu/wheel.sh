@@ -123,11 +123,4 @@ else
     tail -n 30 "$out/reference.txt"
 fi
 
-echo "=== summary (log: $out/wheel.log)"
-failed=0
-for r in "${results[@]}"; do
-    IFS='|' read -r step verdict detail <<<"$r"
-    printf '%-4s  %s: %s\n' "$verdict" "$step" "$detail"
-    [[ $verdict == PASS ]] || failed=1
-done
-exit "$failed"
+summarize "$out/wheel.log"

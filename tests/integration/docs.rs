@@ -553,6 +553,7 @@ fn the_gpu_bench_scripts_parse_and_share_one_lib() {
             "now",
             "secs",
             "gpu_pids",
+            "summarize",
         ] {
             if text.contains(&format!("\n{name}() {{")) {
                 defined.push(format!("{name} in {}", path.display()));
@@ -577,7 +578,8 @@ fn the_gpu_bench_scripts_parse_and_share_one_lib() {
             "record",
             "secs",
             "start_loopback_agents",
-            "stop_agents"
+            "stop_agents",
+            "summarize"
         ]
         .map(|n| format!("{n} in {lib}")),
     );
